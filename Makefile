@@ -1,0 +1,31 @@
+# bayesx developer commands. `make run` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+TORCH_VERSION := 2.13.0
+
+.PHONY: install run test bench clean
+
+install: $(STAMP)
+
+# torch first, pinned, so pip takes the local CPU build instead of multi-GB CUDA wheels
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/bayesx run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python experiments/bench_logreg.py
+
+clean:
+	rm -rf $(VENV) outputs multirun mlflow.db mlartifacts .pytest_cache

@@ -1,0 +1,3 @@
+from bayesx.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""The ``bayesx`` command: run, ui, compare, data.
+
+``bayesx run`` hands its arguments to Hydra (overrides, ``-m`` for a multirun sweep,
+``--cfg job`` to print the composed config, ``--help`` for Hydra's help); the other commands are
+plain argparse. Every user error ends as ``bayesx: error: <one line>`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+
+from bayesx.errors import BayesxError, RunInterrupted
+
+COMMANDS = {
+    "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2)",
+    "ui": "start the MLflow UI on the configured store (localhost) and print its URL",
+    "compare": "table of recorded runs with their key metrics (--experiment, --sort, --csv)",
+    "data": "list the data sets (data list) or download one (data fetch NAME)",
+}
+
+
+def fail(message: str) -> None:
+    print(f"bayesx: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+# --- bayesx run -----------------------------------------------------------------------------------
+def _task(cfg) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from bayesx import sweep
+    from bayesx.runner import run_job
+
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    parent = os.environ.get(sweep.PARENT_ENV) if multirun else None
+    try:
+        run_job(cfg, dict(hydra_cfg.runtime.choices), parent)
+    except BayesxError as exc:
+        print(f"bayesx: error: {exc}", file=sys.stderr)
+        if not multirun:
+            raise SystemExit(2)
+        sweep.outcome["failed"] = "yes"  # the sweep goes on; its parent run ends FAILED
+    except (KeyboardInterrupt, RunInterrupted):
+        print("bayesx: interrupted; the run is marked KILLED in MLflow and keeps what it had", file=sys.stderr)
+        if multirun:
+            sweep.abort_parent(cfg, "KILLED")
+        raise SystemExit(130)
+
+
+def cmd_run(args: list[str]) -> int:
+    import hydra
+
+    from bayesx import sweep
+    from bayesx.config import check_overrides, conf_dir
+
+    overrides = [a for a in args if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+    if not any(a in ("--help", "-h", "--hydra-help", "--info", "--shell-completion", "-sc") for a in args):
+        check_overrides(overrides)
+    sys.argv = ["bayesx run", *args]
+    main_fn = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
+    main_fn()
+    if sweep.outcome.get("status") in ("FAILED", "KILLED") or sweep.outcome.get("failed"):
+        print(f"bayesx: error: the sweep ended {sweep.outcome.get('status', 'FAILED')}: a job failed "
+              "(see the messages above); fix it and run the sweep again", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --- bayesx ui --------------------------------------------------------------------------------------
+def _tracking(overrides: list[str]):
+    from bayesx.config import compose
+
+    return compose(overrides).tracking
+
+
+def cmd_ui(ns: argparse.Namespace) -> int:
+    from bayesx.tracking import ui_command
+
+    tracking = _tracking(ns.overrides)
+    uri = ns.uri or str(tracking.uri)
+    with socket.socket() as probe:
+        if probe.connect_ex((ns.host, ns.port)) == 0:
+            raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
+    print(f"MLflow UI for {uri} at http://{ns.host}:{ns.port}  (Ctrl-C to stop)", flush=True)
+    proc = subprocess.Popen(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root")))
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(timeout=20)
+        return 0
+
+
+# --- bayesx compare ---------------------------------------------------------------------------------
+SUMMARY_METRICS = ["test_accuracy", "test_lpd", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max",
+                   "accept_rate", "n_divergent", "sampling_time_s", "wall_time_s"]
+
+
+def compare_table(df, sort: str | None, ascending: bool):
+    import pandas as pd
+
+    if df.empty:
+        return df
+    table = pd.DataFrame({
+        "run_id": df["run_id"].str[:8],
+        "status": df["status"],
+        "method": df.get("tags.method"),
+        "model": df.get("tags.model"),
+        "data": df.get("tags.data"),
+        "seed": df.get("tags.seed"),
+        "parent": df.get("tags.mlflow.parentRunId", pd.Series([None] * len(df))).fillna("").str[:8],
+    })
+    metric_cols = [m for m in SUMMARY_METRICS if f"metrics.{m}" in df]
+    if sort and sort not in metric_cols:
+        if f"metrics.{sort}" not in df:
+            known = sorted(c[len("metrics."):] for c in df.columns if c.startswith("metrics."))
+            raise BayesxError(f"no metric named '{sort}' in these runs; sort by one of: {', '.join(known)}")
+        metric_cols.append(sort)
+    for m in metric_cols:
+        table[m] = df[f"metrics.{m}"]
+    if sort:
+        table = table.sort_values(sort, ascending=ascending, na_position="last")
+    return table.reset_index(drop=True)
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from bayesx.tracking import search_runs
+
+    uri = ns.uri or str(_tracking(ns.overrides).uri)
+    table = compare_table(search_runs(uri, ns.experiment), ns.sort, ns.ascending)
+    if table.empty:
+        print(f"no runs recorded in {uri}" + (f" under experiment '{ns.experiment}'" if ns.experiment else ""))
+        return 0
+    if ns.limit:
+        table = table.head(ns.limit)
+    with pd.option_context("display.max_columns", None, "display.width", 200, "display.float_format", "{:.4g}".format):
+        print(table.to_string(index=False, na_rep="-"))
+    if ns.csv:
+        table.to_csv(ns.csv, index=False)
+        print(f"wrote {len(table)} runs to {ns.csv}")
+    return 0
+
+
+# --- bayesx data ------------------------------------------------------------------------------------
+def cmd_data(ns: argparse.Namespace) -> int:
+    from bayesx.data import registry
+
+    if ns.action == "list":
+        print(f"data cache: {registry.data_dir()}")
+        print(f"{'name':<14} {'status':<9} {'location':<52} description")
+        for info in registry.list_datasets():
+            print(f"{info.name:<14} {info.status():<9} {str(info.location):<52} {info.description}")
+        return 0
+    if not ns.name:
+        raise BayesxError("data fetch needs a data set name, e.g. `bayesx data fetch mnist`; see `bayesx data list`")
+    result = registry.fetch(ns.name, force=ns.force)
+    print(result.message)
+    return 0
+
+
+# --- entry point ------------------------------------------------------------------------------------
+def help_text() -> str:
+    from bayesx.config import all_group_choices
+
+    lines = ["usage: bayesx <command> [options]", "", "commands:"]
+    lines += [f"  {name:<9} {text}" for name, text in COMMANDS.items()]
+    lines += ["", "config groups (bayesx run GROUP=CHOICE; defaults marked *):"]
+    defaults = {"model": "logreg", "data": "synthetic", "method": "hmc", "device": "cpu", "tracking": "sqlite"}
+    for group, choices in all_group_choices().items():
+        shown = ", ".join(c + ("*" if defaults.get(group) == c else "") for c in choices)
+        lines.append(f"  {group:<11} {shown}")
+    lines += ["", "examples:",
+              "  bayesx run method=nuts model=logreg data=digits",
+              "  bayesx run -m method=hmc,nuts seed=0,1,2",
+              "  bayesx run --cfg job method=nuts method.mass=dense",
+              "  bayesx compare --sort ess_bulk_min_per_s",
+              "  bayesx ui",
+              "", "`bayesx run --help` shows Hydra's help with the composed config."]
+    return "\n".join(lines)
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"bayesx {command}", description=COMMANDS[command])
+    if command in ("ui", "compare"):
+        parser.add_argument("--uri", help="tracking URI (default: the tracking config / MLFLOW_TRACKING_URI)")
+        parser.add_argument("overrides", nargs="*", help="config overrides, e.g. tracking=server")
+    if command == "ui":
+        parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
+        parser.add_argument("--port", type=int, default=5000)
+    if command == "compare":
+        parser.add_argument("--experiment", help="only runs of this MLflow experiment")
+        parser.add_argument("--sort", metavar="METRIC", help="sort by this metric (descending)")
+        parser.add_argument("--ascending", action="store_true", help="sort ascending instead")
+        parser.add_argument("--limit", type=int, help="show at most this many runs")
+        parser.add_argument("--csv", metavar="FILE", help="also write the table to a CSV file")
+    if command == "data":
+        parser.add_argument("action", choices=["list", "fetch"])
+        parser.add_argument("name", nargs="?", help="data set to fetch (see `bayesx data list`)")
+        parser.add_argument("--force", action="store_true", help="download again even if present")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(help_text())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        fail(f"unknown command '{command}'; use one of: {', '.join(COMMANDS)} (bayesx --help)")
+    try:
+        if command == "run":
+            return cmd_run(rest)
+        ns = _parser(command).parse_args(rest)
+        return {"ui": cmd_ui, "compare": cmd_compare, "data": cmd_data}[command](ns)
+    except BayesxError as exc:
+        fail(str(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""Downloading one file safely (temporary name, then rename) and unpacking tar archives."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from bayesx.errors import BayesxError
+
+TIMEOUT_SECONDS = 30
+CHUNK_BYTES = 1 << 16
+USER_AGENT = "bayesx-data-fetch"
+
+
+def _reason(exc: BaseException) -> str:
+    """A short, one-line reason for a failed download."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
+
+
+def _copy_response(url: str, handle, progress: bool, label: str) -> None:
+    """Stream ``url`` into the open binary file ``handle``, with a tqdm bar when ``progress``."""
+    from tqdm import tqdm
+
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+        length = response.headers.get("Content-Length")
+        total = int(length) if length and length.isdigit() else None
+        received = 0
+        with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress, leave=False) as bar:
+            while chunk := response.read(CHUNK_BYTES):
+                handle.write(chunk)
+                received += len(chunk)
+                bar.update(len(chunk))
+        if total is not None and received != total:
+            raise OSError(f"connection closed after {received} of {total} bytes")
+
+
+def download_file(name: str, urls: tuple[str, ...], destination: Path, progress: bool = True) -> Path:
+    """Download the first of ``urls`` that works to ``destination`` and return ``destination``.
+
+    The data go to a hidden temporary file in the same folder, renamed only when complete.
+    """
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    failures = []
+    for url in urls:
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".part", dir=destination.parent)
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                _copy_response(url, handle, progress, destination.name)
+            os.replace(temporary, destination)
+            return destination
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+            failures.append((url, _reason(exc)))
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+    first_url, first_reason = failures[0]
+    mirrors = f" (and {len(failures) - 1} mirror(s))" if len(failures) > 1 else ""
+    raise BayesxError(
+        f"could not download {name} from {first_url}{mirrors}: {first_reason}; "
+        f"check the network connection, or download it by hand into {destination.parent}"
+    )
+
+
+def extract_tar(name: str, archive: Path, target: Path) -> None:
+    """Unpack ``archive`` into ``target``; each top-level entry replaces any older copy."""
+    staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=target))
+    try:
+        with tarfile.open(archive) as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(staging, filter="data")
+            else:  # Python without extraction filters: refuse unsafe member paths ourselves
+                for member in tar.getmembers():
+                    if member.name.startswith("/") or ".." in Path(member.name).parts:
+                        raise tarfile.TarError(f"unsafe path {member.name!r} in archive")
+                tar.extractall(staging)
+        for entry in staging.iterdir():
+            final = target / entry.name
+            if final.is_dir():
+                shutil.rmtree(final)
+            elif final.exists():
+                final.unlink()
+            os.replace(entry, final)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BayesxError(
+            f"could not unpack {archive} for {name} ({exc}); "
+            f"delete it and fetch again, or unpack it by hand into {target}"
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

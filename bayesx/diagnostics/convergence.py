@@ -1,0 +1,68 @@
+"""Convergence and efficiency diagnostics from ArviZ (rank-normalized ESS and R-hat).
+
+All functions take draws shaped (chains, draws, dim) and reduce over every coordinate.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+
+logging.getLogger("arviz").setLevel(logging.WARNING)
+with warnings.catch_warnings():  # ArviZ announces its 1.0 refactor on import
+    warnings.simplefilter("ignore", FutureWarning)
+    import arviz as az
+
+
+def _dataset(draws: np.ndarray):
+    return az.convert_to_dataset({"theta": np.asarray(draws, dtype=np.float64)})
+
+
+def ess_per_coordinate(draws: np.ndarray, method: str = "bulk") -> np.ndarray:
+    """ArviZ ESS of every coordinate, (dim,)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(az.ess(_dataset(draws), method=method)["theta"].values, dtype=float).reshape(-1)
+
+
+def rhat_per_coordinate(draws: np.ndarray) -> np.ndarray:
+    """Rank-normalized split R-hat of every coordinate (NaN with one chain)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(az.rhat(_dataset(draws))["theta"].values, dtype=float).reshape(-1)
+
+
+def summarize(draws: np.ndarray) -> dict[str, float]:
+    """ess_bulk_min/median, ess_tail_min and (with >= 2 chains) rhat_max over all coordinates."""
+    draws = np.asarray(draws)
+    if draws.shape[1] < 4:  # ArviZ needs a few draws per chain
+        return {}
+    bulk = ess_per_coordinate(draws, "bulk")
+    tail = ess_per_coordinate(draws, "tail")
+    out = {
+        "ess_bulk_min": float(np.nanmin(bulk)),
+        "ess_bulk_median": float(np.nanmedian(bulk)),
+        "ess_tail_min": float(np.nanmin(tail)),
+    }
+    if draws.shape[0] >= 2:
+        out["rhat_max"] = float(np.nanmax(rhat_per_coordinate(draws)))
+    return out
+
+
+def lowest_ess_coordinates(draws: np.ndarray, k: int) -> list[int]:
+    """The k coordinates with the smallest bulk ESS (the ones worth looking at)."""
+    if np.asarray(draws).shape[1] < 4:
+        return list(range(min(k, draws.shape[-1])))
+    bulk = ess_per_coordinate(draws, "bulk")
+    return [int(i) for i in np.argsort(np.nan_to_num(bulk, nan=np.inf))[:k]]
+
+
+def to_inference_data(draws: np.ndarray, sample_stats: dict[str, np.ndarray], name: str = "theta"):
+    """An ArviZ InferenceData with the draws as one vector variable and the sampler statistics."""
+    stats = {k: np.asarray(v) for k, v in sample_stats.items() if np.asarray(v).ndim == 2}
+    if "divergent" in stats:
+        stats["diverging"] = stats.pop("divergent").astype(bool)
+    return az.from_dict(posterior={name: np.asarray(draws)}, sample_stats=stats or None,
+                        dims={name: [f"{name}_dim"]})

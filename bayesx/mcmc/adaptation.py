@@ -1,0 +1,130 @@
+"""Warm-up adaptation: step size by dual averaging, metric from windowed covariance estimates.
+
+Step size (Hoffman and Gelman 2014, sec. 3.2.1): with a_t the mean acceptance statistic of
+iteration t and delta the target,
+    h_t   = (1 - 1/(t + t0)) h_{t-1} + (delta - a_t) / (t + t0)
+    x_t   = mu - sqrt(t) / gamma * h_t,            (x = log step size, mu = log(10 eps_0))
+    xbar_t = t^-kappa x_t + (1 - t^-kappa) xbar_{t-1},
+and exp(xbar) is used after warm-up. gamma = 0.05, t0 = 10, kappa = 0.75 as in Stan.
+
+Metric (Stan's windowed scheme): a fast initial buffer (step size only), then slow windows of
+doubling length whose draws estimate the posterior covariance, then a fast terminal buffer.
+At the end of each slow window the inverse mass matrix becomes the regularized estimate
+    (n / (n + 5)) Sigma_hat + 1e-3 (5 / (n + 5)) I
+and the step size search restarts. Draws are pooled over chains after centring each chain on
+its own mean (within-chain covariance), so chains still far apart do not inflate the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from bayesx.mcmc.common import energy_error
+from bayesx.mcmc.integrators import PhaseState, leapfrog
+from bayesx.mcmc.metric import kinetic_energy, sample_momentum
+
+
+class DualAveraging:
+    """Scalar dual-averaging controller for log step size, shared by all chains."""
+
+    def __init__(self, step_size: float, target_accept: float, gamma=0.05, t0=10.0, kappa=0.75):
+        self.target_accept, self.gamma, self.t0, self.kappa = target_accept, gamma, t0, kappa
+        self.restart(step_size)
+
+    def restart(self, step_size: float) -> None:
+        self.mu = math.log(10.0 * step_size)
+        self.t = 0
+        self.h_bar = 0.0
+        self.log_step = math.log(step_size)
+        self.log_step_avg = 0.0
+
+    def update(self, accept_prob: float) -> float:
+        """Feed one iteration's mean acceptance statistic; return the next step size."""
+        accept_prob = 0.0 if math.isnan(accept_prob) else min(1.0, accept_prob)
+        self.t += 1
+        eta = 1.0 / (self.t + self.t0)
+        self.h_bar = (1.0 - eta) * self.h_bar + eta * (self.target_accept - accept_prob)
+        self.log_step = self.mu - math.sqrt(self.t) / self.gamma * self.h_bar
+        weight = self.t ** (-self.kappa)
+        self.log_step_avg = weight * self.log_step + (1.0 - weight) * self.log_step_avg
+        return math.exp(self.log_step)
+
+    @property
+    def final_step_size(self) -> float:
+        return math.exp(self.log_step_avg)
+
+
+@dataclass(frozen=True)
+class WarmupSchedule:
+    """Which warm-up iterations collect draws for the metric, and where each window ends."""
+
+    num_warmup: int
+    windows: tuple[tuple[int, int], ...]  # half-open [start, end) slow windows
+
+    @classmethod
+    def build(cls, num_warmup: int, init_buffer=75, term_buffer=50, base_window=25, adapt_metric=True):
+        if not adapt_metric or num_warmup < 20:
+            return cls(num_warmup, ())
+        if init_buffer + base_window + term_buffer > num_warmup:  # Stan's fallback proportions
+            init_buffer = int(0.15 * num_warmup)
+            term_buffer = int(0.1 * num_warmup)
+            base_window = num_warmup - init_buffer - term_buffer
+        windows = []
+        start, size = init_buffer, base_window
+        last = num_warmup - term_buffer
+        while start < last:
+            end = start + size
+            if end + 2 * size > last:  # the next window would not fit: stretch this one
+                end = last
+            windows.append((start, end))
+            start, size = end, 2 * size
+        return cls(num_warmup, tuple(windows))
+
+    def window_at(self, iteration: int) -> tuple[int, int] | None:
+        for window in self.windows:
+            if window[0] <= iteration < window[1]:
+                return window
+        return None
+
+
+def regularized_covariance(draws: Tensor, dense: bool) -> Tensor:
+    """Within-chain covariance of draws (chains, n, dim), shrunk towards 1e-3 I as in Stan."""
+    centred = draws - draws.mean(dim=1, keepdim=True)
+    flat = centred.reshape(-1, draws.shape[-1])
+    n = flat.shape[0]
+    dof = max(n - draws.shape[0], 1)
+    shrink_data, shrink_eye = n / (n + 5.0), 1e-3 * 5.0 / (n + 5.0)
+    if dense:
+        cov = flat.T @ flat / dof
+        eye = torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
+        return shrink_data * cov + shrink_eye * eye
+    var = (flat * flat).sum(0) / dof
+    return shrink_data * var + shrink_eye
+
+
+def find_initial_step_size(state, target, metric, gen, step_size: float = 1.0, threshold: float = 0.8) -> float:
+    """Hoffman and Gelman's (2014, Alg. 4) heuristic: double or halve the step size until the
+    mean one-step acceptance across chains crosses ``threshold``."""
+
+    def one_step_accept(eps: float) -> float:
+        p0 = sample_momentum(metric, state.position.shape, gen)
+        start = PhaseState(state.position, p0, state.log_prob, state.grad)
+        end = leapfrog(start, eps, metric, target)
+        h0 = -state.log_prob + kinetic_energy(metric, p0)
+        h1 = -end.log_prob + kinetic_energy(metric, end.momentum)
+        return float(torch.exp(torch.clamp(-energy_error(h1, h0), max=0.0)).mean())
+
+    accept = one_step_accept(step_size)
+    direction = 1.0 if accept > threshold else -1.0
+    for _ in range(60):
+        step_size *= 2.0**direction
+        accept = one_step_accept(step_size)
+        if (direction > 0 and accept <= threshold) or (direction < 0 and accept > threshold):
+            break
+    if direction > 0:  # we overshot by one doubling
+        step_size /= 2.0
+    return step_size

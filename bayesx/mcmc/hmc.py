@@ -1,0 +1,73 @@
+"""Hamiltonian Monte Carlo with a fixed number of leapfrog steps (Duane et al. 1987; Neal 2011).
+
+One transition from q:
+    p ~ N(0, M);  (q*, p*) = leapfrog^L(q, p);  accept q* with probability
+    min(1, exp(H(q, p) - H(q*, p*))),  H(q, p) = -log pi(q) + p^T M^{-1} p / 2.
+All chains move in lock-step as the leading batch dimension.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from bayesx.mcmc.common import DIVERGENCE_THRESHOLD, energy_error, uniform, where_rows
+from bayesx.mcmc.integrators import PhaseState, leapfrog_trajectory
+from bayesx.mcmc.metric import Metric, kinetic_energy, sample_momentum
+
+
+class HMCState(NamedTuple):
+    position: Tensor  # (chains, dim)
+    log_prob: Tensor  # (chains,)
+    grad: Tensor  # (chains, dim)
+
+
+class HMCInfo(NamedTuple):
+    accept_prob: Tensor  # (chains,) min(1, exp(-dH))
+    accepted: Tensor  # (chains,) bool
+    energy: Tensor  # (chains,) H at the retained state
+    divergent: Tensor  # (chains,) bool, dH > 1000 or not finite
+    n_grad_evals: Tensor  # (chains,) int
+
+
+class HMCParams(NamedTuple):
+    step_size: float
+    metric: Metric
+    num_steps: int
+
+
+def init(position: Tensor, target) -> HMCState:
+    log_prob, grad = target.log_prob_and_grad(position)
+    return HMCState(position, log_prob, grad)
+
+
+def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
+    n_chains = state.position.shape[0]
+    p0 = sample_momentum(params.metric, state.position.shape, gen)
+    h0 = -state.log_prob + kinetic_energy(params.metric, p0)
+    end = leapfrog_trajectory(
+        PhaseState(state.position, p0, state.log_prob, state.grad),
+        params.step_size,
+        params.num_steps,
+        params.metric,
+        target,
+    )
+    h1 = -end.log_prob + kinetic_energy(params.metric, end.momentum)
+    delta = energy_error(h1, h0)
+    accept_prob = torch.exp(torch.clamp(-delta, max=0.0))
+    accepted = uniform(n_chains, delta, gen) < accept_prob
+    new_state = HMCState(
+        where_rows(accepted, end.position, state.position),
+        torch.where(accepted, end.log_prob, state.log_prob),
+        where_rows(accepted, end.grad, state.grad),
+    )
+    info = HMCInfo(
+        accept_prob=accept_prob,
+        accepted=accepted,
+        energy=torch.where(accepted, h1, h0),
+        divergent=delta > DIVERGENCE_THRESHOLD,
+        n_grad_evals=torch.full((n_chains,), params.num_steps, device=delta.device),
+    )
+    return new_state, info

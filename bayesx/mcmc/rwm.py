@@ -1,0 +1,54 @@
+"""Random-walk Metropolis: q* = q + s L z, z ~ N(0, I), accepted with min(1, pi(q*) / pi(q)).
+
+L L^T is the proposal covariance shape (adapted to the posterior covariance during warm-up,
+the same estimate HMC uses as its inverse mass matrix) and s the scale, tuned towards the
+acceptance rate 0.234 that is optimal for Gaussian-like targets in high dimension
+(Roberts, Gelman and Gilks 1997).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from bayesx.mcmc.common import uniform, where_rows
+from bayesx.mcmc.metric import Metric, scale_noise
+
+
+class RWMState(NamedTuple):
+    position: Tensor  # (chains, dim)
+    log_prob: Tensor  # (chains,)
+
+
+class RWMInfo(NamedTuple):
+    accept_prob: Tensor
+    accepted: Tensor
+    divergent: Tensor  # a proposal whose log density is NaN (counted, then rejected)
+    n_grad_evals: Tensor  # always 0: RWM uses no gradients
+
+
+class RWMParams(NamedTuple):
+    step_size: float  # the proposal scale s
+    metric: Metric
+
+
+def init(position: Tensor, target) -> RWMState:
+    return RWMState(position, target.log_prob(position))
+
+
+def step(state: RWMState, target, params: RWMParams, gen: torch.Generator) -> tuple[RWMState, RWMInfo]:
+    n_chains = state.position.shape[0]
+    z = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)
+    proposal = state.position + params.step_size * scale_noise(params.metric, z)
+    log_prob = target.log_prob(proposal)
+    failed = torch.isnan(log_prob)
+    log_ratio = torch.nan_to_num(log_prob - state.log_prob, nan=-float("inf"))
+    accept_prob = torch.exp(torch.clamp(log_ratio, max=0.0))
+    accepted = uniform(n_chains, log_ratio, gen) < accept_prob
+    new_state = RWMState(
+        where_rows(accepted, proposal, state.position), torch.where(accepted, log_prob, state.log_prob)
+    )
+    info = RWMInfo(accept_prob, accepted, failed, torch.zeros(n_chains, dtype=torch.long, device=log_prob.device))
+    return new_state, info

@@ -1,0 +1,221 @@
+"""The runner: the one place that knows the model, the method, the device and the tracker.
+
+run_job(cfg):  validate -> build data, target, method -> seed -> open an MLflow run ->
+               method.run -> diagnostics + target.evaluate -> log metrics, plots, draws -> summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from bayesx import plots
+from bayesx.diagnostics import convergence
+from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.result import Result
+from bayesx.tracking import Tracker
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+# --- building blocks ------------------------------------------------------------------------------
+def resolve_device(device_cfg: DictConfig) -> tuple[torch.device, torch.dtype]:
+    name = str(device_cfg.name)
+    if str(device_cfg.dtype) not in DTYPES:
+        raise BayesxError(f"device.dtype must be float32 or float64, got '{device_cfg.dtype}'")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise BayesxError(f"device={name} was asked for but CUDA is not available to torch {torch.__version__}; use device=cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise BayesxError(f"unknown device '{name}'; use device=cpu or device=cuda") from exc
+    if device_cfg.get("num_threads"):
+        torch.set_num_threads(int(device_cfg.num_threads))
+    return device, DTYPES[str(device_cfg.dtype)]
+
+
+def build(node: DictConfig, what: str, **kwargs):
+    """Instantiate ``node`` and call it with ``kwargs`` (live objects such as data sets, which
+    must not pass through OmegaConf); errors become one-line BayesxErrors naming the option."""
+    try:
+        factory = instantiate(node, _convert_="all", _partial_=True)
+        return factory(**kwargs)
+    except BayesxError:
+        raise
+    except TypeError as exc:
+        if "unexpected keyword argument" in str(exc):
+            bad = str(exc).split("'")[-2] if "'" in str(exc) else "?"
+            raise BayesxError(f"{what} does not take the option '{bad}'; remove {what}.{bad} "
+                              f"(see `bayesx run --cfg job` for the options)") from None
+        raise BayesxError(f"cannot build the {what}: {str(exc).splitlines()[0]}") from None
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, BayesxError):
+            raise cause from None
+        if isinstance(cause, TypeError) and "unexpected keyword argument" in str(cause):
+            bad = str(cause).split("'")[-2] if "'" in str(cause) else "?"
+            raise BayesxError(f"{what} does not take the option '{bad}'; remove {what}.{bad} "
+                              f"(see `bayesx run --cfg job` for the options)") from None
+        detail = str(cause).splitlines()[0] if cause is not None else str(exc).splitlines()[0]
+        raise BayesxError(f"cannot build the {what}: {detail}") from None
+    except Exception as exc:  # omegaconf resolution errors (e.g. a ??? value left unset)
+        text = str(exc).splitlines()[0]
+        if "Missing mandatory value" in str(exc):
+            key = str(exc).split("full_key:")[-1].split()[0] if "full_key:" in str(exc) else what
+            raise BayesxError(f"{key} must be set; add {key}=VALUE to the command line") from None
+        raise BayesxError(f"cannot build the {what}: {text}") from None
+
+
+def check_run_settings(cfg: DictConfig) -> None:
+    if not isinstance(cfg.n_chains, int) or cfg.n_chains < 1:
+        raise BayesxError(f"n_chains must be an integer >= 1, got {cfg.n_chains}; set n_chains=4")
+    if not isinstance(cfg.seed, int) or cfg.seed < 0:
+        raise BayesxError(f"seed must be a non-negative integer, got {cfg.seed}")
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def flatten(cfg: DictConfig) -> dict[str, object]:
+    out: dict[str, object] = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return out
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Within the block, SIGTERM raises RunInterrupted (as Ctrl-C raises KeyboardInterrupt)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise RunInterrupted(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# --- metrics --------------------------------------------------------------------------------------
+def mcmc_metrics(result: Result) -> dict[str, float]:
+    """ESS, R-hat and the ESS rates of MCMC draws, named as in DESIGN.md."""
+    if result.draws is None:
+        return {}
+    out = convergence.summarize(result.draws.numpy())
+    sampling = result.timings.get("sampling_time_s", 0.0)
+    if "ess_bulk_min" in out and sampling > 0:
+        out["ess_bulk_min_per_s"] = out["ess_bulk_min"] / sampling
+    grads = result.metrics.get("n_grad_evals", 0.0)
+    if "ess_bulk_min" in out and grads > 0:
+        out["ess_bulk_min_per_grad"] = out["ess_bulk_min"] / grads
+    return out
+
+
+def print_summary(title: str, metrics: dict[str, float], status: str) -> None:
+    keys = ["test_accuracy", "test_lpd", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
+            "step_size", "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s", "wall_time_s"]
+    shown = [k for k in keys if k in metrics] + sorted(k for k in metrics if k.startswith("posterior_"))
+    print(f"\n{title}  [{status}]")
+    for k in shown:
+        v = metrics[k]
+        print(f"  {k:<22} {v:>14.4g}")
+
+
+# --- the job --------------------------------------------------------------------------------------
+def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None = None) -> dict[str, float]:
+    """Run one configured job end to end and record it; returns the logged metrics.
+
+    Raises BayesxError for bad input (before any run is recorded where possible) and
+    RunInterrupted / KeyboardInterrupt after recording a KILLED run with what it had.
+    """
+    wall_start = time.perf_counter()
+    check_run_settings(cfg)
+    device, dtype = resolve_device(cfg.device)
+    model_name = choices.get("model", "model")
+    data = build(cfg.data, "data") if model_name != "gaussian" else None
+    target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
+    method = build(cfg.method, "method")
+    gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
+    initial = target.initial_point(int(cfg.n_chains), gen)
+
+    tracker = Tracker(str(cfg.tracking.uri), str(cfg.experiment_name), cfg.tracking.get("artifact_root"))
+    run_name = cfg.run_name or f"{choices.get('method')}-{model_name}-{choices.get('data')}-seed{cfg.seed}"
+    tags = {
+        "method": choices.get("method", ""), "model": model_name,
+        "data": choices.get("data", "") if data is not None else "none",
+        "device": str(device), "dtype": str(cfg.device.dtype), "torch_version": torch.__version__,
+        "git_commit": git_commit(), "seed": str(cfg.seed), "n_chains": str(cfg.n_chains),
+        "ess_per_s_time": "sampling_time_s",
+        **{f"target.{k}": v for k, v in target.describe().items()},
+    }
+    with tracker.run(run_name, tags, parent_run_id) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
+        run.log_params(flatten(cfg))
+        run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        with sigterm_as_interrupt():
+            result = method.run(target, initial, gen, progress=cfg.progress)
+        metrics = dict(result.metrics)
+        metrics.update(result.timings)
+        metrics.update(mcmc_metrics(result))
+        if result.draws is not None and result.draws.shape[1] > 0:
+            metrics.update(target.evaluate(result.draws))
+        metrics["wall_time_s"] = time.perf_counter() - wall_start
+        run.log_metrics(metrics)
+        for name, points in result.traces.items():
+            run.log_series(name, points)
+        run.set_tags(result.tags)
+        log_artifacts(run, cfg, target, result, Path(tmp))
+        status = "KILLED" if result.interrupted else "FINISHED"
+        print_summary(f"{run_name} (run {run.run_id})", metrics, status)
+        if result.interrupted:
+            raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")
+    return metrics
+
+
+def log_artifacts(run, cfg: DictConfig, target, result: Result, tmp: Path) -> None:
+    if result.draws is None or result.draws.shape[1] == 0:
+        return
+    draws = result.draws.numpy()
+    name = getattr(target, "param_name", "theta")
+    if cfg.save_draws:
+        idata = convergence.to_inference_data(draws, result.sample_stats, name)
+        path = tmp / "draws.nc"
+        idata.to_netcdf(str(path), engine="h5netcdf")
+        run.log_artifact(path)
+    if cfg.plots.n_coords > 0:
+        coords = convergence.lowest_ess_coordinates(draws, int(cfg.plots.n_coords))
+        run.log_artifact(plots.trace_and_marginals(draws, coords, name, tmp / "trace.png"), "plots")
+    for folder, paths in result.artifacts.items():
+        for path in paths:
+            run.log_artifact(Path(path), folder)
+    if "inverse_mass" in result.fitted:
+        path = tmp / "inverse_mass.npy"
+        np.save(path, result.fitted["inverse_mass"].numpy())
+        run.log_artifact(path)

@@ -1,0 +1,46 @@
+"""Hydra callback: a multirun sweep is one parent MLflow run with its jobs as child runs.
+
+The parent is opened in ``on_multirun_start`` and its id passed to the jobs through the
+environment (so launchers that start new processes see it too). ``on_multirun_end`` closes it
+FAILED if any child failed, KILLED if one was interrupted, else FINISHED.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+PARENT_ENV = "BAYESX_PARENT_RUN_ID"
+outcome: dict[str, str] = {}
+
+
+def _tracker(config: DictConfig):
+    from bayesx.tracking import Tracker
+
+    return Tracker(str(config.tracking.uri), str(config.experiment_name), config.tracking.get("artifact_root"))
+
+
+class SweepParentRun(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        overrides = " ".join(config.hydra.overrides.task)
+        tracker = _tracker(config)
+        run_id = tracker.start_parent(f"sweep {overrides}"[:250], {"sweep_overrides": overrides, "sweep": "parent",
+                                                                  "sweep_dir": str(config.hydra.sweep.dir)})
+        os.environ[PARENT_ENV] = run_id
+        outcome.clear()
+        outcome["parent_run_id"] = run_id
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        run_id = os.environ.pop(PARENT_ENV, None)
+        if run_id:
+            outcome["status"] = _tracker(config).end_parent(run_id)
+
+
+def abort_parent(config: DictConfig | None, status: str) -> None:
+    """Close a still-open parent run (the sweep was interrupted or a job stopped it)."""
+    run_id = os.environ.pop(PARENT_ENV, None)
+    if run_id and config is not None:
+        _tracker(config).terminate(run_id, status)
+        outcome["status"] = status

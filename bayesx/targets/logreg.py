@@ -1,0 +1,77 @@
+"""Bayesian logistic regression.
+
+    y_i ~ Bernoulli(sigmoid(x_i^T beta)),  beta ~ N(0, s^2 I)
+    log pi(beta) = sum_i [y_i x_i^T beta - log(1 + exp(x_i^T beta))] - |beta|^2 / (2 s^2) + const
+    grad         = X^T (y - sigmoid(X beta)) - beta / s^2
+
+Both are evaluated for a batch of chains with two matrix products (chains x n) and (chains x dim),
+so a gradient costs O(chains n dim) with no Python loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from bayesx.data.classification import ClassificationData
+from bayesx.targets.base import TargetBase, check_positive
+
+
+class LogisticRegression(TargetBase):
+    param_name = "beta"
+
+    def __init__(self, data: ClassificationData, prior_scale: float = 10.0, intercept: bool = False,
+                 init_scale: float = 0.1, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64):
+        self.prior_scale = check_positive("model.prior_scale", prior_scale, "set model.prior_scale=10 (the source's value)")
+        self.init_scale = check_positive("model.init_scale", init_scale, "set model.init_scale=0.1")
+        self.device, self.dtype = torch.device(device), dtype
+        self.data, self.intercept = data, intercept
+        self.x_train = self._design(data.x_train)
+        self.y_train = torch.as_tensor(data.y_train, dtype=dtype, device=self.device)
+        self.x_test = self._design(data.x_test)
+        self.y_test = torch.as_tensor(data.y_test, dtype=dtype, device=self.device)
+        self.dim = self.x_train.shape[1]
+        self._inv_var = 1.0 / self.prior_scale**2
+
+    def _design(self, x) -> Tensor:
+        x = torch.as_tensor(x, dtype=self.dtype, device=self.device)
+        if self.intercept:
+            x = torch.cat([torch.ones(x.shape[0], 1, dtype=self.dtype, device=self.device), x], dim=1)
+        return x
+
+    def log_prob(self, q: Tensor) -> Tensor:
+        logits = q @ self.x_train.T
+        log_lik = (self.y_train * logits - F.softplus(logits)).sum(-1)
+        return log_lik - 0.5 * self._inv_var * (q * q).sum(-1)
+
+    def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
+        logits = q @ self.x_train.T
+        log_lik = (self.y_train * logits - F.softplus(logits)).sum(-1)
+        lp = log_lik - 0.5 * self._inv_var * (q * q).sum(-1)
+        grad = (self.y_train - torch.sigmoid(logits)) @ self.x_train - self._inv_var * q
+        return lp, grad
+
+    def predictive_probability(self, draws: Tensor, x: Tensor | None = None) -> Tensor:
+        """P(y = 1 | x, data) averaged over draws (..., dim) -> (n,)."""
+        x = self.x_test if x is None else x
+        flat = draws.reshape(-1, self.dim).to(device=self.device, dtype=self.dtype)
+        return torch.sigmoid(flat @ x.T).mean(0)
+
+    def evaluate(self, draws: Tensor) -> dict[str, float]:
+        """test_accuracy: thresholded posterior predictive; test_lpd: mean_i log mean_s p(y_i | beta_s)."""
+        flat = draws.reshape(-1, self.dim).to(device=self.device, dtype=self.dtype)
+        if flat.shape[0] == 0 or self.y_test.numel() == 0:
+            return {}
+        logits = flat @ self.x_test.T  # (draws, n_test)
+        log_p = -F.softplus(torch.where(self.y_test > 0.5, -logits, logits))  # log p(y_i | beta_s)
+        lpd = torch.logsumexp(log_p, dim=0) - math.log(flat.shape[0])
+        prob = torch.sigmoid(logits).mean(0)
+        accuracy = ((prob > 0.5).to(self.dtype) == self.y_test).to(self.dtype).mean()
+        return {"test_accuracy": float(accuracy), "test_lpd": float(lpd.mean())}
+
+    def describe(self) -> dict[str, str]:
+        return {"dim": str(self.dim), "n_train": str(self.x_train.shape[0]), "n_test": str(self.x_test.shape[0]),
+                "data_description": self.data.description, "data_source": self.data.source}

@@ -1,0 +1,173 @@
+"""MLflow tracking: the only module of bayesx that imports mlflow.
+
+A :class:`Tracker` owns one store (a tracking URI) and one experiment; :meth:`Tracker.run`
+opens a run as a context manager that ends it FINISHED, FAILED (an exception) or KILLED
+(Ctrl-C, SIGTERM), so a run is never left RUNNING and never marked FINISHED by mistake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+from mlflow.entities import Metric, Param, RunStatus
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from bayesx.errors import BayesxError, RunInterrupted
+
+PARENT_TAG = "mlflow.parentRunId"
+MAX_PARAM_LENGTH = 6000
+
+
+def is_local_store(uri: str) -> bool:
+    return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///path`` URI (relative paths are relative to the cwd)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///"):])
+
+
+class TrackedRun:
+    """An open MLflow run: params, metrics, tags and artifacts go through here."""
+
+    def __init__(self, client: MlflowClient, run_id: str):
+        self.client, self.run_id = client, run_id
+
+    def log_params(self, params: dict[str, object]) -> None:
+        items = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i:i + 100])
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        import time
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+        for i in range(0, len(items), 500):
+            self.client.log_batch(self.run_id, metrics=items[i:i + 500])
+
+    def log_series(self, name: str, points: list[tuple[int, float]]) -> None:
+        import time
+
+        now = int(time.time() * 1000)
+        items = [Metric(name, float(v), now, int(s)) for s, v in points]
+        for i in range(0, len(items), 500):
+            self.client.log_batch(self.run_id, metrics=items[i:i + 500])
+
+    def set_tags(self, tags: dict[str, object]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.run_id, k, str(v))
+
+    def log_artifact(self, path: Path, folder: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), folder)
+
+    def log_text(self, text: str, name: str) -> None:
+        self.client.log_text(self.run_id, text, name)
+
+
+class Tracker:
+    """One tracking store and experiment."""
+
+    def __init__(self, uri: str, experiment_name: str, artifact_root: str | None = None):
+        self.uri = uri
+        path = sqlite_path(uri)
+        if path is not None and not path.parent.exists():
+            raise BayesxError(f"the folder of the MLflow database '{path}' does not exist; create it or set tracking.uri")
+        self.client = MlflowClient(tracking_uri=uri)
+        self.experiment_id = self._experiment(experiment_name, artifact_root)
+
+    def _experiment(self, name: str, artifact_root: str | None) -> str:
+        try:
+            found = self.client.get_experiment_by_name(name)
+            if found is not None:
+                if found.lifecycle_stage == "deleted":
+                    self.client.restore_experiment(found.experiment_id)
+                return found.experiment_id
+            location = None
+            if artifact_root and is_local_store(self.uri):
+                location = (Path(artifact_root).resolve() / name).as_uri()
+            return self.client.create_experiment(name, artifact_location=location)
+        except MlflowException as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BayesxError(f"cannot use the MLflow store '{self.uri}': {first}; check tracking.uri") from exc
+
+    @contextlib.contextmanager
+    def run(self, run_name: str, tags: dict[str, str], parent_run_id: str | None = None) -> Iterator[TrackedRun]:
+        """Open a run; it ends FINISHED, or FAILED on an error, or KILLED on an interrupt."""
+        all_tags = dict(tags)
+        if parent_run_id:
+            all_tags[PARENT_TAG] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
+        tracked = TrackedRun(self.client, run.info.run_id)
+        status = "FINISHED"
+        try:
+            yield tracked
+            status = getattr(tracked, "final_status", "FINISHED")
+        except (KeyboardInterrupt, RunInterrupted):
+            status = "KILLED"
+            raise
+        except BaseException:
+            status = "FAILED"
+            raise
+        finally:
+            self.client.set_terminated(tracked.run_id, status)
+
+    def start_parent(self, run_name: str, tags: dict[str, str]) -> str:
+        return self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
+
+    def end_parent(self, run_id: str) -> str:
+        """End a sweep's parent run: FAILED if a child failed, KILLED if one was killed."""
+        children = self.client.search_runs([self.experiment_id], f"tags.`{PARENT_TAG}` = '{run_id}'")
+        statuses = {c.info.status for c in children}
+        status = "FAILED" if "FAILED" in statuses else "KILLED" if "KILLED" in statuses else "FINISHED"
+        self.client.set_terminated(run_id, status)
+        return status
+
+    def terminate(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status)
+
+
+def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:
+    """All runs of one experiment (or of every experiment) as a DataFrame, newest first."""
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        if experiment:
+            found = client.get_experiment_by_name(experiment)
+            if found is None:
+                names = [e.name for e in client.search_experiments()]
+                raise BayesxError(f"no experiment named '{experiment}' in {uri}; known: {', '.join(names) or 'none'}")
+            ids = [found.experiment_id]
+        else:
+            ids = [e.experiment_id for e in client.search_experiments()]
+        if not ids:
+            return pd.DataFrame()
+        mlflow.set_tracking_uri(uri)
+        return mlflow.search_runs(experiment_ids=ids, order_by=["attributes.start_time DESC"])
+    except MlflowException as exc:
+        raise BayesxError(f"cannot read the MLflow store '{uri}': {str(exc).splitlines()[0]}; check tracking.uri") from exc
+
+
+def ui_command(uri: str, host: str, port: int, artifact_root: str | None) -> list[str]:
+    """The command line that serves the MLflow UI on ``uri``."""
+    import sys
+
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+    if artifact_root and is_local_store(uri):
+        cmd += ["--default-artifact-root", Path(artifact_root).resolve().as_uri()]
+    return cmd
+
+
+def scratch_dir() -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="bayesx-")
+
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
