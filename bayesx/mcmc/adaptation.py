@@ -9,10 +9,17 @@ and exp(xbar) is used after warm-up. gamma = 0.05, t0 = 10, kappa = 0.75 as in S
 
 Metric (Stan's windowed scheme): a fast initial buffer (step size only), then slow windows of
 doubling length whose draws estimate the posterior covariance, then a fast terminal buffer.
-At the end of each slow window the inverse mass matrix becomes the regularized estimate
-    (n / (n + 5)) Sigma_hat + 1e-3 (5 / (n + 5)) I
-and the step size search restarts. Draws are pooled over chains after centring each chain on
-its own mean (within-chain covariance), so chains still far apart do not inflate the estimate.
+Draws are pooled over chains after centring each chain on its own mean (within-chain
+covariance), so chains still far apart do not inflate the estimate. At the end of each slow
+window the step size search restarts and the inverse mass matrix becomes
+- diagonal: Stan's regularized variances (n / (n + 5)) var_hat + 1e-3 (5 / (n + 5));
+- dense: a shrinkage estimate that stays well conditioned when a window holds fewer draws than
+  dimensions. The draws are whitened with the current metric (z = L^{-1} (x - mean)), the
+  whitened coordinates are standardized, their correlation matrix R is shrunk towards I with
+  the Ledoit-Wolf (2004) intensity lambda, and the result is mapped back:
+      Sigma = L S^{1/2} ((1 - lambda) R + lambda I) S^{1/2} L^T,   S = diag(var(z)).
+  With few draws the update keeps the current metric's shape and corrects its scales; with
+  many it approaches the sample covariance.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from torch import Tensor
 
 from bayesx.mcmc.common import energy_error
 from bayesx.mcmc.integrators import PhaseState, leapfrog
-from bayesx.mcmc.metric import kinetic_energy, sample_momentum
+from bayesx.mcmc.metric import Metric, kinetic_energy, sample_momentum
 
 
 class DualAveraging:
@@ -91,19 +98,47 @@ class WarmupSchedule:
         return None
 
 
-def regularized_covariance(draws: Tensor, dense: bool) -> Tensor:
-    """Within-chain covariance of draws (chains, n, dim), shrunk towards 1e-3 I as in Stan."""
-    centred = draws - draws.mean(dim=1, keepdim=True)
-    flat = centred.reshape(-1, draws.shape[-1])
+def _centred(draws: Tensor) -> tuple[Tensor, int]:
+    """Draws (chains, n, dim) centred per chain and flattened, with the degrees of freedom."""
+    flat = (draws - draws.mean(dim=1, keepdim=True)).reshape(-1, draws.shape[-1])
+    return flat, max(flat.shape[0] - draws.shape[0], 1)
+
+
+def regularized_variance(draws: Tensor) -> Tensor:
+    """Within-chain variances of draws (chains, n, dim), regularized as in Stan."""
+    flat, dof = _centred(draws)
     n = flat.shape[0]
-    dof = max(n - draws.shape[0], 1)
-    shrink_data, shrink_eye = n / (n + 5.0), 1e-3 * 5.0 / (n + 5.0)
-    if dense:
-        cov = flat.T @ flat / dof
-        eye = torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
-        return shrink_data * cov + shrink_eye * eye
-    var = (flat * flat).sum(0) / dof
-    return shrink_data * var + shrink_eye
+    return n / (n + 5.0) * (flat * flat).sum(0) / dof + 1e-3 * 5.0 / (n + 5.0)
+
+
+def ledoit_wolf_intensity(u: Tensor) -> float:
+    """Ledoit-Wolf shrinkage intensity of the covariance of centred rows u towards mu I."""
+    n, dim = u.shape
+    cov = u.T @ u / n
+    mu = torch.trace(cov) / dim
+    delta = ((cov - mu * torch.eye(dim, dtype=u.dtype, device=u.device)) ** 2).sum() / dim
+    beta_bar = ((u * u).sum(1) ** 2).sum() - n * (cov**2).sum()
+    beta = torch.clamp(beta_bar / (n * n * dim), min=0.0)
+    return float(torch.clamp(beta / delta, max=1.0)) if float(delta) > 0 else 1.0
+
+
+def shrunk_covariance(draws: Tensor, current: Metric) -> Tensor:
+    """Dense inverse mass matrix from draws, shrunk in the current metric's whitened frame."""
+    flat, dof = _centred(draws)
+    z = flat @ current.chol_inv.T if current.dense else flat * current.chol_inv
+    scale = ((z * z).sum(0) / dof).clamp(min=1e-12).sqrt()
+    u = z / scale
+    lam = ledoit_wolf_intensity(u)
+    corr = (1.0 - lam) * (u.T @ u / dof) + lam * torch.eye(u.shape[1], dtype=u.dtype, device=u.device)
+    cov_z = scale[:, None] * corr * scale[None, :]
+    chol = current.chol if current.dense else torch.diag(current.chol)
+    cov = chol @ cov_z @ chol.T
+    return 0.5 * (cov + cov.T)
+
+
+def update_inverse_mass(draws: Tensor, current: Metric, dense: bool) -> Tensor:
+    """The inverse mass matrix at the end of a slow window (see the module docstring)."""
+    return shrunk_covariance(draws, current) if dense else regularized_variance(draws)
 
 
 def find_initial_step_size(state, target, metric, gen, step_size: float = 1.0, threshold: float = 0.8) -> float:

@@ -16,9 +16,10 @@ import torch
 from tqdm.auto import tqdm
 
 from bayesx.errors import BayesxError, RunInterrupted
-from bayesx.mcmc.adaptation import DualAveraging, WarmupSchedule, find_initial_step_size, regularized_covariance
+from bayesx.mcmc.adaptation import DualAveraging, WarmupSchedule, find_initial_step_size, update_inverse_mass
 from bayesx.mcmc.metric import Metric, identity_metric, make_metric
 from bayesx.result import Result
+from bayesx.vi.laplace import fit_laplace
 
 MASS_CHOICES = ("diag", "dense", "identity")
 
@@ -33,6 +34,9 @@ class MCMCMethod:
     adapt_step_size tune the step size during warm-up
     mass            inverse-mass-matrix (or proposal covariance) form: diag, dense or identity
     thin            keep every thin-th draw
+    init            prior: start from the target's initial points with an identity metric;
+                    laplace: find the mode (L-BFGS), start the chains at draws from the Laplace
+                    approximation N(mode, H^-1) and the metric at H^-1 (or its diagonal)
     """
 
     kernel: ModuleType
@@ -51,6 +55,7 @@ class MCMCMethod:
         init_buffer: int = 75,
         term_buffer: int = 50,
         base_window: int = 25,
+        init: str = "prior",
     ):
         if num_warmup < 0:
             raise BayesxError(f"method.num_warmup must be >= 0, got {num_warmup}; set method.num_warmup=1000 or similar")
@@ -62,11 +67,13 @@ class MCMCMethod:
             raise BayesxError(f"method.target_accept must lie in (0, 1), got {target_accept}; the usual values are 0.6-0.9")
         if mass not in MASS_CHOICES:
             raise BayesxError(f"method.mass must be one of {', '.join(MASS_CHOICES)}, got '{mass}'")
+        if init not in ("prior", "laplace"):
+            raise BayesxError(f"method.init must be prior or laplace, got '{init}'")
         if thin < 1:
             raise BayesxError(f"method.thin must be >= 1, got {thin}")
         self.num_warmup, self.num_draws, self.thin = num_warmup, num_draws, thin
         self.step_size, self.target_accept, self.adapt_step_size = step_size, target_accept, adapt_step_size
-        self.mass = mass
+        self.mass, self.init = mass, init
         self.schedule = WarmupSchedule.build(num_warmup, init_buffer, term_buffer, base_window, mass != "identity")
 
     # --- what a subclass provides -------------------------------------------------------------
@@ -85,9 +92,12 @@ class MCMCMethod:
         """Warm up and sample all chains from ``initial_position`` (chains, dim)."""
         n_chains, dim = initial_position.shape
         dense = self.mass == "dense"
-        metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
         result = Result()
         start = time.perf_counter()
+        metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
+        if self.init == "laplace":
+            initial_position, metric = self._laplace_start(target, initial_position, gen, dense)
+            result.timings["laplace_time_s"] = time.perf_counter() - start
         state = self.kernel.init(initial_position, target)
         if not bool(torch.isfinite(state.log_prob).all()):
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller model.init_scale")
@@ -114,7 +124,7 @@ class MCMCMethod:
                 if window is not None:
                     window_draws.append(state.position)
                     if it == window[1] - 1:
-                        metric = make_metric(regularized_covariance(torch.stack(window_draws, 1), dense))
+                        metric = make_metric(update_inverse_mass(torch.stack(window_draws, 1), metric, dense))
                         window_draws = []
                         if self.adapt_step_size:
                             step_size = self.search_step_size(state, target, metric, gen, step_size)
@@ -155,6 +165,14 @@ class MCMCMethod:
         result.metrics.update(self.extra_metrics(result.sample_stats))
         result.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
         return result
+
+    def _laplace_start(self, target, initial_position, gen, dense: bool):
+        laplace = fit_laplace(target, initial_position)
+        inv_mass = laplace.cov if dense else laplace.cov.diagonal().clone()
+        metric = make_metric(inv_mass if self.mass != "identity" else torch.ones_like(laplace.mode))
+        chol = torch.linalg.cholesky(laplace.cov)
+        z = torch.randn(initial_position.shape, generator=gen, dtype=chol.dtype, device=chol.device)
+        return laplace.mode + z @ chol.T, metric
 
     def _summaries(self, stats: dict[str, np.ndarray], step_size: float, warmup_grad_evals: int) -> dict[str, float]:
         out = {"step_size": float(step_size), "n_grad_evals_warmup": float(warmup_grad_evals)}

@@ -81,9 +81,14 @@ def _build_subtree(
     target,
     gen: torch.Generator,
 ) -> _Subtree:
-    """Take up to ``n_steps`` leapfrog steps from ``start`` for the chains in ``building``."""
+    """Take up to ``n_steps`` leapfrog steps from ``start`` for the chains in ``building``.
+
+    While every chain is still building (the common case) the per-chain masking is skipped;
+    ``n_running`` is the one host-device synchronization per leaf.
+    """
     n_chains = h0.shape[0]
     running = building.clone()
+    n_running = int(running.sum())
     phase = start
     rho = torch.zeros_like(start.momentum)
     log_weight = torch.full_like(h0, -float("inf"))
@@ -93,40 +98,56 @@ def _build_subtree(
     divergent = torch.zeros_like(running)
     broken = torch.zeros_like(running)  # a U-turn or divergence inside: the subtree is discarded
     edge_velocity = velocity(metric, start.momentum)
+    log_u = torch.log(torch.rand((n_steps, n_chains), generator=gen, dtype=h0.dtype, device=h0.device))
     stack: list[tuple[Tensor, Tensor]] = []  # (rho, first velocity) of complete balanced subtrees
     for i in range(n_steps):
-        if not bool(running.any()):
+        if n_running == 0:
             break
-        phase = select(running, leapfrog(phase, signed_step, metric, target), phase)
-        h = -phase.log_prob + kinetic_energy(metric, phase.momentum)
+        masked = n_running < n_chains
+        new_phase = leapfrog(phase, signed_step, metric, target)
+        phase = select(running, new_phase, phase) if masked else new_phase
+        vel = velocity(metric, phase.momentum)
+        h = 0.5 * (phase.momentum * vel).sum(-1) - phase.log_prob
         delta = energy_error(h, h0)
-        leaf_divergent = running & (delta > DIVERGENCE_THRESHOLD)
-        accept_sum = accept_sum + torch.where(running, torch.exp(torch.clamp(-delta, max=0.0)), 0.0)
-        n_leaves = n_leaves + running.long()
+        leaf_accept = torch.exp(torch.clamp(-delta, max=0.0))
+        leaf_divergent = delta > DIVERGENCE_THRESHOLD
+        if masked:
+            leaf_divergent = leaf_divergent & running
+            leaf_accept = torch.where(running, leaf_accept, 0.0)
+            rho = rho + where_rows(running, phase.momentum, torch.zeros_like(rho))
+            n_leaves = n_leaves + running.long()
+        else:
+            rho = rho + phase.momentum
+            n_leaves = n_leaves + 1
+        accept_sum = accept_sum + leaf_accept
 
         # uniform progressive sampling among the subtree's leaves
         new_log_weight = torch.logaddexp(log_weight, -delta)
-        take = running & (torch.log(uniform(n_chains, h, gen)) < -delta - new_log_weight)
+        take = log_u[i] < -delta - new_log_weight
+        if masked:
+            take = take & running
+            log_weight = torch.where(running, new_log_weight, log_weight)
+        else:
+            log_weight = new_log_weight
         draw = select(take, _Draw(phase.position, phase.log_prob, phase.grad, h), draw)
-        log_weight = torch.where(running, new_log_weight, log_weight)
-        rho = rho + where_rows(running, phase.momentum, torch.zeros_like(rho))
 
         # U-turn checks of the balanced sub-subtrees completed by this leaf
-        edge_velocity = velocity(metric, phase.momentum)
-        node_rho, node_first = phase.momentum, edge_velocity
-        turning = torch.zeros_like(running)
+        edge_velocity = vel
+        node_rho, node_first = phase.momentum, vel
+        stop = leaf_divergent
         bits = i
         while bits & 1:
             prev_rho, prev_first = stack.pop()
             node_rho, node_first = prev_rho + node_rho, prev_first
-            turning = turning | is_turning(node_rho, node_first, edge_velocity)
+            stop = stop | is_turning(node_rho, node_first, vel)
             bits >>= 1
         stack.append((node_rho, node_first))
 
-        stop = running & (turning | leaf_divergent)
+        stop = stop & running
         divergent = divergent | leaf_divergent
         broken = broken | stop
         running = running & ~stop
+        n_running = int(running.sum())
     valid = building & ~broken
     return _Subtree(phase, edge_velocity, rho, log_weight, draw, valid, accept_sum, n_leaves, divergent)
 

@@ -54,6 +54,13 @@ class LogisticRegression(TargetBase):
         grad = (self.y_train - torch.sigmoid(logits)) @ self.x_train - self._inv_var * q
         return lp, grad
 
+    def hessian(self, q: Tensor) -> Tensor:
+        """-X^T diag(s (1 - s)) X - I / s0^2 at one point q (dim,), s = sigmoid(X q)."""
+        s = torch.sigmoid(self.x_train @ q)
+        weights = s * (1.0 - s)
+        eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
+        return -(self.x_train.T * weights) @ self.x_train - self._inv_var * eye
+
     def predictive_probability(self, draws: Tensor, x: Tensor | None = None) -> Tensor:
         """P(y = 1 | x, data) averaged over draws (..., dim) -> (n,)."""
         x = self.x_test if x is None else x

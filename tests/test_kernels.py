@@ -1,0 +1,143 @@
+"""Samplers against Gaussian targets with known moments, with Monte-Carlo-error-aware z-scores.
+
+For every coordinate j the posterior-mean estimate is compared with the truth through
+z = (mean_hat - mu_j) / MCSE, MCSE = sd_j / sqrt(ESS_j) (ArviZ bulk ESS), and the second moment
+through the same z-score of the draws of (x_j - mu_j)^2. With a handful of coordinates and fixed
+seeds, |z| < 4.5 fails a wrong sampler (a biased variance gives |z| in the tens) but not chance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bayesx.diagnostics.convergence import ess_per_coordinate
+from bayesx.mcmc import hmc, nuts
+from bayesx.mcmc.integrators import PhaseState, leapfrog, leapfrog_trajectory
+from bayesx.mcmc.methods import HMC, NUTS, RWM
+from bayesx.mcmc.metric import identity_metric, make_metric
+from bayesx.targets.gaussian import Gaussian
+
+Z_MAX = 4.5
+
+
+def moment_z_scores(draws: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """z-scores of the first and second central moments of every coordinate."""
+    sd = np.sqrt(np.diag(cov))
+    ess_mean = ess_per_coordinate(draws)
+    z_mean = (draws.reshape(-1, draws.shape[-1]).mean(0) - mean) / (sd / np.sqrt(ess_mean))
+    sq = (draws - mean) ** 2
+    ess_sq = ess_per_coordinate(sq)
+    flat = sq.reshape(-1, sq.shape[-1])
+    z_var = (flat.mean(0) - np.diag(cov)) / (flat.std(0) / np.sqrt(ess_sq))
+    return z_mean, z_var
+
+
+def run(method, target, seed=1, n_chains=4):
+    gen = torch.Generator().manual_seed(seed)
+    result = method.run(target, target.initial_point(n_chains, gen), gen, progress=False)
+    return result.draws.numpy(), result
+
+
+CASES = [
+    ("isotropic", dict(dim=5, kind="isotropic")),
+    ("correlated", dict(dim=5, kind="correlated", rho=0.9)),
+    ("scaled", dict(dim=5, kind="scaled", condition=30.0)),
+]
+METHODS = [
+    ("hmc-diag", lambda: HMC(num_warmup=400, num_draws=1500, num_steps=7, init="prior")),
+    ("nuts-diag", lambda: NUTS(num_warmup=400, num_draws=1000, init="prior")),
+    ("nuts-dense", lambda: NUTS(num_warmup=400, num_draws=1000, mass="dense", init="prior")),
+    ("nuts-laplace", lambda: NUTS(num_warmup=300, num_draws=1000, mass="dense", init="laplace")),
+    ("rwm-dense", lambda: RWM(num_warmup=1000, num_draws=6000, mass="dense", init="prior")),
+]
+
+
+@pytest.mark.parametrize("case,kwargs", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,make", METHODS, ids=[m[0] for m in METHODS])
+def test_sampler_recovers_gaussian_moments(case, kwargs, name, make):
+    target = Gaussian(**kwargs)
+    draws, result = run(make(), target)
+    z_mean, z_var = moment_z_scores(draws, target.mean.numpy(), target.cov.numpy())
+    assert np.all(np.abs(z_mean) < Z_MAX), (name, case, z_mean)
+    assert np.all(np.abs(z_var) < Z_MAX), (name, case, z_var)
+    assert result.metrics["n_divergent"] == 0
+    assert 0.1 < result.metrics["accept_rate"] <= 1.0
+
+
+def test_z_score_check_detects_a_wrong_variance():
+    """The moment check is not vacuous: draws with a 15% too large sd fail it."""
+    target = Gaussian(dim=5, kind="correlated", rho=0.9)
+    draws, _ = run(NUTS(num_warmup=300, num_draws=1000, mass="dense", init="prior"), target)
+    _, z_var = moment_z_scores(draws * 1.15, target.mean.numpy(), target.cov.numpy())
+    assert np.max(np.abs(z_var)) > Z_MAX
+
+
+def test_hmc_with_wrong_acceptance_is_caught():
+    """Accepting every proposal (no Metropolis correction) biases the variance; the test sees it."""
+    target = Gaussian(dim=5, kind="isotropic")
+    gen = torch.Generator().manual_seed(3)
+    metric = identity_metric(5, False, torch.float64, torch.device("cpu"))
+    state = hmc.init(target.initial_point(4, gen), target)
+    draws = []
+    for _ in range(3000):
+        p0 = torch.randn(4, 5, generator=gen, dtype=torch.float64)
+        end = leapfrog_trajectory(PhaseState(state.position, p0, state.log_prob, state.grad), 1.5, 3, metric, target)
+        state = hmc.HMCState(end.position, end.log_prob, end.grad)  # always accept: wrong
+        draws.append(state.position.numpy())
+    draws = np.stack(draws, 1)[:, 500:]
+    _, z_var = moment_z_scores(draws, np.zeros(5), np.eye(5))
+    assert np.max(np.abs(z_var)) > Z_MAX
+
+
+def test_same_seed_same_draws_and_different_seed_differs():
+    target = Gaussian(dim=3, kind="correlated")
+    a, _ = run(NUTS(num_warmup=50, num_draws=50), target, seed=7)
+    b, _ = run(NUTS(num_warmup=50, num_draws=50), target, seed=7)
+    c, _ = run(NUTS(num_warmup=50, num_draws=50), target, seed=8)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_leapfrog_is_reversible_and_conserves_energy():
+    target = Gaussian(dim=4, kind="correlated", rho=0.5)
+    metric = make_metric(torch.tensor([1.0, 2.0, 0.5, 1.5], dtype=torch.float64))
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    p = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    lp, g = target.log_prob_and_grad(q)
+    start = PhaseState(q, p, lp, g)
+    fused = leapfrog_trajectory(start, 0.05, 20, metric, target)
+    stepped = start
+    for _ in range(20):
+        stepped = leapfrog(stepped, 0.05, metric, target)
+    torch.testing.assert_close(fused.position, stepped.position)
+    back = leapfrog_trajectory(PhaseState(fused.position, -fused.momentum, fused.log_prob, fused.grad), 0.05, 20,
+                               metric, target)
+    torch.testing.assert_close(back.position, q)
+    torch.testing.assert_close(-back.momentum, p)
+    h = lambda s: -s.log_prob + 0.5 * (s.momentum**2 * metric.inv_mass).sum(-1)  # noqa: E731
+    assert torch.max(torch.abs(h(fused) - h(start))) < 1e-2
+
+
+def test_nuts_tree_depth_limit_and_accounting():
+    """With a tiny step the trajectory cannot turn: every chain hits max_tree_depth, 2^d - 1 steps."""
+    target = Gaussian(dim=3, kind="isotropic")
+    gen = torch.Generator().manual_seed(0)
+    state = nuts.init(target.initial_point(3, gen), target)
+    params = nuts.NUTSParams(1e-4, identity_metric(3, False, torch.float64, torch.device("cpu")), 4)
+    _, info = nuts.step(state, target, params, gen)
+    assert info.tree_depth.tolist() == [4, 4, 4]
+    assert info.n_grad_evals.tolist() == [15, 15, 15]
+    assert torch.all(info.accept_prob > 0.99)
+
+
+def test_nuts_flags_divergence_on_a_huge_step():
+    target = Gaussian(dim=3, kind="scaled", condition=1000.0)
+    gen = torch.Generator().manual_seed(0)
+    state = nuts.init(target.initial_point(4, gen), target)
+    params = nuts.NUTSParams(5.0, identity_metric(3, False, torch.float64, torch.device("cpu")), 6)
+    new, info = nuts.step(state, target, params, gen)
+    assert bool(info.divergent.all())
+    assert torch.all(torch.isfinite(new.position))
