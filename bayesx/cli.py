@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 from bayesx.errors import BayesxError, RunInterrupted
 
@@ -59,11 +61,16 @@ def cmd_run(args: list[str]) -> int:
     from bayesx import sweep
     from bayesx.config import check_overrides, conf_dir
 
-    overrides = [a for a in args if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+    def is_override(a: str) -> bool:
+        return not a.startswith("-") and ("=" in a or a.startswith("~"))
+
+    overrides = [a for a in args if is_override(a)]
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "--shell-completion", "-sc") for a in args):
         check_overrides(overrides)
-    sys.argv = ["bayesx run", *args]
+    # overrides last: Hydra's argparse rejects overrides after a flag (`bayesx run method=nuts -m seed=0,1`)
+    sys.argv = ["bayesx run", *[a for a in args if not is_override(a)], *overrides]
     main_fn = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
+    sweep.outcome.clear()  # an earlier sweep in this process must not decide this command's status
     main_fn()
     if sweep.outcome.get("status") in ("FAILED", "KILLED") or sweep.outcome.get("failed"):
         print(f"bayesx: error: the sweep ended {sweep.outcome.get('status', 'FAILED')}: a job failed "
@@ -82,19 +89,50 @@ def _tracking(overrides: list[str]):
 def cmd_ui(ns: argparse.Namespace) -> int:
     from bayesx.tracking import ui_command
 
+    if not 1 <= ns.port <= 65535:
+        raise BayesxError(f"--port must be between 1 and 65535, got {ns.port}")
     tracking = _tracking(ns.overrides)
     uri = ns.uri or str(tracking.uri)
     with socket.socket() as probe:
         if probe.connect_ex((ns.host, ns.port)) == 0:
             raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
     print(f"MLflow UI for {uri} at http://{ns.host}:{ns.port}  (Ctrl-C to stop)", flush=True)
-    proc = subprocess.Popen(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root")))
+    # The server (uvicorn workers, job consumers) runs in its own process group, which is stopped
+    # as a whole when bayesx ends: on Ctrl-C, on SIGTERM or SIGHUP, or when the server exits.
+    proc = subprocess.Popen(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root")),
+                            start_new_session=True)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
     try:
+        for sig in signals[1:]:
+            signal.signal(sig, stop)
         return proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(timeout=20)
         return 0
+    finally:
+        for sig in signals:  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        _stop_group(proc)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Terminate the process group led by ``proc``: SIGTERM, then SIGKILL after 20 s."""
+    for sig, grace in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 5.0)):
+        deadline = time.monotonic() + grace
+        try:
+            os.killpg(proc.pid, sig)
+            while time.monotonic() < deadline:
+                proc.poll()  # reap the leader, so that only live members keep the group alive
+                os.killpg(proc.pid, 0)
+                time.sleep(0.1)
+        except (ProcessLookupError, PermissionError):
+            return
 
 
 # --- bayesx compare ---------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ run_job(cfg):  validate -> build data, target, method -> seed -> open an MLflow 
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import tempfile
@@ -58,7 +59,7 @@ def build(node: DictConfig, what: str, **kwargs):
             bad = str(exc).split("'")[-2] if "'" in str(exc) else "?"
             raise BayesxError(f"{what} does not take the option '{bad}'; remove {what}.{bad} "
                               f"(see `bayesx run --cfg job` for the options)") from None
-        raise BayesxError(f"cannot build the {what}: {str(exc).splitlines()[0]}") from None
+        raise BayesxError(_wrong_type(node, what) or f"cannot build the {what}: {str(exc).splitlines()[0]}") from None
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, BayesxError):
@@ -68,7 +69,7 @@ def build(node: DictConfig, what: str, **kwargs):
             raise BayesxError(f"{what} does not take the option '{bad}'; remove {what}.{bad} "
                               f"(see `bayesx run --cfg job` for the options)") from None
         detail = str(cause).splitlines()[0] if cause is not None else str(exc).splitlines()[0]
-        raise BayesxError(f"cannot build the {what}: {detail}") from None
+        raise BayesxError(_wrong_type(node, what) or f"cannot build the {what}: {detail}") from None
     except Exception as exc:  # omegaconf resolution errors (e.g. a ??? value left unset)
         text = str(exc).splitlines()[0]
         if "Missing mandatory value" in str(exc):
@@ -77,11 +78,48 @@ def build(node: DictConfig, what: str, **kwargs):
         raise BayesxError(f"cannot build the {what}: {text}") from None
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_run_settings(cfg: DictConfig) -> None:
-    if not isinstance(cfg.n_chains, int) or cfg.n_chains < 1:
+    if not _is_int(cfg.n_chains) or cfg.n_chains < 1:
         raise BayesxError(f"n_chains must be an integer >= 1, got {cfg.n_chains}; set n_chains=4")
-    if not isinstance(cfg.seed, int) or cfg.seed < 0:
+    if not _is_int(cfg.seed) or cfg.seed < 0:
         raise BayesxError(f"seed must be a non-negative integer, got {cfg.seed}")
+    n_coords = cfg.plots.n_coords
+    if not _is_int(n_coords) or n_coords < 0:
+        raise BayesxError(f"plots.n_coords must be an integer >= 0, got {n_coords}; set plots.n_coords=4 (0: no plots)")
+    if not isinstance(cfg.save_draws, bool):
+        raise BayesxError(f"save_draws must be true or false, got {cfg.save_draws}")
+    if cfg.progress is not None and not isinstance(cfg.progress, bool):
+        raise BayesxError(f"progress must be true, false or null, got {cfg.progress}")
+
+
+def _wrong_type(node: DictConfig, what: str) -> str | None:
+    """A one-line message naming an option given as text where the class expects a number."""
+    import inspect
+
+    from hydra.utils import get_method
+
+    try:
+        factory = get_method(str(node._target_))
+        callables = [c.__init__ for c in factory.__mro__] if inspect.isclass(factory) else [factory]
+        params = {}
+        for fn in reversed(callables):  # subclasses override their bases' defaults
+            with contextlib.suppress(TypeError, ValueError):
+                params.update(inspect.signature(fn).parameters)
+    except Exception:
+        return None
+    for key, value in node.items():
+        if not isinstance(value, str) or key not in params:
+            continue
+        default, annotation = params[key].default, str(params[key].annotation)
+        numeric_default = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if numeric_default or re.search(r"\b(int|float)\b", annotation):
+            hint = f"set {what}.{key}={default} or similar" if numeric_default else f"set {what}.{key} to a number"
+            return f"{what}.{key} must be a number, got '{value}'; {hint}"
+    return None
 
 
 def git_commit() -> str:
@@ -176,11 +214,12 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         "ess_per_s_time": "sampling_time_s",
         **{f"target.{k}": v for k, v in target.describe().items()},
     }
-    with tracker.run(run_name, tags, parent_run_id) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
+    # SIGTERM is caught from before the run exists until it is closed, so a run is never left RUNNING
+    with sigterm_as_interrupt(), tracker.run(run_name, tags, parent_run_id) as run, \
+            tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
         run.log_params(flatten(cfg))
         run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        with sigterm_as_interrupt():
-            result = method.run(target, initial, gen, progress=cfg.progress)
+        result = method.run(target, initial, gen, progress=cfg.progress)
         metrics = dict(result.metrics)
         metrics.update(result.timings)
         metrics.update(mcmc_metrics(result))

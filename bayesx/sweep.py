@@ -35,7 +35,12 @@ class SweepParentRun(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         run_id = os.environ.pop(PARENT_ENV, None)
         if run_id:
-            outcome["status"] = _tracker(config).end_parent(run_id)
+            tracker = _tracker(config)
+            if outcome.get("failed"):  # a job failed before it recorded a run: the sweep still failed
+                tracker.terminate(run_id, "FAILED")
+                outcome["status"] = "FAILED"
+            else:
+                outcome["status"] = tracker.end_parent(run_id)
 
 
 def abort_parent(config: DictConfig | None, status: str) -> None:

@@ -29,6 +29,24 @@ def is_local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
 
+def check_reachable(uri: str, timeout: float = 5.0) -> None:
+    """Fail fast (one line) when an http(s) tracking server does not answer: MLflow itself
+    retries with back-off for minutes before giving up."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=timeout):
+            pass
+    except (OSError, ValueError) as exc:
+        raise BayesxError(f"cannot reach the MLflow tracking server at {uri} ({exc.strerror or exc}); "
+                          "start it (mlflow server) or set tracking.uri / MLFLOW_TRACKING_URI") from None
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///path`` URI (relative paths are relative to the cwd)."""
     if not uri.startswith("sqlite:///"):
@@ -82,6 +100,7 @@ class Tracker:
         path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
             raise BayesxError(f"the folder of the MLflow database '{path}' does not exist; create it or set tracking.uri")
+        check_reachable(uri)
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment_id = self._experiment(experiment_name, artifact_root)
 
@@ -138,6 +157,12 @@ class Tracker:
 
 def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:
     """All runs of one experiment (or of every experiment) as a DataFrame, newest first."""
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():  # reading must not create an empty store
+        if experiment:
+            raise BayesxError(f"no MLflow store at '{path}', so no experiment '{experiment}'; check tracking.uri")
+        return pd.DataFrame()
+    check_reachable(uri)
     client = MlflowClient(tracking_uri=uri)
     try:
         if experiment:

@@ -76,8 +76,13 @@ def numpyro_contender(chain_method="sequential"):
 
 CONTENDERS = {
     "numpyro-nuts": (numpyro_contender(), "NumPyro NUTS, defaults (diag mass, target 0.8), JAX float32"),
+    "numpyro-nuts-vectorized": (numpyro_contender("vectorized"),
+                                "NumPyro NUTS, defaults, chains vectorized with vmap, JAX float32"),
     "bayesx-nuts-diag": (bayesx_contender(lambda w, d: NUTS(num_warmup=w, num_draws=d, mass="diag", init="prior"),
                                           torch.float64), "bayesx NUTS, diag mass, prior init (NumPyro-like), float64"),
+    "bayesx-nuts-diag-f32": (bayesx_contender(lambda w, d: NUTS(num_warmup=w, num_draws=d, mass="diag",
+                                                                init="laplace"), torch.float32),
+                             "bayesx NUTS, diag mass, Laplace start, float32"),
     "bayesx-nuts-dense": (bayesx_contender(lambda w, d: NUTS(num_warmup=w, num_draws=d, mass="dense", init="laplace"),
                                            torch.float64), "bayesx NUTS, dense mass, Laplace start, float64"),
     "bayesx-nuts-dense-f32": (bayesx_contender(lambda w, d: NUTS(num_warmup=w, num_draws=d, mass="dense",
