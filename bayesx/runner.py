@@ -177,6 +177,25 @@ def mcmc_metrics(result: Result) -> dict[str, float]:
     return out
 
 
+RHAT_LIMIT = 1.01
+
+
+def health_warnings(metrics: dict[str, float]) -> list[str]:
+    """Plain-language warnings about convergence and sampler health (Vehtari et al. 2021 for R-hat)."""
+    out = []
+    rhat = metrics.get("rhat_max", float("nan"))
+    if rhat == rhat and rhat > RHAT_LIMIT:
+        out.append(f"rhat_max = {rhat:.3g} > {RHAT_LIMIT}: the chains disagree; draw more (method.num_draws, "
+                   "method.num_warmup) or use a better-adapted sampler (method=nuts method.mass=dense)")
+    if metrics.get("n_divergent", 0) > 0:
+        out.append(f"{metrics['n_divergent']:.0f} divergent transitions: the draws may be biased; "
+                   "raise method.target_accept (e.g. 0.95)")
+    if metrics.get("n_max_tree_depth", 0) > 0:
+        out.append(f"{metrics['n_max_tree_depth']:.0f} NUTS transitions hit max_tree_depth; "
+                   "raise method.max_tree_depth or try method.mass=dense")
+    return out
+
+
 def print_summary(title: str, metrics: dict[str, float], status: str) -> None:
     keys = ["test_accuracy", "test_lpd", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
             "step_size", "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s", "wall_time_s"]
@@ -185,6 +204,8 @@ def print_summary(title: str, metrics: dict[str, float], status: str) -> None:
     for k in shown:
         v = metrics[k]
         print(f"  {k:<22} {v:>14.4g}")
+    for warning in health_warnings(metrics):
+        print(f"  warning: {warning}")
 
 
 # --- the job --------------------------------------------------------------------------------------
@@ -232,6 +253,9 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         run.set_tags(result.tags)
         log_artifacts(run, cfg, target, result, Path(tmp))
         status = "KILLED" if result.interrupted else "FINISHED"
+        warnings = health_warnings(metrics)
+        if warnings:
+            run.set_tags({"health_warnings": " | ".join(warnings)})
         print_summary(f"{run_name} (run {run.run_id})", metrics, status)
         if result.interrupted:
             raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")

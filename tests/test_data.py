@@ -549,3 +549,14 @@ def test_gzip_module_reads_written_idx(tmp_path):
     path = write_idx(tmp_path / "x.gz", np.array([[1, 2]], dtype=np.uint8))
     raw = gzip.decompress(path.read_bytes())
     assert raw == b"\x00\x00\x08\x02" + b"\x00\x00\x00\x01\x00\x00\x00\x02" + b"\x01\x02"
+
+
+def test_training_split_with_one_class_is_rejected():
+    import numpy as np
+    import pytest
+
+    from bayesx.data.classification import ClassificationData
+    from bayesx.errors import BayesxError
+
+    with pytest.raises(BayesxError, match="only the label 1"):
+        ClassificationData("one", np.ones((4, 2)), np.ones(4), np.ones((2, 2)), np.array([0.0, 1.0]), "d", "generated")

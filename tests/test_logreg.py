@@ -93,3 +93,12 @@ def test_hmc_nuts_and_rwm_agree_within_monte_carlo_error(target):
             (ma, sa), (mb, sb) = results[a], results[b]
             z = (ma - mb) / np.sqrt(sa**2 + sb**2)
             assert np.all(np.abs(z) < 4.5), (a, b, z)
+
+
+def test_health_warnings_name_the_problem_and_stay_quiet_when_healthy():
+    from bayesx.runner import health_warnings
+
+    assert health_warnings({"rhat_max": 1.003, "n_divergent": 0.0, "n_max_tree_depth": 0.0}) == []
+    found = health_warnings({"rhat_max": 1.2, "n_divergent": 3.0, "n_max_tree_depth": 5.0})
+    assert len(found) == 3
+    assert "rhat_max" in found[0] and "divergent" in found[1] and "max_tree_depth" in found[2]

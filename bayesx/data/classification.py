@@ -40,6 +40,11 @@ class ClassificationData:
                 )
         for field in ("y_train", "y_test"):
             self._check_binary(field)
+        if np.unique(self.y_train).size < 2:
+            raise BayesxError(
+                f"data '{self.name}' has only the label {self.y_train[0]:g} in its training split; "
+                "a classifier needs both 0 and 1, so check the target column"
+            )
 
     @property
     def n_train(self) -> int:
