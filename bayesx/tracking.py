@@ -8,18 +8,22 @@ opens a run as a context manager that ends it FINISHED, FAILED (an exception) or
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
 import pandas as pd
-from mlflow.entities import Metric, Param, RunStatus
+from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from bayesx.errors import BayesxError, RunInterrupted
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
+logging.getLogger("alembic").setLevel(logging.WARNING)
 
 PARENT_TAG = "mlflow.parentRunId"
 MAX_PARAM_LENGTH = 6000
@@ -190,9 +194,3 @@ def ui_command(uri: str, host: str, port: int, artifact_root: str | None) -> lis
         cmd += ["--default-artifact-root", Path(artifact_root).resolve().as_uri()]
     return cmd
 
-
-def scratch_dir() -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix="bayesx-")
-
-
-os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -123,7 +123,7 @@ def main() -> int:
         print(f"  {name}: {row}", flush=True)
         rows.append((name, description, row, ""))
 
-    ref = next((r[2] for r in rows if r[0] == "numpyro-nuts" and r[2]), None)
+    ref = next((r[2] for r in rows if r[0].startswith("numpyro") and r[2]), None)  # the first NumPyro row
     lines = [
         "# bench_logreg: NUTS on the synthetic logistic-regression posterior",
         "",

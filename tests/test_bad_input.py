@@ -7,8 +7,6 @@ fire would end quickly in a FINISHED run, which these tests then report.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import subprocess
 import sys
@@ -18,39 +16,16 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from bayesx.cli import main
+from cli_helpers import call, error_line, statuses
 
 TINY = ["experiment=quick", "method.num_warmup=10", "method.num_draws=10", "plots.n_coords=0", "device.num_threads=1"]
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def call(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    saved_argv, saved_threads = sys.argv[:], torch.get_num_threads()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(argv)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = saved_argv
-        torch.set_num_threads(saved_threads)
-    return code, out.getvalue(), err.getvalue()
 
 
-def error_line(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    assert "Traceback" not in stderr, stderr
-    assert len(lines) == 1, f"expected exactly one error line on stderr, got:\n{stderr}"
-    assert lines[0].startswith("bayesx: error: "), lines[0]
-    return lines[0]
 
 
-def statuses(uri: str) -> list[str]:
-    client = MlflowClient(tracking_uri=uri)
-    ids = [e.experiment_id for e in client.search_experiments()]
-    return [r.info.status for r in client.search_runs(ids)] if ids else []
 
 
 @pytest.fixture(scope="module")

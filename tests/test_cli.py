@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import math
 import os
 import signal
@@ -28,7 +27,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 import bayesx
-from bayesx.cli import main
+from cli_helpers import all_runs, call, error_line
 from bayesx.data import registry
 
 REPO = Path(bayesx.__file__).resolve().parent.parent
@@ -44,35 +43,10 @@ REQUIRED_METRICS = ("ess_bulk_min", "ess_bulk_median", "ess_tail_min", "rhat_max
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def all_runs(uri: str):
-    client = MlflowClient(tracking_uri=uri)
-    ids = [e.experiment_id for e in client.search_experiments()]
-    return client.search_runs(ids) if ids else []
 
 
-def call(argv: list[str]) -> tuple[int, str, str]:
-    """Run ``bayesx argv`` in-process; return (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    saved_argv, saved_threads = sys.argv[:], torch.get_num_threads()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(argv)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = saved_argv
-        torch.set_num_threads(saved_threads)  # device.num_threads must not leak into other tests
-    return code, out.getvalue(), err.getvalue()
 
 
-def error_line(stderr: str) -> str:
-    """The one line of a user error: exactly one non-empty line, ``bayesx: error: ...``, no traceback."""
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    assert "Traceback" not in stderr, stderr
-    assert len(lines) == 1, f"expected one error line, got:\n{stderr}"
-    assert lines[0].startswith("bayesx: error: "), lines[0]
-    return lines[0]
 
 
 def free_port() -> int:
