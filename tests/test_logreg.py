@@ -102,3 +102,11 @@ def test_health_warnings_name_the_problem_and_stay_quiet_when_healthy():
     found = health_warnings({"rhat_max": 1.2, "n_divergent": 3.0, "n_max_tree_depth": 5.0})
     assert len(found) == 3
     assert "rhat_max" in found[0] and "divergent" in found[1] and "max_tree_depth" in found[2]
+
+
+def test_fast_preset_composes_the_benchmarked_setting():
+    from bayesx.config import compose
+
+    cfg = compose(["experiment=logreg_fast"])
+    assert cfg.n_chains == 16 and cfg.method.mass == "diag" and cfg.device.dtype == "float32"
+    assert cfg.method._target_.endswith("NUTS")
