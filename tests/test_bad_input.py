@@ -79,7 +79,7 @@ def files(tmp_path_factory):
     return out
 
 
-def check_rejected(argv: list[str], uri: str, *needles: str) -> str:
+def assert_rejected(argv: list[str], uri: str, *needles: str) -> str:
     before = statuses(uri)
     code, out, err = call(argv)
     assert code != 0, f"bayesx {' '.join(argv)} succeeded:\n{out}"
@@ -108,51 +108,51 @@ def test_good_csv_runs(env, files):
 
 # --- configuration ------------------------------------------------------------------------------------
 def test_unknown_choice(env):
-    line = check_rejected(["run", "method=foo", "data=digits", *TINY], env[1], "method", "'foo'")
+    line = assert_rejected(["run", "method=foo", "data=digits", *TINY], env[1], "method", "'foo'")
     assert "hmc" in line and "nuts" in line and "rwm" in line
 
 
 def test_unknown_choice_in_a_sweep(env):
-    check_rejected(["run", "-m", "method=hmc,foo", "data=digits", *TINY], env[1], "method", "'foo'")
+    assert_rejected(["run", "-m", "method=hmc,foo", "data=digits", *TINY], env[1], "method", "'foo'")
 
 
 def test_unknown_key(env):
-    check_rejected(["run", "method.foo=1", "data=digits", *TINY], env[1], "method.foo")
+    assert_rejected(["run", "method.foo=1", "data=digits", *TINY], env[1], "method.foo")
 
 
 def test_zero_chains(env):
-    check_rejected(["run", "n_chains=0", "data=digits", *TINY], env[1], "n_chains", "0")
+    assert_rejected(["run", "n_chains=0", "data=digits", *TINY], env[1], "n_chains", "0")
 
 
 def test_negative_step_size(env):
-    check_rejected(["run", "method.step_size=-1", "data=digits", *TINY], env[1], "step_size", "-1")
+    assert_rejected(["run", "method.step_size=-1", "data=digits", *TINY], env[1], "step_size", "-1")
 
 
 @pytest.mark.parametrize("method", ["nuts", "rwm"])
 def test_zero_step_size(env, method):
-    check_rejected(["run", f"method={method}", "method.step_size=0", "data=digits", *TINY], env[1], "step_size")
+    assert_rejected(["run", f"method={method}", "method.step_size=0", "data=digits", *TINY], env[1], "step_size")
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_non_positive_prior_scale(env, value):
-    check_rejected(["run", f"model.prior_scale={value}", "data=digits", *TINY], env[1], "prior_scale", value)
+    assert_rejected(["run", f"model.prior_scale={value}", "data=digits", *TINY], env[1], "prior_scale", value)
 
 
 @pytest.mark.parametrize("key,value", [("model.prior_scale", "abc"), ("method.num_warmup", "many"),
                                        ("plots.n_coords", "abc")])
 def test_text_where_a_number_is_expected(env, key, value):
-    check_rejected(["run", "data=digits", *TINY, f"{key}={value}"], env[1], key, value)  # after TINY: last wins
+    assert_rejected(["run", "data=digits", *TINY, f"{key}={value}"], env[1], key, value)  # after TINY: last wins
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_cuda_without_a_gpu(env):
-    check_rejected(["run", "device=cuda", "data=digits", *TINY], env[1], "cuda", "device=cpu")
+    assert_rejected(["run", "device=cuda", "data=digits", *TINY], env[1], "cuda", "device=cpu")
 
 
 def test_unreachable_tracking_server(env):
     # MLflow itself would retry for minutes; bayesx says so at once
     start = time.monotonic()
-    line = check_rejected(["run", "tracking.uri=http://127.0.0.1:9", "data=digits", *TINY], env[1], "127.0.0.1:9")
+    line = assert_rejected(["run", "tracking.uri=http://127.0.0.1:9", "data=digits", *TINY], env[1], "127.0.0.1:9")
     assert "reach" in line and time.monotonic() - start < 30
 
 
@@ -162,34 +162,34 @@ def run_csv(path, target="y") -> list[str]:
 
 
 def test_missing_data_file(env):
-    check_rejected(run_csv("/nonexistent.csv"), env[1], "/nonexistent.csv", "not found")
+    assert_rejected(run_csv("/nonexistent.csv"), env[1], "/nonexistent.csv", "not found")
 
 
 def test_data_path_not_set(env):
-    check_rejected(["run", "data=csv", "data.target=y", "method=rwm", *TINY], env[1], "data.path")
+    assert_rejected(["run", "data=csv", "data.target=y", "method=rwm", *TINY], env[1], "data.path")
 
 
 def test_data_file_is_a_directory(env, files):
-    check_rejected(run_csv(files["directory"]), env[1], "a_directory.csv", "not a file")
+    assert_rejected(run_csv(files["directory"]), env[1], "a_directory.csv", "not a file")
 
 
 def test_data_file_is_binary_junk(env, files):
-    check_rejected(run_csv(files["binary"]), env[1], "junk.csv", "CSV")
+    assert_rejected(run_csv(files["binary"]), env[1], "junk.csv", "CSV")
 
 
 def test_target_column_missing(env, files):
-    line = check_rejected(run_csv(files["no_target"], "y"), env[1], "'y'", "no_target.csv")
+    line = assert_rejected(run_csv(files["no_target"], "y"), env[1], "'y'", "no_target.csv")
     assert "label" in line  # lists the columns there are
 
 
 @pytest.mark.parametrize("name", ["labels_012", "labels_pm1"])
 def test_labels_not_0_1(env, files, name):
-    check_rejected(run_csv(files[name]), env[1], "'y'", "0/1")
+    assert_rejected(run_csv(files[name]), env[1], "'y'", "0/1")
 
 
 @pytest.mark.parametrize("name,column", [("nan", "b"), ("empty_cell", "b"), ("inf", "a")])
 def test_nan_or_inf_values(env, files, name, column):
-    line = check_rejected(run_csv(files[name]), env[1], files[name].name)
+    line = assert_rejected(run_csv(files[name]), env[1], files[name].name)
     assert ("NaN" in line or "infinite" in line) and f"columns: {column}" in line
 
 
