@@ -54,28 +54,30 @@ def build(node: DictConfig, what: str, **kwargs):
         return factory(**kwargs)
     except BayesxError:
         raise
-    except TypeError as exc:
-        if "unexpected keyword argument" in str(exc):
-            bad = str(exc).split("'")[-2] if "'" in str(exc) else "?"
-            raise BayesxError(f"{what} does not take the option '{bad}'; remove {what}.{bad} "
-                              f"(see `bayesx run --cfg job` for the options)") from None
-        raise BayesxError(_wrong_type(node, what) or f"cannot build the {what}: {str(exc).splitlines()[0]}") from None
     except InstantiationException as exc:
-        cause = exc.__cause__
+        cause = exc.__cause__ or exc
         if isinstance(cause, BayesxError):
             raise cause from None
-        if isinstance(cause, TypeError) and "unexpected keyword argument" in str(cause):
-            bad = str(cause).split("'")[-2] if "'" in str(cause) else "?"
-            raise BayesxError(f"{what} does not take the option '{bad}'; remove {what}.{bad} "
-                              f"(see `bayesx run --cfg job` for the options)") from None
-        detail = str(cause).splitlines()[0] if cause is not None else str(exc).splitlines()[0]
-        raise BayesxError(_wrong_type(node, what) or f"cannot build the {what}: {detail}") from None
+        raise _build_error(node, what, cause) from None
+    except TypeError as exc:
+        raise _build_error(node, what, exc) from None
     except Exception as exc:  # omegaconf resolution errors (e.g. a ??? value left unset)
         text = str(exc).splitlines()[0]
         if "Missing mandatory value" in str(exc):
             key = str(exc).split("full_key:")[-1].split()[0] if "full_key:" in str(exc) else what
             raise BayesxError(f"{key} must be set; add {key}=VALUE to the command line") from None
         raise BayesxError(f"cannot build the {what}: {text}") from None
+
+
+def _build_error(node: DictConfig, what: str, exc: BaseException) -> BayesxError:
+    """One line for a failed construction: an unknown option, a wrongly typed one, or the cause."""
+    text = str(exc)
+    if isinstance(exc, TypeError) and "unexpected keyword argument" in text:
+        bad = text.split("'")[-2] if "'" in text else "?"
+        return BayesxError(f"{what} does not take the option '{bad}'; remove {what}.{bad} "
+                           f"(see `bayesx run --cfg job` for the options)")
+    first = text.splitlines()[0] if text.strip() else type(exc).__name__
+    return BayesxError(_wrong_type(node, what) or f"cannot build the {what}: {first}")
 
 
 def _is_int(value) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,20 +71,16 @@ class TrackedRun:
             self.client.log_batch(self.run_id, params=items[i:i + 100])
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        import time
-
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
-        for i in range(0, len(items), 500):
-            self.client.log_batch(self.run_id, metrics=items[i:i + 500])
+        self._log_batch([Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None])
 
     def log_series(self, name: str, points: list[tuple[int, float]]) -> None:
-        import time
-
         now = int(time.time() * 1000)
-        items = [Metric(name, float(v), now, int(s)) for s, v in points]
-        for i in range(0, len(items), 500):
-            self.client.log_batch(self.run_id, metrics=items[i:i + 500])
+        self._log_batch([Metric(name, float(v), now, int(s)) for s, v in points])
+
+    def _log_batch(self, metrics: list[Metric]) -> None:
+        for i in range(0, len(metrics), 500):  # the store's limit per batch is 1000
+            self.client.log_batch(self.run_id, metrics=metrics[i:i + 500])
 
     def set_tags(self, tags: dict[str, object]) -> None:
         for k, v in tags.items():

@@ -204,3 +204,8 @@ def test_real_process_exit_status_and_stderr(env, argv, needle):
     assert needle in error_line(result.stderr)
     assert "Traceback" not in result.stdout
     assert "FINISHED" not in statuses(uri)
+
+
+def test_added_option_the_method_does_not_take(env):
+    line = assert_rejected(["run", "+method.foo=1", "data=digits", *TINY], env[1], "method", "'foo'")
+    assert "does not take" in line

@@ -150,10 +150,17 @@ def test_run_logs_config_draws_and_plots(method, method_runs, store, tmp_path):
 
 
 # --- sweeps -----------------------------------------------------------------------------------------
-def test_sweep_has_a_parent_and_one_child_per_job(tmp_path, monkeypatch):
+@pytest.fixture
+def sweep_store(tmp_path, monkeypatch) -> str:
+    """A fresh store for one sweep, with the working directory in tmp_path; returns its URI."""
     uri = f"sqlite:///{tmp_path}/sweep.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
+    return uri
+
+
+def test_sweep_has_a_parent_and_one_child_per_job(sweep_store, tmp_path):
+    uri = sweep_store
     code, out, err = call(["run", "-m", "seed=0,1", "experiment=quick", "data=digits", "method=rwm",
                            "method.num_warmup=30", "method.num_draws=30", ONE_THREAD])
     assert code == 0, err
@@ -379,10 +386,8 @@ def test_data_fetch_of_a_built_in_set_needs_nothing(tmp_path, monkeypatch):
     assert code == 2 and "'nosuch'" in error_line(err)
 
 
-def test_sweep_with_a_bad_job_ends_failed(tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path}/sweep.db"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(tmp_path)
+def test_sweep_with_a_bad_job_ends_failed(sweep_store):
+    uri = sweep_store
     # only the first value of a sweep is checked up front; the second job fails when it starts
     code, out, err = call(["run", "-m", "n_chains=2,0", "data=digits", "method=rwm", "method.num_warmup=20",
                            "method.num_draws=20", "plots.n_coords=0", ONE_THREAD])
