@@ -27,3 +27,29 @@ def trace_and_marginals(draws: np.ndarray, coords: list[int], name: str, path: P
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def latent_trajectory(latent_draws: np.ndarray, latent_path: np.ndarray, draws: np.ndarray, decoded_path: np.ndarray,
+                      path: Path) -> Path:
+    """Left: pre-samples encoded to the first two latent coordinates and one latent leapfrog
+    trajectory; right: the pre-samples and the decoded trajectory in the first original coordinates
+    (3-D when there are three), where the trajectory lies on the decoder's manifold."""
+    fig = plt.figure(figsize=(11, 4.8))
+    ax = fig.add_subplot(1, 2, 1)
+    ax.scatter(latent_draws[:, 0], latent_draws[:, 1], s=4, alpha=0.3, label="pre-samples, encoded")
+    ax.plot(latent_path[:, 0], latent_path[:, 1], "-o", ms=3, color="C3", label="latent leapfrog")
+    ax.set_xlabel("z[0]")
+    ax.set_ylabel("z[1]")
+    ax.set_title("latent space")
+    ax.legend(loc="best", fontsize=8)
+    three = draws.shape[1] >= 3
+    ax = fig.add_subplot(1, 2, 2, projection="3d" if three else None)
+    cols = (0, 1, 2) if three else (0, 1)
+    ax.scatter(*(draws[:, c] for c in cols), s=3, alpha=0.25, label="pre-samples")
+    ax.plot(*(decoded_path[:, c] for c in cols), "-o", ms=3, color="C3", label="decoded trajectory")
+    ax.set_title("original space")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

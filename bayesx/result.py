@@ -20,6 +20,7 @@ class Result:
     traces        stepped metrics: name -> list of (step, value)
     artifacts     extra files the method wrote: artifact sub-folder -> paths
     fitted        fitted quantities worth keeping, e.g. the adapted inverse mass matrix
+    warnings      problems the run survived, recorded in the run and printed with the summary
     interrupted   True when the run was stopped by Ctrl-C or SIGTERM; the rest holds what was done
     """
 
@@ -31,4 +32,5 @@ class Result:
     artifacts: dict[str, list[Path]] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     fitted: dict[str, Tensor] = field(default_factory=dict)  # e.g. the adapted inverse mass matrix
+    warnings: list[str] = field(default_factory=list)
     interrupted: bool = False

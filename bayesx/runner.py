@@ -7,6 +7,7 @@ run_job(cfg):  validate -> build data, target, method -> seed -> open an MLflow 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import signal
 import subprocess
@@ -22,7 +23,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from bayesx import plots
-from bayesx.diagnostics import convergence
+from bayesx.data.registry import data_dir
+from bayesx.diagnostics import convergence, reference
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.result import Result
 from bayesx.tracking import Tracker
@@ -198,16 +200,38 @@ def health_warnings(metrics: dict[str, float]) -> list[str]:
     return out
 
 
-def print_summary(title: str, metrics: dict[str, float], status: str) -> None:
-    keys = ["test_accuracy", "test_lpd", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
+def print_summary(title: str, metrics: dict[str, float], status: str, warnings: list[str] | None = None) -> None:
+    keys = ["test_accuracy", "test_lpd", "latent_dim", "recon_err", "presample_time_s", "train_time_s", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
             "step_size", "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s", "wall_time_s"]
     shown = [k for k in keys if k in metrics] + sorted(k for k in metrics if k.startswith("posterior_"))
     print(f"\n{title}  [{status}]")
     for k in shown:
         v = metrics[k]
         print(f"  {k:<22} {v:>14.4g}")
-    for warning in health_warnings(metrics):
+    for warning in warnings if warnings is not None else health_warnings(metrics):
         print(f"  warning: {warning}")
+
+
+def wants_reference(cfg: DictConfig, method, model_name: str) -> bool:
+    """reference.enabled: true/false, or null for auto: on for latent-space methods on models whose
+    exact moments are unknown (the Gaussian test targets report their exact errors themselves)."""
+    enabled = cfg.reference.enabled
+    if enabled is None:
+        return getattr(method, "approximate_draws", False) and model_name != "gaussian"
+    return bool(enabled)
+
+
+def reference_error(cfg: DictConfig, target, result: Result) -> dict[str, float]:
+    """posterior_mean_err / posterior_sd_err against a cached NUTS run (diagnostics.reference)."""
+    ref_cfg = OmegaConf.to_container(cfg.reference, resolve=True)
+    ref_cfg.pop("enabled", None)
+    key = {"model": OmegaConf.to_container(cfg.model, resolve=True),
+           "data": OmegaConf.to_container(cfg.data, resolve=True), "dtype": str(cfg.device.dtype)}
+    ref = reference.reference_moments(target, key, data_dir() / "reference", progress=cfg.progress, **ref_cfg)
+    result.tags["reference_cache"] = str(ref.path)
+    out = reference.posterior_error(result.draws.numpy(), ref)
+    out["reference_time_s"] = ref.seconds
+    return out
 
 
 # --- the job --------------------------------------------------------------------------------------
@@ -224,6 +248,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     data = build(cfg.data, "data") if model_name != "gaussian" else None
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
     method = build(cfg.method, "method")
+    if hasattr(method, "check"):  # settings that need the target (latent size, pre-sample count)
+        method.check(target, int(cfg.n_chains))
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     initial = target.initial_point(int(cfg.n_chains), gen)
 
@@ -242,23 +268,26 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
         run.log_params(flatten(cfg))
         run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        result = method.run(target, initial, gen, progress=cfg.progress)
+        extra = {"artifact_dir": Path(tmp)} if "artifact_dir" in inspect.signature(method.run).parameters else {}
+        result = method.run(target, initial, gen, progress=cfg.progress, **extra)
         metrics = dict(result.metrics)
         metrics.update(result.timings)
         metrics.update(mcmc_metrics(result))
         if result.draws is not None and result.draws.shape[1] > 0:
             metrics.update(target.evaluate(result.draws))
         metrics["wall_time_s"] = time.perf_counter() - wall_start
+        if wants_reference(cfg, method, model_name) and not result.interrupted and result.draws is not None:
+            metrics.update(reference_error(cfg, target, result))
         run.log_metrics(metrics)
         for name, points in result.traces.items():
             run.log_series(name, points)
         run.set_tags(result.tags)
         log_artifacts(run, cfg, target, result, Path(tmp))
         status = "KILLED" if result.interrupted else "FINISHED"
-        warnings = health_warnings(metrics)
+        warnings = result.warnings + health_warnings(metrics)
         if warnings:
             run.set_tags({"health_warnings": " | ".join(warnings)})
-        print_summary(f"{run_name} (run {run.run_id})", metrics, status)
+        print_summary(f"{run_name} (run {run.run_id})", metrics, status, warnings)
         if result.interrupted:
             raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")
     return metrics

@@ -153,6 +153,12 @@ def find_initial_step_size(state, target, metric, gen, step_size: float = 1.0, t
         h1 = -end.log_prob + kinetic_energy(metric, end.momentum)
         return float(torch.exp(torch.clamp(-energy_error(h1, h0), max=0.0)).mean())
 
+    return bracket_step_size(one_step_accept, step_size, threshold)
+
+
+def bracket_step_size(one_step_accept, step_size: float, threshold: float = 0.8) -> float:
+    """Double or halve ``step_size`` until ``one_step_accept(step_size)`` (a mean acceptance
+    probability) crosses ``threshold``; the core of Hoffman and Gelman's Alg. 4, for any kernel."""
     accept = one_step_accept(step_size)
     direction = 1.0 if accept > threshold else -1.0
     for _ in range(60):

@@ -57,6 +57,12 @@ class TargetBase:
     def evaluate(self, draws: Tensor) -> dict[str, float]:
         return {}
 
+    def restrict(self, offset: Tensor, basis: Tensor):
+        """This density on the affine subspace q = offset + B u (see targets.restriction)."""
+        from bayesx.targets.restriction import AffineRestriction
+
+        return AffineRestriction(self, offset, basis)
+
     def describe(self) -> dict[str, str]:
         """Tags describing the target (data set, sizes) for the tracker."""
         return {"dim": str(self.dim)}

@@ -1,0 +1,195 @@
+"""Auto-encoding HMC (Shahbaba, Lomeli, Chen and Lan, "Deep Markov Chain Monte Carlo", Alg. 1).
+
+The parameter q_v in R^D is standardized by the pre-sample mean m and standard deviation s, and the
+momentum p_v ~ N(0, M) with M^-1 = diag(s^2) by its own scale 1/s:
+
+    phi_q(q) = enc((q - m) / s)      psi_q(z) = m + s * dec(z)
+    phi_p(p) = enc(s * p)            psi_p(z) = dec(z) / s
+
+One iteration draws p_v, encodes q_h = phi_q(q_v), p_h = phi_p(p_v), runs L leapfrog steps on
+
+    U_h(q_h) = U(psi_q(q_h))              (001 eq. 2)
+    K_h(p_h) = K(psi_p(p_h)) = |W g(p_h)|^2 / 2   (001 eq. 1 and 3; non-quadratic for tanh maps)
+
+and decodes q_v* = psi_q(q_h*), p_v* = psi_p(p_h*). The proposal is accepted with probability
+min(1, exp(H_start - H(q_v*, p_v*)) * V), where V is the Gram-determinant volume ratio of 001
+eq. 5-6 (``volume_correction``; V = 1 is the "approximate Bayes" variant of 001 sec. 3.3):
+
+    log V = 1/2 [ log det G(dpsi_q(q_h*)) + log det G(dpsi_p(p_h*))
+                + log det G(dphi_q(q_v))^T + log det G(dphi_p(p_v))^T ]
+
+with G(J) = J^T J for the tall decoder Jacobians and J J^T for the wide encoder ones (a k-volume,
+SPEC errata). H_start is H(q_v, p_v) in the original space (``energy_at_start="original"``, 001
+Alg. 1 as printed) or H at the reconstructed point (psi_q(q_h), psi_p(p_h))
+(``"reconstructed"``, the default). With latent_dim < D the printed form compares a full
+D-dimensional momentum with a decoded d-dimensional one, so its acceptance carries a drift of about
+(D - d)/2 nats and step-size adaptation runs away; the reconstructed form is the latent chain's own
+energy error. The two coincide when psi = phi^-1, where the sampler is exact.
+
+All products with the D-dimensional maps are precomputed once (001 eq. 7): the target is restricted
+to the decoder's last linear layer, q = m + (s W) u with u = g(z), so a latent gradient costs
+O(n h) for logistic regression; the Gram matrices fold in W^T diag(s^{+-2}) W and
+E1 diag(s^{-+2}) E1^T (h x h).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from bayesx.mcmc.common import DIVERGENCE_THRESHOLD, energy_error, uniform, where_rows
+from bayesx.nn.autoencoder import AutoEncoder
+
+ENERGY_AT_START = ("reconstructed", "original")
+
+
+def gram_logdet(gram: Tensor) -> Tensor:
+    """log det of symmetric positive definite matrices (..., k, k) by Cholesky; -inf where singular."""
+    chol, info = torch.linalg.cholesky_ex(gram)
+    logdet = 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
+    return torch.where(info == 0, logdet, torch.full_like(logdet, -float("inf")))
+
+
+class LatentSpace:
+    """The latent Hamiltonian of one trained auto-encoder on one target, with its precomputations."""
+
+    def __init__(self, target, ae: AutoEncoder, mean: Tensor, scale: Tensor):
+        self.target, self.ae, self.mean, self.scale = target, ae, mean, scale
+        self.dim, self.latent_dim = mean.shape[0], ae.latent_dim
+        W, E1 = ae.W, ae.E1
+        self.restricted = target.restrict(mean, scale[:, None] * W)  # q = m + (s W) u
+        self.kinetic_gram = W.T @ W  # K_h = g^T (W^T W) g / 2
+        self.decoder_gram_q = W.T @ (scale[:, None] ** 2 * W)  # W^T diag(s^2) W
+        self.decoder_gram_p = W.T @ (W / scale[:, None] ** 2)
+        self.encoder_gram_q = (E1 / scale**2) @ E1.T  # E1 diag(s^-2) E1^T
+        self.encoder_gram_p = (E1 * scale**2) @ E1.T
+        if not ae.nonlinear:  # every Jacobian is constant: the volume term is one number
+            self.constant_log_volume = 0.5 * (gram_logdet(self.decoder_gram_q) + gram_logdet(self.decoder_gram_p)
+                                              + gram_logdet(self.encoder_gram_q) + gram_logdet(self.encoder_gram_p))
+
+    # --- maps between the spaces (batched over chains) --------------------------------------------
+    def encode_position(self, q: Tensor) -> tuple[Tensor, Tensor]:
+        """q_h = phi_q(q) and the first-layer activation E1 x (for the encoder volume)."""
+        v = self.ae.enc_in((q - self.mean) / self.scale)
+        return self.ae.f(v), v
+
+    def encode_momentum(self, p: Tensor) -> tuple[Tensor, Tensor]:
+        v = self.ae.enc_in(p * self.scale)
+        return self.ae.f(v), v
+
+    def decode_position(self, z: Tensor) -> Tensor:
+        return self.mean + self.scale * self.ae.decode(z)
+
+    def decode_momentum(self, z: Tensor) -> Tensor:
+        return self.ae.decode(z) / self.scale
+
+    # --- the latent Hamiltonian -----------------------------------------------------------------------
+    def potential_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """U_h(z) = -log pi(psi_q(z)) and its gradient J_g^T grad_u (001 eq. 2)."""
+        u, jac = self.ae.g_and_jacobian(z)
+        log_prob, grad_u = self.restricted.log_prob_and_grad(u)
+        grad = -grad_u if jac is None else -torch.einsum("ch,chd->cd", grad_u, jac)
+        return -log_prob, grad
+
+    def potential_grad(self, z: Tensor) -> Tensor:
+        """grad U_h(z) alone (inner leapfrog steps need no density value)."""
+        u, jac = self.ae.g_and_jacobian(z)
+        grad_u = self.restricted.grad(u)
+        return -grad_u if jac is None else -torch.einsum("ch,chd->cd", grad_u, jac)
+
+    def kinetic_and_grad(self, p: Tensor) -> tuple[Tensor, Tensor]:
+        """K_h(p) = |W g(p)|^2 / 2 and its gradient J_g^T W^T W g (001 eq. 3)."""
+        u, jac = self.ae.g_and_jacobian(p)
+        a = u @ self.kinetic_gram
+        energy = 0.5 * (u * a).sum(-1)
+        return energy, (a if jac is None else torch.einsum("ch,chd->cd", a, jac))
+
+    def kinetic_grad(self, p: Tensor) -> Tensor:
+        u, jac = self.ae.g_and_jacobian(p)
+        a = u @ self.kinetic_gram
+        return a if jac is None else torch.einsum("ch,chd->cd", a, jac)
+
+    def log_volume(self, v_q: Tensor, v_p: Tensor, z_end: Tensor, p_end: Tensor) -> Tensor:
+        """log V of 001 eq. 5-6 for each chain (see the module docstring)."""
+        if not self.ae.nonlinear:
+            return self.constant_log_volume.expand(z_end.shape[0])
+        _, jq = self.ae.g_and_jacobian(z_end)
+        _, jp = self.ae.g_and_jacobian(p_end)
+        fq, fp = self.ae.f_jacobian(v_q), self.ae.f_jacobian(v_p)
+        total = (gram_logdet(jq.mT @ self.decoder_gram_q @ jq) + gram_logdet(jp.mT @ self.decoder_gram_p @ jp)
+                 + gram_logdet(fq @ self.encoder_gram_q @ fq.mT) + gram_logdet(fp @ self.encoder_gram_p @ fp.mT))
+        return 0.5 * total
+
+
+# --- the kernel, in the shape of hmc.py -----------------------------------------------------------------
+class LatentState(NamedTuple):
+    position: Tensor  # (chains, D)
+    log_prob: Tensor  # (chains,)
+
+
+class LatentInfo(NamedTuple):
+    accept_prob: Tensor
+    accepted: Tensor
+    energy: Tensor
+    divergent: Tensor
+    n_grad_evals: Tensor
+    log_volume: Tensor
+
+
+class LatentParams(NamedTuple):
+    step_size: float
+    space: LatentSpace
+    num_steps: int
+    volume_correction: bool = True
+    energy_at_start: str = "reconstructed"
+
+
+def init(position: Tensor, target) -> LatentState:
+    return LatentState(position, target.log_prob(position))
+
+
+def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, grad_u: Tensor, step_size: float, num_steps: int):
+    """num_steps leapfrog steps on U_h + K_h from (z, p) with grad U_h(z) given; returns the end
+    point, U_h and its gradient there (the position update uses grad K_h, 001 Alg. 1)."""
+    p = p - 0.5 * step_size * grad_u
+    for _ in range(num_steps - 1):
+        z = z + step_size * space.kinetic_grad(p)
+        p = p - step_size * space.potential_grad(z)
+    z = z + step_size * space.kinetic_grad(p)
+    potential, grad_u = space.potential_and_grad(z)
+    p = p - 0.5 * step_size * grad_u
+    return z, p, potential, grad_u
+
+
+def step(state: LatentState, target, params: LatentParams, gen: torch.Generator) -> tuple[LatentState, LatentInfo]:
+    space = params.space
+    n_chains = state.position.shape[0]
+    noise = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)
+    p_v = noise / space.scale  # p_v ~ N(0, M), M^-1 = diag(s^2)
+    z0, v_q = space.encode_position(state.position)
+    p0, v_p = space.encode_momentum(p_v)
+    u0, grad0 = space.potential_and_grad(z0)
+    if params.energy_at_start == "original":
+        h0 = -state.log_prob + 0.5 * (noise * noise).sum(-1)
+    else:
+        h0 = u0 + space.kinetic_and_grad(p0)[0]
+    z1, p1, u1, _ = latent_leapfrog(space, z0, p0, grad0, params.step_size, params.num_steps)
+    h1 = u1 + space.kinetic_and_grad(p1)[0]  # = H(psi_q(z1), psi_p(p1)) in the original space
+    log_volume = space.log_volume(v_q, v_p, z1, p1) if params.volume_correction else torch.zeros_like(h1)
+    delta = energy_error(h1, h0) - log_volume
+    delta = torch.nan_to_num(delta, nan=float("inf"))  # a NaN proposal is a rejection, counted below
+    accept_prob = torch.exp(torch.clamp(-delta, max=0.0))
+    accepted = uniform(n_chains, delta, gen) < accept_prob
+    new_state = LatentState(where_rows(accepted, space.decode_position(z1), state.position),
+                            torch.where(accepted, -u1, state.log_prob))
+    info = LatentInfo(
+        accept_prob=accept_prob,
+        accepted=accepted,
+        energy=torch.where(accepted, h1, h0),
+        divergent=delta > DIVERGENCE_THRESHOLD,
+        n_grad_evals=torch.full((n_chains,), params.num_steps, device=delta.device),
+        log_volume=log_volume,
+    )
+    return new_state, info
