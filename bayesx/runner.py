@@ -216,9 +216,18 @@ def wants_reference(cfg: DictConfig, method, model_name: str) -> bool:
     """reference.enabled: true/false, or null for auto: on for latent-space methods on models whose
     exact moments are unknown (the Gaussian test targets report their exact errors themselves)."""
     enabled = cfg.reference.enabled
+    if not (enabled is None or isinstance(enabled, bool)):
+        raise BayesxError(f"reference.enabled must be true, false or null (auto), got {enabled!r}")
     if enabled is None:
         return getattr(method, "approximate_draws", False) and model_name != "gaussian"
     return bool(enabled)
+
+
+def check_reference(cfg: DictConfig) -> None:
+    ref = cfg.reference
+    for key, low in (("num_warmup", 0), ("num_draws", 4), ("n_chains", 1), ("max_tree_depth", 1), ("seed", 0)):
+        if not _is_int(ref.get(key)) or ref.get(key) < low:
+            raise BayesxError(f"reference.{key} must be an integer >= {low}, got {ref.get(key)!r}")
 
 
 def reference_error(cfg: DictConfig, target, result: Result) -> dict[str, float]:
@@ -250,6 +259,9 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     method = build(cfg.method, "method")
     if hasattr(method, "check"):  # settings that need the target (latent size, pre-sample count)
         method.check(target, int(cfg.n_chains))
+    with_reference = wants_reference(cfg, method, model_name)
+    if with_reference:
+        check_reference(cfg)
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     initial = target.initial_point(int(cfg.n_chains), gen)
 
@@ -276,7 +288,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         if result.draws is not None and result.draws.shape[1] > 0:
             metrics.update(target.evaluate(result.draws))
         metrics["wall_time_s"] = time.perf_counter() - wall_start
-        if wants_reference(cfg, method, model_name) and not result.interrupted and result.draws is not None:
+        if with_reference and not result.interrupted and result.draws is not None:
             metrics.update(reference_error(cfg, target, result))
         run.log_metrics(metrics)
         for name, points in result.traces.items():

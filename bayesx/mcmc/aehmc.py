@@ -29,6 +29,15 @@ AUTO_GROWTH = 1.25  # latent_dim=auto: grow the PCA-chosen size by this factor w
 AUTO_TRIES = 6
 
 
+def settings_or_error(cls, options: dict, where: str):
+    """cls(**options), with an unknown option reported as one line naming ``where``."""
+    known = set(cls.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise BayesxError(f"{where} does not take the option '{unknown[0]}'; its options are {', '.join(sorted(known))}")
+    return cls(**options)
+
+
 class LatentSampler(MCMCMethod):
     """The third stage: the shared driver with the latent kernel; warm-up adapts the step size only."""
 
@@ -73,7 +82,8 @@ class AEHMC:
                  presample: dict | None = None, train: dict | None = None, trajectory_plot: bool | None = None):
         if ae not in ARCHITECTURES:
             raise BayesxError(f"method.ae must be one of {', '.join(ARCHITECTURES)}, got '{ae}'")
-        if latent_dim is not None and latent_dim != "auto" and not (isinstance(latent_dim, int) and latent_dim >= 1):
+        if latent_dim is not None and latent_dim != "auto" and not (
+                isinstance(latent_dim, int) and not isinstance(latent_dim, bool) and latent_dim >= 1):
             raise BayesxError(f"method.latent_dim must be an integer >= 1, null (about dim/10) or auto, got {latent_dim!r}")
         if energy_at_start not in latent.ENERGY_AT_START:
             raise BayesxError(f"method.energy_at_start must be one of {', '.join(latent.ENERGY_AT_START)}, "
@@ -82,6 +92,12 @@ class AEHMC:
             raise BayesxError(f"method.recon_tol must lie in (0, 1) (a relative squared error), got {recon_tol}")
         if num_steps < 1:
             raise BayesxError(f"method.num_steps must be >= 1, got {num_steps}")
+        if hidden is not None and not (isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1):
+            raise BayesxError(f"method.hidden must be an integer >= 1 or null (2 x latent_dim), got {hidden!r}")
+        for name, value, allow_null in (("volume_correction", volume_correction, False),
+                                        ("trajectory_plot", trajectory_plot, True)):
+            if not (isinstance(value, bool) or (allow_null and value is None)):
+                raise BayesxError(f"method.{name} must be true or false{' or null' if allow_null else ''}, got {value!r}")
         self.latent_dim, self.ae, self.hidden, self.recon_tol = latent_dim, ae, hidden, recon_tol
         self.volume_correction, self.energy_at_start = volume_correction, energy_at_start
         self.num_steps, self.min_presamples_per_latent = num_steps, min_presamples_per_latent
@@ -90,10 +106,24 @@ class AEHMC:
                                      target_accept=target_accept, thin=thin)
         MCMCMethod(**self.sampler_settings)  # validates the shared settings now, before any run starts
         self.presample = dict(presample or {})
-        self.presample_draws = int(self.presample.pop("num_draws", 1000))
-        if self.presample_draws < 2:
-            raise BayesxError(f"method.presample.num_draws must be >= 2, got {self.presample_draws}")
-        self.train = TrainSettings(**(train or {}))
+        self.presample_draws = self.presample.pop("num_draws", 1000)
+        if not isinstance(self.presample_draws, int) or self.presample_draws < 2:
+            raise BayesxError(f"method.presample.num_draws must be an integer >= 2, got {self.presample_draws!r}")
+        self.presampler(1)  # validates the pre-sampling settings now, before any run starts
+        self.train = settings_or_error(TrainSettings, train or {}, "method.train")
+
+    def presampler(self, n_chains: int) -> HMC:
+        """The pre-sampling HMC run, num_draws split over the chains; errors name method.presample."""
+        kwargs = {"num_steps": self.num_steps, **self.presample,
+                  "num_draws": math.ceil(self.presample_draws / n_chains)}
+        try:
+            return HMC(**kwargs)
+        except BayesxError as exc:
+            raise BayesxError(str(exc).replace("method.", "method.presample.", 1)) from None
+        except TypeError as exc:
+            name = str(exc).split("argument")[-1].strip(" '")
+            raise BayesxError(f"method.presample does not take the option '{name}'; "
+                              f"see conf/method/aehmc.yaml for its options") from None
 
     # --- checks that need the target, made before a run is recorded ---------------------------------
     def resolved_latent_dim(self, dim: int) -> int | None:
@@ -121,9 +151,7 @@ class AEHMC:
         result = Result()
         stage = "presample"
         try:
-            per_chain = math.ceil(self.presample_draws / n_chains)
-            pre = HMC(**{"num_steps": self.num_steps, **self.presample, "num_draws": per_chain}).run(
-                target, initial_position, gen, progress)
+            pre = self.presampler(n_chains).run(target, initial_position, gen, progress)
             result.timings["presample_warmup_time_s"] = pre.timings.get("laplace_time_s", 0.0) + pre.timings["warmup_time_s"]
             result.timings["presample_time_s"] = result.timings["presample_warmup_time_s"] + pre.timings["sampling_time_s"]
             result.metrics.update({f"presample_{k}": v for k, v in pre.metrics.items()

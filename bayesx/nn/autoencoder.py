@@ -128,7 +128,7 @@ class TrainSettings:
     lr: float = 1e-3
     val_fraction: float = 0.2
     patience: int = 25
-    max_recon_err: float = 0.9  # above this validation error the auto-encoder is useless: fail
+    max_recon_err: float = 0.98  # above this validation error the auto-encoder is useless: fail
 
     def __post_init__(self):
         if self.max_epochs < 1 or self.batch_size < 1 or self.patience < 1:
