@@ -29,5 +29,6 @@ class AffineRestriction:
         lp, grad = self.target.log_prob_and_grad(self.point(u))
         return lp, grad @ self.basis
 
-    def grad(self, u: Tensor) -> Tensor:
-        return self.log_prob_and_grad(u)[1]
+    def potential_grad(self, u: Tensor) -> Tensor:
+        """-grad_u log pi_r(u)."""
+        return -self.log_prob_and_grad(u)[1]
