@@ -45,3 +45,27 @@ def error_line(stderr: str) -> str:
     assert len(lines) == 1, f"expected exactly one error line on stderr, got:\n{stderr}"
     assert lines[0].startswith("bayesx: error: "), lines[0]
     return lines[0]
+
+
+def assert_rejected(argv: list[str], uri: str, *needles: str, may_fail_a_run: bool = False) -> str:
+    """A bad input: one error line naming the problem (with every needle), exit status 2, and no FINISHED
+    or RUNNING run. An error found only once a run is under way (``may_fail_a_run``, e.g. an
+    auto-encoder that fails to train after pre-sampling) may leave one FAILED run; others leave none."""
+    before = statuses(uri)
+    code, out, err = call(argv)
+    assert code != 0, f"bayesx {' '.join(argv)} succeeded:\n{out}"
+    assert code == 2
+    line = error_line(err)
+    assert "Traceback" not in out
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in: {line}"
+    after = statuses(uri)
+    assert "FINISHED" not in after and "RUNNING" not in after, after
+    new = sorted(after)
+    for status in before:
+        new.remove(status)
+    if may_fail_a_run:
+        assert new in ([], ["FAILED"]), new
+    else:
+        assert new == [], "a bad input must be caught before a run is recorded"
+    return line

@@ -16,7 +16,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cli_helpers import all_runs, call, error_line, statuses
+from cli_helpers import all_runs, assert_rejected, call, statuses
 
 DIGITS_DIM, N_CHAINS, NUM_DRAWS = 64, 2, 100
 # one torch thread: these problems are tiny, and with two threads on two busy cores torch can be 100x slower
@@ -32,29 +32,6 @@ REQUIRED_TAGS = ("ae", "volume_correction", "latent_dim_choice", "reference_cach
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def assert_rejected(argv: list[str], uri: str, *needles: str, may_fail_a_run: bool = False) -> str:
-    """As in test_bad_input: one error line, exit status 2, no FINISHED (or RUNNING) run. An error found
-    only after pre-sampling (``may_fail_a_run``) may leave one FAILED run; any other error leaves none."""
-    before = statuses(uri)
-    code, out, err = call(argv)
-    assert code != 0, f"bayesx {' '.join(argv)} succeeded:\n{out}"
-    assert code == 2
-    line = error_line(err)
-    assert "Traceback" not in out
-    for needle in needles:
-        assert needle in line, f"{needle!r} not in: {line}"
-    after = statuses(uri)
-    assert "FINISHED" not in after and "RUNNING" not in after, after
-    new = sorted(after)
-    for status in before:
-        new.remove(status)
-    if may_fail_a_run:
-        assert new in ([], ["FAILED"]), new
-    else:
-        assert new == [], "a bad input must be caught before a run is recorded"
-    return line
-
-
 def finished(uri: str, code: int, out: str, err: str, argv: list[str]):
     """The one run a successful ``bayesx run`` just recorded (the newest), checked to be FINISHED."""
     assert code == 0, f"bayesx {' '.join(argv)} failed:\n{err}"

@@ -16,7 +16,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cli_helpers import call, error_line, statuses
+from cli_helpers import assert_rejected, call, error_line, statuses
 
 TINY = ["experiment=quick", "method.num_warmup=10", "method.num_draws=10", "plots.n_coords=0", "device.num_threads=1"]
 
@@ -79,19 +79,6 @@ def files(tmp_path_factory):
     return out
 
 
-def assert_rejected(argv: list[str], uri: str, *needles: str) -> str:
-    before = statuses(uri)
-    code, out, err = call(argv)
-    assert code != 0, f"bayesx {' '.join(argv)} succeeded:\n{out}"
-    assert code == 2
-    line = error_line(err)
-    assert "Traceback" not in out
-    for needle in needles:
-        assert needle in line, f"{needle!r} not in: {line}"
-    after = statuses(uri)
-    assert "FINISHED" not in after and "RUNNING" not in after, after
-    assert len(after) == len(before), "a bad input must be caught before a run is recorded"
-    return line
 
 
 # --- the good file runs (so the failures below are about the flaws) -------------------------------------
