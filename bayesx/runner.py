@@ -230,13 +230,18 @@ def check_reference(cfg: DictConfig) -> None:
             raise BayesxError(f"reference.{key} must be an integer >= {low}, got {ref.get(key)!r}")
 
 
+def reference_key(cfg: DictConfig) -> dict:
+    """What identifies a posterior for the reference cache: the model, the data and the dtype."""
+    return {"model": OmegaConf.to_container(cfg.model, resolve=True),
+            "data": OmegaConf.to_container(cfg.data, resolve=True), "dtype": str(cfg.device.dtype)}
+
+
 def reference_error(cfg: DictConfig, target, result: Result) -> dict[str, float]:
     """posterior_mean_err / posterior_sd_err against a cached NUTS run (diagnostics.reference)."""
     ref_cfg = OmegaConf.to_container(cfg.reference, resolve=True)
     ref_cfg.pop("enabled", None)
-    key = {"model": OmegaConf.to_container(cfg.model, resolve=True),
-           "data": OmegaConf.to_container(cfg.data, resolve=True), "dtype": str(cfg.device.dtype)}
-    ref = reference.reference_moments(target, key, data_dir() / "reference", progress=cfg.progress, **ref_cfg)
+    ref = reference.reference_moments(target, reference_key(cfg), data_dir() / "reference", progress=cfg.progress,
+                                      **ref_cfg)
     result.tags["reference_cache"] = str(ref.path)
     out = reference.posterior_error(result.draws.numpy(), ref)
     out["reference_time_s"] = ref.seconds

@@ -37,7 +37,7 @@ from bayesx.diagnostics import convergence, reference  # noqa: E402
 from bayesx.errors import BayesxError  # noqa: E402
 from bayesx.mcmc.aehmc import AEHMC  # noqa: E402
 from bayesx.mcmc.methods import HMC  # noqa: E402
-from bayesx.runner import build  # noqa: E402
+from bayesx.runner import build, reference_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,11 +53,9 @@ THESIS_CH3 = {"hmc": {"time_per_iter": 0.488, "min_ess_per_s": 0.203},
 
 
 def build_target(data_name: str):
-    cfg = compose([f"data={data_name}", "model=logreg"])
+    cfg = compose([f"data={data_name}", "model=logreg", "device.dtype=float64"])
     target = build(cfg.model, "model", data=build(cfg.data, "data"), device="cpu", dtype=torch.float64)
-    key = {"model": dict(cfg.model), "data": {k: (list(v) if hasattr(v, "__len__") and not isinstance(v, str) else v)
-                                              for k, v in cfg.data.items()}, "dtype": "float64"}
-    return target, key
+    return target, reference_key(cfg)  # the same cache entry as `bayesx run method=aehmc data=...`
 
 
 def running_accuracy(target, draws: np.ndarray, n_points: int = 40) -> tuple[np.ndarray, np.ndarray]:
