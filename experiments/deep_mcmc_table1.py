@@ -96,7 +96,8 @@ def summarize_run(name, target, result, ref, pre_sampling_s: float) -> dict:
 def run_row(data_name: str, args) -> dict:
     target, key = build_target(data_name)
     ref = reference.reference_moments(target, key, data_dir() / "reference", num_warmup=args.ref_warmup,
-                                      num_draws=args.ref_draws, n_chains=4, progress=args.progress)
+                                      num_draws=args.ref_draws, n_chains=4, max_tree_depth=args.ref_tree_depth,
+                                      progress=args.progress)
     rows = []
     gen = torch.Generator().manual_seed(args.seed)
     hmc = HMC(num_steps=50, num_warmup=args.warmup, num_draws=args.draws, init="laplace")
@@ -203,6 +204,8 @@ def figures(rows: list[dict], out_dir: Path) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="synthetic,digits,mnist01,cnae9")
+    parser.add_argument("--ref-tree-depth", type=int, default=10,
+                        help="NUTS reference max tree depth (lower it where trees saturate, e.g. mnist01)")
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--draws", type=int, default=1000)
