@@ -166,7 +166,24 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def model_uses_data(model_cfg: DictConfig) -> bool:
+    """False for models that make their own observations (a class attribute ``uses_data = False``)."""
+    from hydra.utils import get_class
+
+    try:
+        return bool(getattr(get_class(str(model_cfg._target_)), "uses_data", True))
+    except Exception:
+        return True
+
+
 # --- metrics --------------------------------------------------------------------------------------
+def evaluate(target, result: Result) -> dict[str, float]:
+    """target.evaluate on the draws, handing over the sampler's per-draw statistics where it takes them."""
+    if "sample_stats" in inspect.signature(target.evaluate).parameters:
+        return target.evaluate(result.draws, sample_stats=result.sample_stats)
+    return target.evaluate(result.draws)
+
+
 def mcmc_metrics(result: Result) -> dict[str, float]:
     """ESS, R-hat and the ESS rates of MCMC draws, named as in DESIGN.md."""
     if result.draws is None:
@@ -201,8 +218,8 @@ def health_warnings(metrics: dict[str, float]) -> list[str]:
 
 
 def print_summary(title: str, metrics: dict[str, float], status: str, warnings: list[str] | None = None) -> None:
-    keys = ["test_accuracy", "test_lpd", "latent_dim", "recon_err", "presample_time_s", "train_time_s", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
-            "step_size", "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s", "wall_time_s"]
+    keys = ["test_accuracy", "test_lpd", "log_likelihood", "field_rel_err", "ess_log_likelihood", "latent_dim", "recon_err", "presample_time_s", "train_time_s", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
+            "step_size", "time_per_iter_s", "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s", "wall_time_s"]
     shown = [k for k in keys if k in metrics] + sorted(k for k in metrics if k.startswith("posterior_"))
     print(f"\n{title}  [{status}]")
     for k in shown:
@@ -212,14 +229,16 @@ def print_summary(title: str, metrics: dict[str, float], status: str, warnings: 
         print(f"  warning: {warning}")
 
 
-def wants_reference(cfg: DictConfig, method, model_name: str) -> bool:
+def wants_reference(cfg: DictConfig, method, model_name: str, target=None) -> bool:
     """reference.enabled: true/false, or null for auto: on for latent-space methods on models whose
-    exact moments are unknown (the Gaussian test targets report their exact errors themselves)."""
+    exact moments are unknown (the Gaussian test targets report their exact errors themselves) and
+    where a NUTS run is affordable (targets may opt out with ``reference_by_default = False``)."""
     enabled = cfg.reference.enabled
     if not (enabled is None or isinstance(enabled, bool)):
         raise BayesxError(f"reference.enabled must be true, false or null (auto), got {enabled!r}")
     if enabled is None:
-        return getattr(method, "approximate_draws", False) and model_name != "gaussian"
+        affordable = getattr(target, "reference_by_default", True)
+        return getattr(method, "approximate_draws", False) and model_name != "gaussian" and affordable
     return bool(enabled)
 
 
@@ -259,22 +278,23 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     check_run_settings(cfg)
     device, dtype = resolve_device(cfg.device)
     model_name = choices.get("model", "model")
-    data = build(cfg.data, "data") if model_name != "gaussian" else None
+    data = build(cfg.data, "data") if model_uses_data(cfg.model) else None
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
     method = build(cfg.method, "method")
     if hasattr(method, "check"):  # settings that need the target (latent size, pre-sample count)
         method.check(target, int(cfg.n_chains))
-    with_reference = wants_reference(cfg, method, model_name)
+    with_reference = wants_reference(cfg, method, model_name, target)
     if with_reference:
         check_reference(cfg)
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
     initial = target.initial_point(int(cfg.n_chains), gen)
 
     tracker = Tracker(str(cfg.tracking.uri), str(cfg.experiment_name), cfg.tracking.get("artifact_root"))
-    run_name = cfg.run_name or f"{choices.get('method')}-{model_name}-{choices.get('data')}-seed{cfg.seed}"
+    data_name = choices.get("data", "") if data is not None else "none"
+    run_name = cfg.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{cfg.seed}"
     tags = {
         "method": choices.get("method", ""), "model": model_name,
-        "data": choices.get("data", "") if data is not None else "none",
+        "data": data_name,
         "device": str(device), "dtype": str(cfg.device.dtype), "torch_version": torch.__version__,
         "git_commit": git_commit(), "seed": str(cfg.seed), "n_chains": str(cfg.n_chains),
         "ess_per_s_time": "sampling_time_s",
@@ -291,7 +311,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         metrics.update(result.timings)
         metrics.update(mcmc_metrics(result))
         if result.draws is not None and result.draws.shape[1] > 0:
-            metrics.update(target.evaluate(result.draws))
+            metrics.update(evaluate(target, result))
         metrics["wall_time_s"] = time.perf_counter() - wall_start
         if with_reference and not result.interrupted and result.draws is not None:
             metrics.update(reference_error(cfg, target, result))
@@ -323,6 +343,10 @@ def log_artifacts(run, cfg: DictConfig, target, result: Result, tmp: Path) -> No
     if cfg.plots.n_coords > 0:
         coords = convergence.lowest_ess_coordinates(draws, int(cfg.plots.n_coords))
         run.log_artifact(plots.trace_and_marginals(draws, coords, name, tmp / "trace.png"), "plots")
+    if hasattr(target, "write_artifacts"):  # model-specific files: its data, fields, ...
+        for folder, paths in target.write_artifacts(tmp).items():
+            for path in paths:
+                run.log_artifact(Path(path), folder)
     for folder, paths in result.artifacts.items():
         for path in paths:
             run.log_artifact(Path(path), folder)

@@ -61,47 +61,38 @@ class LatentSampler(MCMCMethod):
         return bracket_step_size(one_step_accept, guess)
 
 
-class AEHMC:
-    """Auto-encoding HMC (001 Alg. 1); see ``conf/method/aehmc.yaml`` for every option.
+class AutoEncodingMethod:
+    """The three stages every latent-space method shares (pre-sample, train, sample in the latent
+    space), each timed; subclasses say which sampler pre-samples and which samples the latent space.
 
     latent_dim         int, null (about D/10, as in 001) or "auto" (the smallest size whose
                        validation reconstruction error is below recon_tol)
     ae                 linear | tanh | pca
-    volume_correction  multiply the acceptance ratio by the Gram volume ratio (001 eq. 5-6)
-    energy_at_start    reconstructed | original (see bayesx.mcmc.latent)
-    presample          settings of the pre-sampling HMC run; num_draws is the total over chains
+    volume_correction  include the Jacobian (volume) terms in the acceptance ratio
+    presample          settings of the pre-sampling run; num_draws is the total over chains
     """
 
-    name = "aehmc"
+    name = "latent"
     approximate_draws = True  # with latent_dim < D: the runner reports the error against a reference posterior
+    presample_method = "hmc"  # named in error messages
 
     def __init__(self, latent_dim: int | str | None = None, ae: str = "linear", hidden: int | None = None,
-                 recon_tol: float = 0.1, volume_correction: bool = True, energy_at_start: str = "reconstructed",
-                 num_steps: int = 50, num_warmup: int = 200, num_draws: int = 1000, step_size: float | None = None,
-                 target_accept: float = 0.65, thin: int = 1, min_presamples_per_latent: int = 10,
-                 presample: dict | None = None, train: dict | None = None, trajectory_plot: bool | None = None):
+                 recon_tol: float = 0.1, volume_correction: bool = True, num_warmup: int = 200,
+                 num_draws: int = 1000, step_size: float | None = None, target_accept: float = 0.65, thin: int = 1,
+                 min_presamples_per_latent: int = 10, presample: dict | None = None, train: dict | None = None):
         if ae not in ARCHITECTURES:
             raise BayesxError(f"method.ae must be one of {', '.join(ARCHITECTURES)}, got '{ae}'")
         if latent_dim is not None and latent_dim != "auto" and not (
                 isinstance(latent_dim, int) and not isinstance(latent_dim, bool) and latent_dim >= 1):
             raise BayesxError(f"method.latent_dim must be an integer >= 1, null (about dim/10) or auto, got {latent_dim!r}")
-        if energy_at_start not in latent.ENERGY_AT_START:
-            raise BayesxError(f"method.energy_at_start must be one of {', '.join(latent.ENERGY_AT_START)}, "
-                              f"got '{energy_at_start}'")
         if not 0.0 < recon_tol < 1.0:
             raise BayesxError(f"method.recon_tol must lie in (0, 1) (a relative squared error), got {recon_tol}")
-        if num_steps < 1:
-            raise BayesxError(f"method.num_steps must be >= 1, got {num_steps}")
         if hidden is not None and not (isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1):
             raise BayesxError(f"method.hidden must be an integer >= 1 or null (2 x latent_dim), got {hidden!r}")
-        for name, value, allow_null in (("volume_correction", volume_correction, False),
-                                        ("trajectory_plot", trajectory_plot, True)):
-            if not (isinstance(value, bool) or (allow_null and value is None)):
-                raise BayesxError(f"method.{name} must be true or false{' or null' if allow_null else ''}, got {value!r}")
+        if not isinstance(volume_correction, bool):
+            raise BayesxError(f"method.volume_correction must be true or false, got {volume_correction!r}")
         self.latent_dim, self.ae, self.hidden, self.recon_tol = latent_dim, ae, hidden, recon_tol
-        self.volume_correction, self.energy_at_start = volume_correction, energy_at_start
-        self.num_steps, self.min_presamples_per_latent = num_steps, min_presamples_per_latent
-        self.trajectory_plot = trajectory_plot
+        self.volume_correction, self.min_presamples_per_latent = volume_correction, min_presamples_per_latent
         self.sampler_settings = dict(num_warmup=num_warmup, num_draws=num_draws, step_size=step_size,
                                      target_accept=target_accept, thin=thin)
         MCMCMethod(**self.sampler_settings)  # validates the shared settings now, before any run starts
@@ -112,18 +103,24 @@ class AEHMC:
         self.presampler(1)  # validates the pre-sampling settings now, before any run starts
         self.train = settings_or_error(TrainSettings, train or {}, "method.train")
 
-    def presampler(self, n_chains: int) -> HMC:
-        """The pre-sampling HMC run, num_draws split over the chains; errors name method.presample."""
-        kwargs = {"num_steps": self.num_steps, **self.presample,
-                  "num_draws": math.ceil(self.presample_draws / n_chains)}
+    # --- what a subclass provides ----------------------------------------------------------------------
+    def make_presampler(self, **kwargs) -> MCMCMethod:
+        raise NotImplementedError
+
+    def latent_sampler(self, space: latent.LatentSpace, target) -> MCMCMethod:
+        raise NotImplementedError
+
+    def presampler(self, n_chains: int) -> MCMCMethod:
+        """The pre-sampling run, num_draws split over the chains; errors name method.presample."""
+        kwargs = {**self.presample, "num_draws": math.ceil(self.presample_draws / n_chains)}
         try:
-            return HMC(**kwargs)
+            return self.make_presampler(**kwargs)
         except BayesxError as exc:
             raise BayesxError(str(exc).replace("method.", "method.presample.", 1)) from None
         except TypeError as exc:
             name = str(exc).split("argument")[-1].strip(" '")
             raise BayesxError(f"method.presample does not take the option '{name}'; "
-                              f"see conf/method/aehmc.yaml for its options") from None
+                              f"see conf/method/{self.name}.yaml for its options") from None
 
     # --- checks that need the target, made before a run is recorded ---------------------------------
     def resolved_latent_dim(self, dim: int) -> int | None:
@@ -167,15 +164,13 @@ class AEHMC:
             self._record_training(result, report, choice)
 
             stage = "sampling"
-            sampler = LatentSampler(space, self.num_steps, self.volume_correction, self.energy_at_start,
-                                    **self.sampler_settings)
-            sampled = sampler.run(target, draws[:, -1], gen, progress)
+            sampled = self.latent_sampler(space, target).run(target, draws[:, -1], gen, progress)
         except (KeyboardInterrupt, RunInterrupted):
             result.interrupted = True
             result.tags["stopped_during"] = stage
             if stage == "presample" and "pre" in locals() and pre.draws is not None:
                 result.draws, result.sample_stats = pre.draws, pre.sample_stats
-                result.tags["draws_are"] = "HMC pre-samples (the run stopped before AE-HMC sampling)"
+                result.tags["draws_are"] = f"{self.presample_method} pre-samples (the run stopped before latent sampling)"
             return result
 
         result.draws, result.sample_stats, result.interrupted = sampled.draws, sampled.sample_stats, sampled.interrupted
@@ -223,8 +218,7 @@ class AEHMC:
         result.metrics.update({"latent_dim": float(report.latent_dim), "recon_err": report.recon_err,
                                "ae_epochs": float(report.epochs)})
         result.tags.update({"latent_dim_choice": choice, "ae": self.ae,
-                            "volume_correction": str(self.volume_correction).lower(),
-                            "energy_at_start": self.energy_at_start})
+                            "volume_correction": str(self.volume_correction).lower()})
         result.traces["ae_train_loss"] = list(enumerate(report.train_loss))
         result.traces["ae_val_loss"] = list(enumerate(report.val_loss))
         if report.recon_err > self.recon_tol:
@@ -239,6 +233,47 @@ class AEHMC:
         torch.save({"arch": ae.arch, "latent_dim": ae.latent_dim, "hidden": ae.hidden, "state_dict": ae.state_dict(),
                     "mean": space.mean.cpu(), "scale": space.scale.cpu()}, path)
         result.artifacts.setdefault("autoencoder", []).append(path)
+        self._extra_artifacts(result, space, presamples, step_size, gen, folder)
+
+    def _extra_artifacts(self, result, space, presamples, step_size, gen, folder) -> None:
+        pass
+
+
+class AEHMC(AutoEncodingMethod):
+    """Auto-encoding HMC (001 Alg. 1); see ``conf/method/aehmc.yaml`` for every option.
+
+    energy_at_start    reconstructed | original (see bayesx.mcmc.latent)
+    volume_correction  multiply the acceptance ratio by the Gram volume ratio (001 eq. 5-6);
+                       false is the "approximate Bayes" variant of 001 sec. 3.3
+    """
+
+    name = "aehmc"
+
+    def __init__(self, num_steps: int = 50, energy_at_start: str = "reconstructed",
+                 trajectory_plot: bool | None = None, **kwargs):
+        if energy_at_start not in latent.ENERGY_AT_START:
+            raise BayesxError(f"method.energy_at_start must be one of {', '.join(latent.ENERGY_AT_START)}, "
+                              f"got '{energy_at_start}'")
+        if not (isinstance(num_steps, int) and num_steps >= 1):
+            raise BayesxError(f"method.num_steps must be >= 1, got {num_steps}")
+        if not (trajectory_plot is None or isinstance(trajectory_plot, bool)):
+            raise BayesxError(f"method.trajectory_plot must be true or false or null, got {trajectory_plot!r}")
+        self.num_steps, self.energy_at_start, self.trajectory_plot = num_steps, energy_at_start, trajectory_plot
+        super().__init__(**kwargs)
+
+    def make_presampler(self, **kwargs) -> HMC:
+        return HMC(**{"num_steps": self.num_steps, **kwargs})
+
+    def latent_sampler(self, space, target) -> LatentSampler:
+        return LatentSampler(space, self.num_steps, self.volume_correction, self.energy_at_start,
+                             **self.sampler_settings)
+
+    def _record_training(self, result, report, choice) -> None:
+        super()._record_training(result, report, choice)
+        result.tags["energy_at_start"] = self.energy_at_start
+
+    def _extra_artifacts(self, result, space, presamples, step_size, gen, folder) -> None:
+        ae = space.ae
         wanted = self.trajectory_plot if self.trajectory_plot is not None else (ae.latent_dim == 2 and space.dim <= 3)
         if wanted and ae.latent_dim >= 2 and space.dim >= 2:
             figure = trajectory_figure(space, presamples, step_size, self.num_steps, gen, folder / "trajectory.png")

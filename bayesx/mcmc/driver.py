@@ -99,7 +99,8 @@ class MCMCMethod:
             initial_position, metric = self._laplace_start(target, initial_position, gen, dense)
             result.timings["laplace_time_s"] = time.perf_counter() - start
         state = self.kernel.init(initial_position, target)
-        if not bool(torch.isfinite(state.log_prob).all()):
+        start_density = state.log_prob if hasattr(state, "log_prob") else state.log_likelihood  # pCN keeps l(q)
+        if not bool(torch.isfinite(start_density).all()):
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller model.init_scale")
         if self.step_size is not None:
             step_size = float(self.step_size)
@@ -156,6 +157,8 @@ class MCMCMethod:
             result.timings["sampling_time_s"] = 0.0
         else:
             result.timings["sampling_time_s"] = end - sampling_start
+            if kept:
+                result.metrics["time_per_iter_s"] = result.timings["sampling_time_s"] / (len(kept) * self.thin)
         result.tags["stopped_during"] = stage if result.interrupted else "completed"
 
         if kept:

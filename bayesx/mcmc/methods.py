@@ -1,4 +1,4 @@
-"""The MCMC methods of the ``method`` config group: HMC, NUTS and random-walk Metropolis."""
+"""The MCMC methods of the ``method`` config group: HMC, NUTS, random-walk Metropolis and pCN."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 from bayesx.errors import BayesxError
-from bayesx.mcmc import hmc, nuts, rwm
+from bayesx.mcmc import hmc, nuts, pcn, rwm
+from bayesx.mcmc.adaptation import bracket_step_size
 from bayesx.mcmc.driver import MCMCMethod
 
 
@@ -66,3 +67,50 @@ class RWM(MCMCMethod):
     def search_step_size(self, state, target, metric, gen, guess):
         # with a proposal covariance close to the posterior's, 2.38 / sqrt(dim) is near optimal
         return 2.38 / math.sqrt(state.position.shape[-1])
+
+
+class PCN(MCMCMethod):
+    """Preconditioned Crank-Nicolson (bayesx.mcmc.pcn) for models with a Gaussian prior it can
+    sample; ``step_size`` is h (rho = (1 - h/4) / (1 + h/4)), adapted towards ``target_accept``."""
+
+    kernel = pcn
+    name = "pcn"
+    uses_gradient = False
+
+    def __init__(self, target_accept: float = 0.25, noise_block: int = 64, **kwargs):
+        if not (isinstance(noise_block, int) and noise_block >= 1):
+            raise BayesxError(f"method.noise_block must be an integer >= 1, got {noise_block!r}")
+        super().__init__(target_accept=target_accept, mass="identity", **kwargs)
+        self.noise_block = noise_block
+        self._noise = None
+
+    def check(self, target, n_chains: int) -> None:
+        require_gaussian_prior(target, self.name)
+
+    def run(self, target, initial_position, gen, progress=None):
+        self._noise = pcn.PriorNoise(target, self.noise_block)
+        return super().run(target, initial_position, gen, progress)
+
+    def make_params(self, step_size, metric=None):
+        return pcn.PCNParams(min(step_size, pcn.MAX_H), self._noise)
+
+    def _summaries(self, stats, step_size, warmup_grad_evals):
+        h = min(step_size, pcn.MAX_H)
+        return {**super()._summaries(stats, h, warmup_grad_evals), "rho": pcn.rho(h)}
+
+    def search_step_size(self, state, target, metric, gen, guess):
+        def one_step_accept(h: float) -> float:
+            if h > pcn.MAX_H:  # beyond rho = 0 (independent prior draws): stop growing
+                return 0.0
+            return float(pcn.step(state, target, pcn.PCNParams(min(h, pcn.MAX_H), self._noise), gen)[1].accept_prob.mean())
+
+        return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.target_accept))
+
+
+def require_gaussian_prior(target, method: str, also: tuple[str, ...] = ()) -> None:
+    """pCN-type methods need log_likelihood and prior draws; say which models have them."""
+    needed = ("log_likelihood", "sample_prior", *also)
+    missing = [name for name in needed if not callable(getattr(target, name, None))]
+    if missing:
+        raise BayesxError(f"method={method} needs a model with a Gaussian prior it can sample and a separate "
+                          f"log-likelihood ({type(target).__name__} lacks {', '.join(missing)}); use model=elliptic")

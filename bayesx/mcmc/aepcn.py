@@ -1,0 +1,172 @@
+"""AE-pCN (001 sec. 4.2): the pCN proposal made in an auto-encoder's latent space, decoded and
+accepted in the original space. The stages (pCN pre-samples, training, timing) are those of AE-HMC
+(``bayesx.mcmc.aehmc.AutoEncodingMethod``).
+
+The chain lives on the decoder's manifold q = psi(z) (bayesx.mcmc.latent.LatentSpace). Its target is
+the posterior pulled back to the latent chart, pi_h(z) = exp(l(psi(z))) pi_0(psi(z)) vol(z), with
+vol(z) = det(J_psi^T J_psi)^(1/2). The latent reference measure is the prior restricted to the
+decoder's linearization at z = 0, q = m + B z (B = d psi / dz; exact for linear decoders):
+
+    P = B^T C^-1 B,   mu = -P^-1 B^T C^-1 m,   reference N(mu, P^-1)
+
+and one iteration proposes
+
+    z* = mu + rho (z - mu) + sqrt(1 - rho^2) xi_h,   xi_h ~ N(0, P^-1),   q* = psi(z*)
+
+The proposal is reversible with respect to N(mu, P^-1), so the exact acceptance ratio is
+
+    log a = l(q*) - l(q) + c(z*) - c(z),   c(z) = log pi_0(psi(z)) + log vol(z) - log N(z; mu, P^-1)
+
+For a linear (or PCA) decoder c is constant: the reference is exactly the restricted prior, and the
+likelihood ratio alone (pCN's own rule) is exact on the manifold. For a tanh decoder c varies;
+``volume_correction: true`` includes it, false drops it (approximate, as 001 sec. 3.3).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from bayesx.mcmc import pcn
+from bayesx.mcmc.adaptation import bracket_step_size
+from bayesx.mcmc.aehmc import AutoEncodingMethod
+from bayesx.mcmc.common import where_rows
+from bayesx.mcmc.driver import MCMCMethod
+from bayesx.mcmc.latent import LatentSpace, gram_logdet
+from bayesx.mcmc.methods import PCN, require_gaussian_prior
+
+JITTER = 1e-10
+
+
+class LatentReference:
+    """N(mu, P^-1): the prior restricted to the decoder's linearization (see the module docstring)."""
+
+    def __init__(self, space: LatentSpace, target):
+        zero = torch.zeros(space.latent_dim, dtype=space.mean.dtype, device=space.mean.device)
+        offset = space.decode_position(zero[None])[0]  # m (bias-free decoders map 0 to the pre-sample mean)
+        basis = torch.func.jacrev(lambda z: space.decode_position(z[None])[0])(zero)  # B (D, d)
+        chol_prior = target.prior_factor()
+        y = torch.linalg.solve_triangular(chol_prior, basis, upper=False)  # L^-1 B
+        w = torch.linalg.solve_triangular(chol_prior, offset[:, None], upper=False)  # L^-1 m
+        precision = y.T @ y
+        precision = precision + JITTER * precision.diagonal().mean() * torch.eye(
+            precision.shape[0], dtype=precision.dtype, device=precision.device)
+        self.chol = torch.linalg.cholesky(precision)  # P = R R^T
+        self.mean = -torch.cholesky_solve(y.T @ w, self.chol)[:, 0]
+
+    def sample(self, n: int, gen: torch.Generator) -> Tensor:
+        """xi_h ~ N(0, P^-1) as R^-T eps."""
+        eps = torch.randn((n, self.chol.shape[0]), generator=gen, dtype=self.chol.dtype, device=self.chol.device)
+        return torch.linalg.solve_triangular(self.chol.T, eps.T, upper=True).T
+
+    def log_density(self, z: Tensor) -> Tensor:
+        """log N(z; mu, P^-1) up to a constant: -1/2 |R^T (z - mu)|^2."""
+        d = (z - self.mean) @ self.chol
+        return -0.5 * (d * d).sum(-1)
+
+
+class LatentPCNState(NamedTuple):
+    position: Tensor  # (chains, D) = psi(z)
+    log_likelihood: Tensor  # (chains,)
+    latent: Tensor  # (chains, d)
+    correction: Tensor  # (chains,) the bracket of the exact ratio at z (0 without volume correction)
+
+
+class LatentPCNParams(NamedTuple):
+    step_size: float  # h
+    space: LatentSpace
+    reference: LatentReference
+    volume_correction: bool
+
+
+def decoder_log_volume(space: LatentSpace, z: Tensor) -> Tensor:
+    """1/2 log det(J_psi^T J_psi) at z; a constant (returned as 0) for linear decoders."""
+    if not space.ae.nonlinear:
+        return torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
+    _, jac = space.ae.g_and_jacobian(z)
+    return 0.5 * gram_logdet(jac.mT @ space.decoder_gram_q @ jac)
+
+
+def correction(target, params: LatentPCNParams, z: Tensor, q: Tensor) -> Tensor:
+    if not (params.volume_correction and params.space.ae.nonlinear):  # constant for linear decoders
+        return torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
+    return target.prior_log_prob(q) + decoder_log_volume(params.space, z) - params.reference.log_density(z)
+
+
+def make_kernel(params_for_init: LatentPCNParams) -> SimpleNamespace:
+    """The kernel in the driver's shape (init, step); init projects the start onto the manifold."""
+
+    def init(position: Tensor, target) -> LatentPCNState:
+        z, _ = params_for_init.space.encode_position(position)
+        q = params_for_init.space.decode_position(z)
+        return LatentPCNState(q, target.log_likelihood(q), z, correction(target, params_for_init, z, q))
+
+    return SimpleNamespace(init=init, step=step)
+
+
+def step(state: LatentPCNState, target, params: LatentPCNParams, gen: torch.Generator):
+    r = pcn.rho(params.step_size)
+    ref = params.reference
+    z_new = ref.mean + r * (state.latent - ref.mean) + math.sqrt(1.0 - r * r) * ref.sample(state.latent.shape[0], gen)
+    q_new = params.space.decode_position(z_new)
+    log_lik = target.log_likelihood(q_new)
+    corr = correction(target, params, z_new, q_new)
+    accept_prob, accepted, failed = pcn.metropolis(state.log_likelihood, log_lik, corr - state.correction, gen)
+    new = LatentPCNState(where_rows(accepted, q_new, state.position),
+                         torch.where(accepted, log_lik, state.log_likelihood),
+                         where_rows(accepted, z_new, state.latent), torch.where(accepted, corr, state.correction))
+    zeros = torch.zeros(accepted.shape[0], dtype=torch.long, device=accepted.device)
+    return new, pcn.PCNInfo(accept_prob, accepted, failed, zeros, new.log_likelihood)
+
+
+class LatentPCNSampler(MCMCMethod):
+    """The third stage of AE-pCN: the shared driver with the latent pCN kernel (h adapted in warm-up)."""
+
+    name = "aepcn"
+    uses_gradient = False
+
+    def __init__(self, space: LatentSpace, reference: LatentReference, volume_correction: bool, **kwargs):
+        super().__init__(mass="identity", init="prior", **kwargs)
+        self.space, self.reference, self.volume_correction = space, reference, volume_correction
+        self.kernel = make_kernel(self.make_params(1.0))
+
+    def make_params(self, step_size, metric=None):
+        return LatentPCNParams(min(step_size, pcn.MAX_H), self.space, self.reference, self.volume_correction)
+
+    def _summaries(self, stats, step_size, warmup_grad_evals):
+        h = min(step_size, pcn.MAX_H)
+        return {**super()._summaries(stats, h, warmup_grad_evals), "rho": pcn.rho(h)}
+
+    def search_step_size(self, state, target, metric, gen, guess):
+        def one_step_accept(h: float) -> float:
+            if h > pcn.MAX_H:
+                return 0.0
+            return float(step(state, target, self.make_params(h), gen)[1].accept_prob.mean())
+
+        return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.target_accept))
+
+
+class AEPCN(AutoEncodingMethod):
+    """AE-pCN: pCN pre-samples, an auto-encoder, pCN in its latent space; see conf/method/aepcn.yaml."""
+
+    name = "aepcn"
+    presample_method = "pcn"
+
+    def __init__(self, latent_dim: int | str | None = 441, ae: str = "pca", target_accept: float = 0.25,
+                 min_presamples_per_latent: int = 2, **kwargs):
+        super().__init__(latent_dim=latent_dim, ae=ae, target_accept=target_accept,
+                         min_presamples_per_latent=min_presamples_per_latent, **kwargs)
+
+    def make_presampler(self, **kwargs) -> PCN:
+        return PCN(**kwargs)
+
+    def check(self, target, n_chains: int) -> None:
+        require_gaussian_prior(target, self.name, ("prior_log_prob", "prior_factor"))
+        super().check(target, n_chains)
+
+    def latent_sampler(self, space: LatentSpace, target) -> LatentPCNSampler:
+        return LatentPCNSampler(space, LatentReference(space, target), self.volume_correction, **self.sampler_settings)

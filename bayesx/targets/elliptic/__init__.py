@@ -1,0 +1,5 @@
+"""The elliptic-PDE inverse problem (001 sec. 4.2): P2 finite elements, prior, forward and adjoint."""
+
+from bayesx.targets.elliptic.model import EllipticInverse
+
+__all__ = ["EllipticInverse"]

@@ -1,0 +1,248 @@
+"""The elliptic-PDE inverse problem of 001 sec. 4.2 as a target of the runner (``model=elliptic``).
+
+Infer the log-transmissivity u (P2 values at the dofs of a ``mesh`` x ``mesh`` grid) from 25 noisy
+pressure readings, -div(exp(u) grad p) = f, with
+
+    log pi(u | y) = l(u) + log N(u; 0, C) + const,   l(u) = -1/2 sum_j ((y_j - (O p(u))_j) / sigma)^2
+
+l is the negative data misfit without the Gaussian normalizing constant (what the published
+log-likelihood -7.47 measures). Its gradient costs one adjoint solve with the same factorization
+(see fem.py). With ``whiten=true`` the parameter is v with u = L v (C = L L^T), the prior is
+N(0, I) and grad_v = L^T grad_u: the parameterization in which HMC's identity mass fits the prior.
+
+The data are generated from the true field on a mesh twice as fine (no inverse crime) with seeded
+noise. Solves run per chain with SuperLU on the CPU (``solver=sparse``) or as a batched dense LU
+in torch on any device (``solver=dense``; the default on CUDA).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bayesx.data.registry import data_dir
+from bayesx.errors import BayesxError
+from bayesx.targets.base import TargetBase, check_positive
+from bayesx.targets.elliptic import problem
+from bayesx.targets.elliptic.fem import P2Space
+from bayesx.targets.elliptic.prior import GaussianFieldPrior, cholesky_factor
+
+SOLVERS = ("auto", "sparse", "dense")
+FIELD_PROBES = np.array([[0.3, 0.3], [0.5, 0.5], [0.7, 0.3], [0.7, 0.7], [0.3, 0.7]])  # dofs whose ESS is reported
+
+
+class EllipticInverse(TargetBase):
+    """Posterior of the log-transmissivity field; see the module docstring and conf/model/elliptic.yaml."""
+
+    uses_data = False  # the model generates its own observations
+    reference_by_default = False  # NUTS costs up to 2^max_tree_depth PDE solves per draw: opt in with reference.enabled=true
+    param_name = "u"
+
+    def __init__(self, data=None, mesh: int = 20, prior_sd: float = 1.25, prior_length: float = 0.0625,
+                 snr: float = problem.SNR, noise_sd: float | None = None, data_mesh_factor: int = 2,
+                 data_seed: int = 2017, whiten: bool = False, solver: str = "auto", eval_draws: int = 400,
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64):
+        check_positive("model.prior_sd", prior_sd, "set model.prior_sd=1.25 (the source's value)")
+        check_positive("model.prior_length", prior_length, "set model.prior_length=0.0625 (the source's value)")
+        check_positive("model.snr", snr, "set model.snr=10 (the source's value)")
+        if noise_sd is not None:
+            check_positive("model.noise_sd", noise_sd, "set a positive model.noise_sd or null (max|u0| / snr)")
+        if solver not in SOLVERS:
+            raise BayesxError(f"model.solver must be one of {', '.join(SOLVERS)}, got '{solver}'")
+        if not (isinstance(data_mesh_factor, int) and data_mesh_factor >= 1):
+            raise BayesxError(f"model.data_mesh_factor must be an integer >= 1, got {data_mesh_factor!r}")
+        if not isinstance(whiten, bool):
+            raise BayesxError(f"model.whiten must be true or false, got {whiten!r}")
+        if not (isinstance(eval_draws, int) and eval_draws >= 1):
+            raise BayesxError(f"model.eval_draws must be an integer >= 1, got {eval_draws!r}")
+        self.device, self.dtype = torch.device(device), dtype
+        self.space = P2Space(mesh)  # validates mesh
+        self.mesh, self.dim, self.whiten, self.eval_draws = mesh, self.space.n_dofs, whiten, eval_draws
+        self.solver = solver if solver != "auto" else ("sparse" if self.device.type == "cpu" else "dense")
+        self.noise_sd = float(noise_sd) if noise_sd is not None else problem.default_noise_sd(snr)
+        self.sensors = problem.sensor_points()
+        self.obs = self.space.point_evaluation(self.sensors)
+        self.obs_t = self.obs.T.tocsr()
+        self.rhs = np.append(self.space.load_vector(problem.source), 0.0)
+        self.true_u = self.space.interpolate(problem.true_field)
+        self.clean, self.observations = self._generate_data(mesh * data_mesh_factor, data_seed)
+        self.prior = GaussianFieldPrior(cholesky_factor(self.space.coords, prior_sd, prior_length,
+                                                        data_dir() / "elliptic"), self.device, dtype)
+        self._dense = None
+
+    def _generate_data(self, fine_mesh: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        fine = P2Space(fine_mesh)
+        factorized = fine.factorize(fine.interpolate(problem.true_field))
+        clean = fine.point_evaluation(self.sensors) @ factorized.solve(np.append(fine.load_vector(problem.source), 0.0))[:-1]
+        noise = np.random.default_rng(seed).normal(size=clean.shape) * self.noise_sd
+        return clean, clean + noise
+
+    # --- the documented API ------------------------------------------------------------------------
+    @property
+    def dof_coordinates(self) -> np.ndarray:
+        """(dim, 2) coordinates of the degrees of freedom (the P2 nodes)."""
+        return self.space.coords
+
+    def field(self, q: Tensor) -> Tensor:
+        """The field u at the dofs for parameters q (..., dim): q itself, or L q when whitened."""
+        return self.prior.color(q) if self.whiten else q
+
+    def forward(self, u) -> np.ndarray:
+        """The 25 sensor values O p(u) for a field u (dim,) or fields (n, dim) at the dofs."""
+        single = np.ndim(u.detach().cpu() if isinstance(u, Tensor) else u) == 1
+        u = self._checked_field(u)
+        out = []
+        for row in u:
+            try:
+                factorized = self.space.factorize(row)
+            except FloatingPointError as exc:
+                raise BayesxError(f"the PDE solve diverged for this field ({exc}); is exp(u) finite and positive?") from None
+            values = self.obs @ factorized.solve(self.rhs)[:-1]
+            if not np.all(np.isfinite(values)):
+                raise BayesxError("the PDE solve diverged for this field (NaN in the solution)")
+            out.append(values)
+        return out[0] if single else np.stack(out)
+
+    def _checked_field(self, u) -> np.ndarray:
+        arr = np.asarray(u.detach().cpu() if isinstance(u, Tensor) else u, dtype=np.float64)
+        if arr.ndim not in (1, 2) or arr.shape[-1] != self.dim:
+            raise BayesxError(f"forward expects a field of length {self.dim} (the P2 dofs of the {self.mesh} x "
+                              f"{self.mesh} mesh), or an array (n, {self.dim}); got shape {tuple(arr.shape)}")
+        return np.atleast_2d(arr)
+
+    def log_likelihood(self, q: Tensor) -> Tensor:
+        """l(u(q)) for parameters q (chains, dim); NaN where the solve fails."""
+        return self._misfit(q, need_grad=False)[0]
+
+    # --- the target interface ----------------------------------------------------------------------------
+    def log_prob(self, q: Tensor) -> Tensor:
+        return self.log_prob_and_grad(q, need_grad=False)[0]
+
+    def log_prob_and_grad(self, q: Tensor, need_grad: bool = True) -> tuple[Tensor, Tensor | None]:
+        shape = q.shape
+        q = q.reshape(-1, self.dim)
+        log_lik, grad_u = self._misfit(q, need_grad)
+        log_prior, grad_prior = self.prior_log_prob_and_grad(q)
+        lp = (log_lik + log_prior).reshape(shape[:-1])
+        if not need_grad:
+            return lp, None
+        grad = (grad_u @ self.prior.chol if self.whiten else grad_u) + grad_prior  # L^T grad_u, as rows
+        return lp, grad.reshape(shape)
+
+    def prior_log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
+        """log N(q; 0, prior) up to a constant, and its gradient, in the target's parameterization."""
+        if self.whiten:
+            return -0.5 * (q * q).sum(-1), -q
+        return self.prior.log_prob_and_grad(q)
+
+    def prior_log_prob(self, q: Tensor) -> Tensor:
+        """log N(q; 0, prior) up to a constant (one triangular solve; no gradient)."""
+        w = q if self.whiten else self.prior.whiten(q)
+        return -0.5 * (w * w).sum(-1)
+
+    def sample_prior(self, n: int, gen: torch.Generator) -> Tensor:
+        """n draws from the prior, in the target's parameterization."""
+        if self.whiten:
+            return torch.randn((n, self.dim), generator=gen, device=self.device, dtype=self.dtype)
+        return self.prior.sample(n, gen)
+
+    def prior_factor(self) -> Tensor:
+        """L with prior covariance L L^T in the target's parameterization (I when whitened)."""
+        if self.whiten:
+            return torch.eye(self.dim, device=self.device, dtype=self.dtype)
+        return self.prior.chol
+
+    def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
+        return self.sample_prior(n_chains, gen)
+
+    # --- solves -------------------------------------------------------------------------------------------
+    def _misfit(self, q: Tensor, need_grad: bool) -> tuple[Tensor, Tensor | None]:
+        """l(u) and dl/du for each row of q; NaN (value and gradient) where a solve fails."""
+        u = self.field(q.reshape(-1, self.dim))
+        if self.solver == "dense":
+            return self._misfit_dense(u, need_grad)
+        u_np = u.detach().cpu().numpy().astype(np.float64)
+        log_lik = np.full(u_np.shape[0], np.nan)
+        grad = np.full(u_np.shape, np.nan) if need_grad else None
+        for row, field in enumerate(u_np):
+            try:
+                factorized = self.space.factorize(field)
+            except FloatingPointError:
+                continue
+            x = factorized.solve(self.rhs)
+            residual = (self.observations - self.obs @ x[:-1]) / self.noise_sd
+            log_lik[row] = -0.5 * residual @ residual
+            if need_grad:
+                adjoint = factorized.solve(np.append(self.obs_t @ (residual / self.noise_sd), 0.0))
+                grad[row] = -self.space.coefficient_gradient(factorized, x, adjoint)
+        as_tensor = lambda a: torch.as_tensor(a, device=q.device, dtype=q.dtype)  # noqa: E731
+        return as_tensor(log_lik), (as_tensor(grad) if need_grad else None)
+
+    def _dense_operators(self):
+        """Torch copies of the FEM operators for the batched dense solver (built on first use)."""
+        if self._dense is None:
+            from bayesx.targets.elliptic.dense import DenseOperators
+
+            self._dense = DenseOperators(self.space, self.obs, self.rhs, self.observations, self.device, self.dtype)
+        return self._dense
+
+    def _misfit_dense(self, u: Tensor, need_grad: bool):
+        return self._dense_operators().misfit(u, self.noise_sd, need_grad)
+
+    # --- reporting ------------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, str]:
+        return {"dim": str(self.dim), "mesh": str(self.mesh), "elements": "P2", "n_obs": str(len(self.observations)),
+                "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(), "solver": self.solver}
+
+    def field_probe_dofs(self) -> np.ndarray:
+        """Indices of the dofs nearest FIELD_PROBES (their ESS is reported as ess_field_min)."""
+        d = ((self.space.coords[None, :, :] - FIELD_PROBES[:, None, :]) ** 2).sum(-1)
+        return d.argmin(1)
+
+    def evaluate(self, draws: Tensor, sample_stats: dict | None = None) -> dict[str, float]:
+        """log_likelihood (mean over retained draws; from the sampler when it recorded it, else on up
+        to eval_draws evenly thinned draws), its ESS, the field ESS at five probes, and the relative
+        L2 error of the posterior mean field against the true field."""
+        from bayesx.diagnostics import convergence
+
+        fields = self.field(draws.to(self.device, self.dtype)).cpu()
+        mean = fields.mean((0, 1)).numpy()
+        self.posterior_mean, self.posterior_sd = mean, fields.reshape(-1, self.dim).std(0).numpy()
+        out = {"field_rel_err": self.space.l2_norm(mean - self.true_u) / self.space.l2_norm(self.true_u)}
+        probes = fields[:, :, self.field_probe_dofs()].numpy()
+        out["ess_field_min"] = convergence.summarize(probes).get("ess_bulk_min", float("nan"))
+        stats = sample_stats or {}
+        if "log_likelihood" in stats:
+            trace = np.asarray(stats["log_likelihood"], dtype=np.float64)
+            source = "every retained draw"
+        else:
+            n_chains, n_draws = draws.shape[:2]
+            keep = np.unique(np.linspace(0, n_draws - 1, max(1, min(n_draws, self.eval_draws // n_chains))).astype(int))
+            thinned = draws[:, keep].reshape(-1, self.dim).to(self.device, self.dtype)
+            trace = self.log_likelihood(thinned).cpu().numpy().reshape(n_chains, len(keep))
+            source = f"{len(keep)} evenly spaced draws per chain"
+        self.log_likelihood_trace, self.log_likelihood_source = trace, source
+        out["log_likelihood"] = float(np.nanmean(trace))
+        if trace.shape[1] >= 4:
+            out["ess_log_likelihood"] = convergence.summarize(trace[:, :, None]).get("ess_bulk_min", float("nan"))
+        return out
+
+    def write_artifacts(self, folder: Path) -> dict[str, list[Path]]:
+        """The observations (csv) and plots: true field with sensors (001 Fig. 4), posterior mean and sd
+        fields, and the log-likelihood trace (the last two after ``evaluate``)."""
+        from bayesx.targets.elliptic import plots
+
+        folder = Path(folder)
+        table = folder / "observations.csv"
+        header = "x,y,clean,observed"
+        np.savetxt(table, np.column_stack([self.sensors, self.clean, self.observations]), delimiter=",",
+                   header=header, comments="", fmt="%.10g")
+        out = {"data": [table], "plots": [plots.true_field(self, folder / "true_field.png")]}
+        if getattr(self, "posterior_mean", None) is not None:
+            out["plots"].append(plots.posterior_fields(self, folder / "posterior_fields.png"))
+            out["plots"].append(plots.log_likelihood_trace(self.log_likelihood_trace, self.log_likelihood_source,
+                                                           folder / "log_likelihood_trace.png"))
+        return out
