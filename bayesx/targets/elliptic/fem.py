@@ -118,8 +118,9 @@ class P2Space:
 
     # --- per-coefficient operations ----------------------------------------------------------
     def coefficient_at_quadrature(self, u: np.ndarray) -> np.ndarray:
-        """k_q = exp(I u)."""
-        return np.exp(self.interp @ u)
+        """k_q = exp(I u); overflow gives inf, which ``factorize`` reports as a failed solve."""
+        with np.errstate(over="ignore"):
+            return np.exp(self.interp @ u)
 
     def stiffness_values(self, k_q: np.ndarray) -> np.ndarray:
         """The non-zeros of K(k) in (k_rows, k_cols) order: one sparse product."""

@@ -1,0 +1,104 @@
+"""Where the time of one pCN iteration goes on the elliptic problem, side by side with the floor:
+one sparse LU factorization and solve of the same saddle-point system.
+
+    python experiments/bench_elliptic.py                     # meshes 20 and 40 -> results/bench_elliptic.md
+    python experiments/bench_elliptic.py --meshes 40 --repeats 50
+
+Contenders, per chain and in milliseconds (median of --repeats):
+  assemble          k_q = exp(I u) and K.data = S k_q (the one-product assembly)
+  factor + solve    SuperLU on the (N+1) x (N+1) system and one solve: the floor of any likelihood
+  log-likelihood    assemble + factor + solve + observe (what pCN pays per proposal)
+  gradient          log-likelihood plus the adjoint solve and the pull-back (what HMC pays per step)
+  prior draw        xi = L z: one dense product per draw, or colored 64 iterations at a time
+  pCN iteration     pcn.step on 4 chains (proposal, likelihood, accept), divided by 4
+The goal (issue 4): pCN iteration <= 1.5 x (factor + solve) on the 40 x 40 mesh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bayesx.mcmc import pcn
+from bayesx.targets.elliptic import EllipticInverse
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()  # warm
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
+
+
+def bench_mesh(mesh: int, repeats: int, chains: int) -> dict[str, float]:
+    model = EllipticInverse(mesh=mesh)
+    space = model.space
+    gen = torch.Generator().manual_seed(0)
+    q = model.sample_prior(chains, gen)
+    u = q[0].numpy()
+    k_q = space.coefficient_at_quadrature(u)
+    out = {"dim": model.dim}
+    out["assemble"] = median_ms(lambda: space.stiffness_values(space.coefficient_at_quadrature(u)), repeats)
+    out["factor + solve"] = median_ms(lambda: space.factorize(u).solve(model.rhs), repeats)
+    out["matrix build (no factor)"] = median_ms(lambda: space.saddle_matrix(k_q), repeats)
+    out["log-likelihood"] = median_ms(lambda: model.log_likelihood(q[:1]), repeats)
+    out["gradient"] = median_ms(lambda: model.log_prob_and_grad(q[:1]), repeats)
+    z = torch.randn(1, model.dim, generator=gen, dtype=torch.float64)
+    out["prior draw (one product)"] = median_ms(lambda: model.prior.color(z), repeats)
+    block = torch.randn(64 * chains, model.dim, generator=gen, dtype=torch.float64)
+    out["prior draw (64-iteration blocks)"] = median_ms(lambda: model.prior.color(block), max(3, repeats // 10)) / (
+        64 * chains)
+    noise = pcn.PriorNoise(model, 64)
+    state = pcn.init(q, model)
+    params = pcn.PCNParams(0.5, noise)
+    holder = {"state": state}
+
+    def one_iteration():
+        holder["state"], _ = pcn.step(holder["state"], model, params, gen)
+
+    out["pCN iteration"] = median_ms(one_iteration, repeats) / chains
+    out["ratio"] = out["pCN iteration"] / out["factor + solve"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--meshes", default="20,40")
+    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--out", default="results/bench_elliptic.md")
+    args = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    meshes = [int(m) for m in args.meshes.split(",")]
+    results = {m: bench_mesh(m, args.repeats, args.chains) for m in meshes}
+    keys = [k for k in results[meshes[0]] if k not in ("dim", "ratio")]
+    lines = ["# Elliptic-PDE benchmark: one pCN iteration against one sparse factorization and solve", "",
+             f"Command: `python experiments/bench_elliptic.py {' '.join(sys.argv[1:])}`".rstrip(), "",
+             f"Machine: {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, numpy "
+             f"{np.__version__}; median of {args.repeats} repeats, milliseconds per chain.", "",
+             "| | " + " | ".join(f"mesh {m} ({results[m]['dim']} unknowns)" for m in meshes) + " |",
+             "|---|" + "---|" * len(meshes)]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(f"{results[m][k]:.3f}" for m in meshes) + " |")
+    lines.append("| **pCN iteration / (factor + solve)** | " + " | ".join(f"**{results[m]['ratio']:.2f}**"
+                                                                       for m in meshes) + " |")
+    lines += ["", "Goal: at most 1.5 on the 40 x 40 mesh."]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
