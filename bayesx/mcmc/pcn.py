@@ -61,7 +61,7 @@ class PCNInfo(NamedTuple):
     accepted: Tensor
     divergent: Tensor  # the proposal's likelihood was NaN (failed solve): rejected
     n_grad_evals: Tensor  # always 0
-    log_likelihood: Tensor  # of the state after the step
+    log_lik: Tensor  # l(q) of the state after the step (named so ArviZ keeps it among sample stats)
 
 
 class PCNParams(NamedTuple):

@@ -68,7 +68,10 @@ class P2Space:
         self._build_interpolation()
         self._build_stiffness_map()
         facets = FacetBasis(self.mesh, ElementTriP2(), facets=self.mesh.boundary_facets(), intorder=QUADRATURE_ORDER)
-        self.boundary = LinearForm(lambda v, w: v).assemble(facets)  # c_i = int_boundary phi_i ds
+        boundary = LinearForm(lambda v, w: v).assemble(facets)  # c_i = int_boundary phi_i ds
+        on_boundary = np.zeros(self.n_dofs, dtype=bool)
+        on_boundary[self.basis.get_dofs().all()] = True
+        self.boundary = np.where(on_boundary, boundary, 0.0)  # drop 1e-17 rounding at interior neighbours
         self._build_pattern()
 
     # --- one-time precomputation --------------------------------------------------------------

@@ -203,7 +203,7 @@ class EllipticInverse(TargetBase):
         return d.argmin(1)
 
     def evaluate(self, draws: Tensor, sample_stats: dict | None = None) -> dict[str, float]:
-        """log_likelihood (mean over retained draws; from the sampler when it recorded it, else on up
+        """log_likelihood (mean over retained draws; from the sampler's ``log_lik`` statistic when it recorded it, else on up
         to eval_draws evenly thinned draws), its ESS, the field ESS at five probes, and the relative
         L2 error of the posterior mean field against the true field."""
         from bayesx.diagnostics import convergence
@@ -215,8 +215,8 @@ class EllipticInverse(TargetBase):
         probes = fields[:, :, self.field_probe_dofs()].numpy()
         out["ess_field_min"] = convergence.summarize(probes).get("ess_bulk_min", float("nan"))
         stats = sample_stats or {}
-        if "log_likelihood" in stats:
-            trace = np.asarray(stats["log_likelihood"], dtype=np.float64)
+        if "log_lik" in stats:
+            trace = np.asarray(stats["log_lik"], dtype=np.float64)
             source = "every retained draw"
         else:
             n_chains, n_draws = draws.shape[:2]
