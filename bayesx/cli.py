@@ -36,13 +36,15 @@ def _task(cfg) -> None:
     from hydra.types import RunMode
 
     from bayesx import sweep
-    from bayesx.runner import run_job
+    from bayesx.runner import apply_data_default, run_job
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     parent = os.environ.get(sweep.PARENT_ENV) if multirun else None
+    choices = dict(hydra_cfg.runtime.choices)
     try:
-        run_job(cfg, dict(hydra_cfg.runtime.choices), parent)
+        apply_data_default(cfg, choices, list(hydra_cfg.overrides.task))
+        run_job(cfg, choices, parent)
     except BayesxError as exc:
         print(f"bayesx: error: {exc}", file=sys.stderr)
         if not multirun:

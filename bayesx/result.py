@@ -22,6 +22,8 @@ class Result:
     fitted        fitted quantities worth keeping, e.g. the adapted inverse mass matrix
     warnings      problems the run survived, recorded in the run and printed with the summary
     interrupted   True when the run was stopped by Ctrl-C or SIGTERM; the rest holds what was done
+    error         a one-line reason the method stopped early (e.g. a NaN loss): the runner records
+                  what the result holds, then marks the run FAILED with this message
     """
 
     draws: Tensor | None = None
@@ -34,3 +36,4 @@ class Result:
     fitted: dict[str, Tensor] = field(default_factory=dict)  # e.g. the adapted inverse mass matrix
     warnings: list[str] = field(default_factory=list)
     interrupted: bool = False
+    error: str | None = None

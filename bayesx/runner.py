@@ -166,6 +166,38 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+DEFAULT_DATA = "synthetic"  # conf/config.yaml's data default
+
+
+def apply_data_default(cfg: DictConfig, choices: dict[str, str], task_overrides: list[str]) -> None:
+    """Models may name their own data default (``default_data``, e.g. the VAE's mnist); it applies
+    when the data group was left at the global default by both the command line and the experiment."""
+    from hydra.utils import get_class
+    from omegaconf import open_dict
+
+    from bayesx.config import conf_dir
+
+    try:
+        name = getattr(get_class(str(cfg.model._target_)), "default_data", None)
+    except Exception:
+        return
+    keys = [o.split("=")[0].lstrip("+~") for o in task_overrides]
+    if name and choices.get("data") == DEFAULT_DATA and "data" not in keys:
+        data_cfg = OmegaConf.load(conf_dir() / "data" / f"{name}.yaml")
+        # data.KEY=VALUE on the command line went to the global default's node: carry them over
+        for key in (k[len("data."):] for k in keys if k.startswith("data.")):
+            if OmegaConf.select(data_cfg, key, default=_ABSENT) is _ABSENT:
+                raise BayesxError(f"data.{key} is not an option of data={name} (the default data of "
+                                  f"model={choices.get('model')}); see `bayesx run data={name} --cfg job`")
+            OmegaConf.update(data_cfg, key, OmegaConf.select(cfg.data, key), merge=False)
+        with open_dict(cfg):
+            cfg.data = data_cfg
+        choices["data"] = name
+
+
+_ABSENT = object()
+
+
 def model_uses_data(model_cfg: DictConfig) -> bool:
     """False for models that make their own observations (a class attribute ``uses_data = False``)."""
     from hydra.utils import get_class
@@ -218,7 +250,8 @@ def health_warnings(metrics: dict[str, float]) -> list[str]:
 
 
 def print_summary(title: str, metrics: dict[str, float], status: str, warnings: list[str] | None = None) -> None:
-    keys = ["test_accuracy", "test_lpd", "log_likelihood", "field_rel_err", "ess_log_likelihood", "latent_dim", "recon_err", "presample_time_s", "train_time_s", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
+    keys = ["test_elbo", "test_nll", "train_elbo", "epochs", "time_per_epoch_s", "eval_time_s",
+            "test_accuracy", "test_lpd", "log_likelihood", "field_rel_err", "ess_log_likelihood", "latent_dim", "recon_err", "presample_time_s", "train_time_s", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
             "step_size", "time_per_iter_s", "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s", "wall_time_s"]
     shown = [k for k in keys if k in metrics] + sorted(k for k in metrics if k.startswith("posterior_"))
     print(f"\n{title}  [{status}]")
@@ -287,7 +320,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     if with_reference:
         check_reference(cfg)
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
-    initial = target.initial_point(int(cfg.n_chains), gen)
+    trains = getattr(method, "trains_model", False)  # VAE methods fit the model instead of sampling from points
+    initial = None if trains else target.initial_point(int(cfg.n_chains), gen)
 
     tracker = Tracker(str(cfg.tracking.uri), str(cfg.experiment_name), cfg.tracking.get("artifact_root"))
     data_name = choices.get("data", "") if data is not None else "none"
@@ -306,7 +340,10 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         run.log_params(flatten(cfg))
         run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         extra = {"artifact_dir": Path(tmp)} if "artifact_dir" in inspect.signature(method.run).parameters else {}
-        result = method.run(target, initial, gen, progress=cfg.progress, **extra)
+        if trains:
+            result = method.fit(target, gen, progress=cfg.progress, artifact_dir=Path(tmp))
+        else:
+            result = method.run(target, initial, gen, progress=cfg.progress, **extra)
         metrics = dict(result.metrics)
         metrics.update(result.timings)
         metrics.update(mcmc_metrics(result))
@@ -325,24 +362,16 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         if warnings:
             run.set_tags({"health_warnings": " | ".join(warnings)})
         print_summary(f"{run_name} (run {run.run_id})", metrics, status, warnings)
+        if result.error is not None:  # recorded above with what the method had; the run ends FAILED
+            raise BayesxError(result.error)
         if result.interrupted:
             raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")
     return metrics
 
 
 def log_artifacts(run, cfg: DictConfig, target, result: Result, tmp: Path) -> None:
-    if result.draws is None or result.draws.shape[1] == 0:
-        return
-    draws = result.draws.numpy()
-    name = getattr(target, "param_name", "theta")
-    if cfg.save_draws:
-        idata = convergence.to_inference_data(draws, result.sample_stats, name)
-        path = tmp / "draws.nc"
-        idata.to_netcdf(str(path), engine="h5netcdf")
-        run.log_artifact(path)
-    if cfg.plots.n_coords > 0:
-        coords = convergence.lowest_ess_coordinates(draws, int(cfg.plots.n_coords))
-        run.log_artifact(plots.trace_and_marginals(draws, coords, name, tmp / "trace.png"), "plots")
+    if result.draws is not None and result.draws.shape[1] > 0:
+        log_draws(run, cfg, target, result, tmp)
     if hasattr(target, "write_artifacts"):  # model-specific files: its data, fields, ...
         for folder, paths in target.write_artifacts(tmp).items():
             for path in paths:
@@ -354,3 +383,16 @@ def log_artifacts(run, cfg: DictConfig, target, result: Result, tmp: Path) -> No
         path = tmp / "inverse_mass.npy"
         np.save(path, result.fitted["inverse_mass"].numpy())
         run.log_artifact(path)
+
+
+def log_draws(run, cfg: DictConfig, target, result: Result, tmp: Path) -> None:
+    draws = result.draws.numpy()
+    name = getattr(target, "param_name", "theta")
+    if cfg.save_draws:
+        idata = convergence.to_inference_data(draws, result.sample_stats, name)
+        path = tmp / "draws.nc"
+        idata.to_netcdf(str(path), engine="h5netcdf")
+        run.log_artifact(path)
+    if cfg.plots.n_coords > 0:
+        coords = convergence.lowest_ess_coordinates(draws, int(cfg.plots.n_coords))
+        run.log_artifact(plots.trace_and_marginals(draws, coords, name, tmp / "trace.png"), "plots")

@@ -1,0 +1,176 @@
+"""Per-example lower bounds on log p(x): the VAE's ELBO and Hamiltonian variational inference (HVI).
+
+Each bound draws one sample per row of x and returns its log weight log w, with E[w] = p(x), so
+
+    E[log w] <= log p(x)                    (the ELBO; its average is what training maximizes)
+    log (1/k) sum_j w_j -> log p(x)         (importance sampling with k samples; bayesx.vae.evaluate)
+
+VAE (Kingma and Welling 2014), z ~ q(z | x):
+
+    log w = log p(x, z) - log q(z | x)
+    training uses E_q log p(x | z) - KL(q(z | x) || N(0, I)) (the KL in closed form)
+
+HVI (Salimans, Kingma and Welling 2015; 003 alg. 3), z_0 ~ q(z_0 | x), then for t = 1..T:
+v'_t ~ q_t(v' | x), (z_t, v_t) = L leapfrog steps of H(z, v) = -log p(x, z) + |v|^2 / 2 from
+(z_{t-1}, v'_t) with a learned per-dimension step size eps_t in [0.001, 0.5]; no accept/reject,
+gradients flow through the integrator. Leapfrog is volume preserving, so
+
+    log w = log p(x, z_T) - log q(z_0 | x) + sum_t [log r_t(v_t | x, z_t) - log q_t(v'_t | x)]
+
+(equal to SPEC's telescoped form). q_t and r_t are diagonal Gaussians from small networks.
+
+DPP-VAE (000 ch. 4) replaces the N(0, I) prior of the minibatch's latents by a k-DPP with k = N
+(bayesx.vae.dpp): the minibatch objective is sum_n [log p(x_n | z_n) - log q(z_n | x_n)] + log p(Z),
+shared out as log p(Z) / N per example. Single images have no DPP prior; their importance weights
+use N(0, I) (the decoder is sampled from N(0, I) too), so a DPP-VAE's test_nll is that of its
+decoder under the standard normal prior.
+
+RMHVI (003 alg. 4-5) replaces the leapfrog by the generalized leapfrog with the diagonal Monte
+Carlo Fisher metric G(z) (bayesx.vae.riemann) and draws the momentum v'_t ~ N(0, G(z_{t-1})); the
+reverse model r_t stays learned. The same bound holds (the map is symplectic).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from bayesx.errors import BayesxError
+from bayesx.vae.model import VAEModel, gaussian_log_density
+from bayesx.vae.nets import Auxiliary
+from bayesx.vae.riemann import fisher_metric, generalized_leapfrog
+
+STEP_MIN, STEP_MAX = 0.001, 0.5
+
+
+def sample_gaussian(mean: Tensor, log_var: Tensor) -> Tensor:
+    return mean + torch.exp(0.5 * log_var) * torch.randn_like(mean)
+
+
+class VAEBound(nn.Module):
+    """The ELBO; no parameters of its own."""
+
+    name = "vae"
+
+    def log_weight(self, model: VAEModel, x: Tensor) -> Tensor:
+        mean, log_var = model.encode(x)
+        z = sample_gaussian(mean, log_var)
+        return model.log_joint(x, z) - gaussian_log_density(z, mean, log_var)
+
+    def objective(self, model: VAEModel, x: Tensor) -> Tensor:
+        """E_q log p(x | z) - KL(q || N(0, I)), one sample for the first term."""
+        mean, log_var = model.encode(x)
+        z = sample_gaussian(mean, log_var)
+        kl = 0.5 * (torch.exp(log_var) + mean**2 - 1.0 - log_var).sum(-1)
+        return model.log_likelihood(x, z) - kl
+
+
+def leapfrog(model: VAEModel, x: Tensor, z: Tensor, v: Tensor, step: Tensor, num_steps: int,
+             create_graph: bool) -> tuple[Tensor, Tensor]:
+    """num_steps leapfrog steps of H(z, v) = -log p(x, z) + |v|^2 / 2 with per-dimension step sizes."""
+
+    def grad_log_joint(z: Tensor) -> Tensor:
+        with torch.enable_grad():
+            if not z.requires_grad:
+                z = z.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(model.log_joint(x, z).sum(), z, create_graph=create_graph)
+        return g
+
+    v = v + 0.5 * step * grad_log_joint(z)
+    for i in range(num_steps):
+        z = z + step * v
+        g = grad_log_joint(z)
+        v = v + (step if i < num_steps - 1 else 0.5 * step) * g
+    return z, v
+
+
+class HVIBound(nn.Module):
+    """HVI with ``transitions`` transitions of ``leapfrog_steps`` leapfrog steps each."""
+
+    name = "hvi"
+
+    def __init__(self, model: VAEModel, transitions: int = 1, leapfrog_steps: int = 1, init_step: float = 0.05,
+                 aux_hidden: int = 300):
+        super().__init__()
+        if not (isinstance(transitions, int) and transitions >= 1):
+            raise BayesxError(f"method.transitions must be an integer >= 1, got {transitions!r}")
+        if not (isinstance(leapfrog_steps, int) and leapfrog_steps >= 1):
+            raise BayesxError(f"method.leapfrog_steps must be an integer >= 1, got {leapfrog_steps!r}")
+        if not STEP_MIN <= init_step <= STEP_MAX:
+            raise BayesxError(f"method.init_step must lie in [{STEP_MIN}, {STEP_MAX}], got {init_step}")
+        self.transitions, self.leapfrog_steps = transitions, leapfrog_steps
+        d, shape = model.latent_dim, model.image_shape
+        self.raw_step = nn.Parameter(torch.full((transitions, d), math.log(init_step)))
+        self.momentum = nn.ModuleList(Auxiliary(shape, d, aux_hidden) for _ in range(transitions))  # q_t(v'|x)
+        self.reverse = nn.ModuleList(Auxiliary(shape, d, aux_hidden, with_latent=True) for _ in range(transitions))
+        self.to(device=model.device, dtype=model.dtype)
+
+    def step_sizes(self) -> Tensor:
+        """eps_t = clamp(exp(raw), 0.001, 0.5), (transitions, d)."""
+        return torch.exp(self.raw_step).clamp(STEP_MIN, STEP_MAX)
+
+    def log_weight(self, model: VAEModel, x: Tensor) -> Tensor:
+        mean, log_var = model.encode(x)
+        z = sample_gaussian(mean, log_var)
+        log_w = -gaussian_log_density(z, mean, log_var)
+        steps = self.step_sizes()
+        for t in range(self.transitions):
+            v_mean, v_log_var = self.momentum[t](x)
+            v0 = sample_gaussian(v_mean, v_log_var)
+            log_w = log_w - gaussian_log_density(v0, v_mean, v_log_var)
+            z, v = leapfrog(model, x, z, v0, steps[t], self.leapfrog_steps, create_graph=self.training)
+            r_mean, r_log_var = self.reverse[t](x, z)
+            log_w = log_w + gaussian_log_density(v, r_mean, r_log_var)
+        return log_w + model.log_joint(x, z)
+
+    def objective(self, model: VAEModel, x: Tensor) -> Tensor:
+        return self.log_weight(model, x)
+
+
+class RMHVIBound(HVIBound):
+    """Riemannian HVI: ``fisher_samples`` decoder samples for the metric, ``fixed_point_iters``
+    iterations for the implicit momentum half-step (one for the position, as in 003)."""
+
+    name = "rmhvi"
+
+    def __init__(self, model: VAEModel, fisher_samples: int = 5, fixed_point_iters: int = 5, **kwargs):
+        super().__init__(model, **kwargs)
+        for key, value in (("fisher_samples", fisher_samples), ("fixed_point_iters", fixed_point_iters)):
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise BayesxError(f"method.{key} must be an integer >= 1, got {value!r}")
+        self.fisher_samples, self.fixed_point_iters = fisher_samples, fixed_point_iters
+
+    def log_weight(self, model: VAEModel, x: Tensor) -> Tensor:
+        mean, log_var = model.encode(x)
+        z = sample_gaussian(mean, log_var)
+        log_w = -gaussian_log_density(z, mean, log_var)
+        steps = self.step_sizes()
+        for t in range(self.transitions):
+            uniforms = torch.rand((self.fisher_samples, *x.shape), device=x.device, dtype=x.dtype)
+            metric = fisher_metric(model, uniforms)
+            g0 = metric(z)
+            v0 = torch.sqrt(g0) * torch.randn_like(z)  # v' ~ N(0, G(z))
+            log_w = log_w - gaussian_log_density(v0, torch.zeros_like(z), torch.log(g0))
+            z, v = generalized_leapfrog(lambda w: model.log_joint(x, w), metric, z, v0, steps[t], self.leapfrog_steps,
+                                        self.fixed_point_iters, 1, create_graph=self.training)
+            r_mean, r_log_var = self.reverse[t](x, z)
+            log_w = log_w + gaussian_log_density(v, r_mean, r_log_var)
+        return log_w + model.log_joint(x, z)
+
+
+class DPPVAEBound(VAEBound):
+    """The VAE with a k-DPP prior on each minibatch's latents (``objective``); weights as the VAE's."""
+
+    name = "dppvae"
+
+    def __init__(self, prior):
+        super().__init__()
+        self.prior = prior
+
+    def objective(self, model: VAEModel, x: Tensor) -> Tensor:
+        mean, log_var = model.encode(x)
+        z = sample_gaussian(mean, log_var)
+        per_example = model.log_likelihood(x, z) - gaussian_log_density(z, mean, log_var)
+        return per_example + self.prior.log_prob(z) / x.shape[0]

@@ -1,0 +1,264 @@
+"""The VAE training methods of the ``method`` config group: vae, hvi (and rmhvi, dppvae).
+
+A method builds its bound (bayesx.vae.bounds) for the model and trains both by Adam on minibatches,
+maximizing the mean bound. Per epoch it records the train and test ELBO (stepped metrics) and the
+epoch time; at the end the importance-sampling test_nll (``eval.k`` samples), sample and
+reconstruction grids and the weights. Optimizer settings left null take the architecture's
+published values (``TRAINING``, SPEC sec. 4).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.result import Result
+from bayesx.vae import bounds, evaluate
+from bayesx.vae.model import VAEModel
+
+# 003 sec. 5: FC MNIST Adam 3e-3, x0.95 every 10 epochs, 50 epochs, batch 64; conv MNIST Adam 2e-4,
+# 300 epochs; conv CIFAR-10 Adam 1e-4 (003 gives no epoch count for CIFAR-10: 100 is our choice)
+TRAINING = {
+    "fc": {"epochs": 50, "lr": 3e-3, "batch_size": 64, "lr_decay": 0.95, "lr_decay_every": 10},
+    "conv": {"epochs": 300, "lr": 2e-4, "batch_size": 64, "lr_decay": 1.0, "lr_decay_every": 10},
+    "conv_cifar": {"epochs": 100, "lr": 1e-4, "batch_size": 64, "lr_decay": 1.0, "lr_decay_every": 10},
+}
+
+
+@dataclass
+class EvalSettings:
+    """The final evaluation: importance samples per image, how many test images (null: all)."""
+
+    k: int = 1000
+    n_test: int | None = None
+    batch_size: int = 100
+    chunk: int = 100
+    grid: int = 64  # images in the sample and reconstruction grids
+
+    def __post_init__(self):
+        if not (isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1):
+            raise BayesxError(f"eval.k must be an integer >= 1 (importance samples per image), got {self.k!r}; "
+                              f"set eval.k=1000")
+        if self.n_test is not None and not (isinstance(self.n_test, int) and self.n_test >= 1):
+            raise BayesxError(f"eval.n_test must be an integer >= 1 or null (all), got {self.n_test!r}")
+
+
+class VariationalMethod:
+    """Shared training loop; subclasses provide ``make_bound(model)``."""
+
+    name = "vae"
+    trains_model = True  # the runner calls fit() instead of sampling from initial points
+
+    def __init__(self, epochs: int | None = None, lr: float | None = None, batch_size: int | None = None,
+                 lr_decay: float | None = None, lr_decay_every: int | None = None, test_every: int = 1,
+                 eval: dict | None = None):
+        for key, value in (("epochs", epochs), ("batch_size", batch_size), ("lr_decay_every", lr_decay_every),
+                           ("test_every", test_every)):
+            if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise BayesxError(f"method.{key} must be an integer >= 1 or null (the architecture's default), "
+                                  f"got {value!r}")
+        for key, value in (("lr", lr), ("lr_decay", lr_decay)):
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise BayesxError(f"method.{key} must be a positive number or null, got {value!r}")
+        self.overrides = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "lr_decay": lr_decay,
+                          "lr_decay_every": lr_decay_every}
+        self.test_every = test_every
+        unknown = set(eval or {}) - set(EvalSettings.__dataclass_fields__)
+        if unknown:
+            raise BayesxError(f"eval does not take the option '{sorted(unknown)[0]}'; its options are "
+                              f"{', '.join(EvalSettings.__dataclass_fields__)}")
+        self.eval = EvalSettings(**(eval or {}))
+
+    def make_bound(self, model: VAEModel) -> torch.nn.Module:
+        return bounds.VAEBound()
+
+    def check(self, target, n_chains: int) -> None:
+        """Called by the runner before a run is recorded: these methods train a VAE and nothing else."""
+        if not isinstance(target, VAEModel):
+            raise BayesxError(f"method={self.name} trains a VAE; use model=vae (got the model "
+                              f"{type(target).__name__})")
+
+    def settings(self, model: VAEModel) -> dict:
+        return {k: (v if v is not None else TRAINING[model.arch][k]) for k, v in self.overrides.items()}
+
+    # --- training -------------------------------------------------------------------------------------
+    def fit(self, model: VAEModel, gen: torch.Generator, progress: bool | None = None,
+            artifact_dir: Path | None = None, epoch_callback=None) -> Result:
+        """Train; ``epoch_callback(epoch, training_seconds_so_far)`` runs after each epoch (its own
+        time is not counted as training time)."""
+        torch.manual_seed(int(gen.initial_seed()))  # reparameterization noise comes from torch's default RNG
+        self._snapshot = None  # weights of the last finished epoch of this fit (not of an earlier one)
+        settings = self.settings(model)
+        bound = self.make_bound(model)
+        params = list(model.parameters()) + list(bound.parameters())
+        optim = torch.optim.Adam(params, lr=settings["lr"])
+        schedule = torch.optim.lr_scheduler.StepLR(optim, settings["lr_decay_every"], gamma=settings["lr_decay"])
+        x_train, _ = model.tensors("train")
+        x_test, _ = model.tensors("test")
+        stochastic = getattr(model.data, "binarize", "none") == "stochastic"
+        result = Result()
+        result.traces = {"train_elbo": [], "test_elbo": [], "epoch_time_s": []}
+        result.tags.update({"bound": bound.name, "binarize": getattr(model.data, "binarize", "none")})
+        for key, value in settings.items():
+            result.tags[f"train_{key}"] = str(value)
+        n, batch = x_train.shape[0], settings["batch_size"]
+        start = time.perf_counter()
+        epoch_bar = tqdm(range(settings["epochs"]), desc=f"{self.name} epochs", unit="epoch", leave=False,
+                         disable=None if progress is None else not progress)
+        epoch = 0
+        try:
+            for epoch in epoch_bar:
+                t0 = time.perf_counter()
+                data = torch.bernoulli(x_train, generator=_cpu_or(gen, x_train)) if stochastic else x_train
+                order = torch.randperm(n, device=x_train.device)
+                total = 0.0
+                model.train(), bound.train()
+                for b, first in enumerate(range(0, n, batch)):
+                    xb = data[order[first:first + batch]]
+                    value = bound.objective(model, xb).mean()
+                    if not torch.isfinite(value):
+                        result.error = (f"NaN loss at epoch {epoch + 1}, batch {b + 1}: training stopped (weights of "
+                                        f"the last finished epoch are saved); lower method.lr "
+                                        f"(now {settings['lr']:g})")
+                        raise _Stop
+                    optim.zero_grad()
+                    (-value).backward()
+                    optim.step()
+                    total += float(value.detach()) * xb.shape[0]
+                schedule.step()
+                seconds = time.perf_counter() - t0
+                result.traces["train_elbo"].append((epoch + 1, total / n))
+                result.traces["epoch_time_s"].append((epoch + 1, seconds))
+                if (epoch + 1) % self.test_every == 0 or epoch + 1 == settings["epochs"]:
+                    result.traces["test_elbo"].append((epoch + 1, evaluate.test_elbo(model, bound, x_test)))
+                    epoch_bar.set_postfix(train=f"{total / n:.1f}", test=f"{result.traces['test_elbo'][-1][1]:.1f}")
+                self._snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                if epoch_callback is not None:
+                    trained = sum(t for _, t in result.traces["epoch_time_s"])
+                    epoch_callback(epoch + 1, trained)
+        except _Stop:
+            self._restore(model)
+        except (KeyboardInterrupt, RunInterrupted):
+            result.interrupted = True
+            result.tags["stopped_during"] = f"training (epoch {epoch + 1})"
+        finally:
+            epoch_bar.close()
+        result.timings["train_time_s"] = time.perf_counter() - start
+        epochs_done = len(result.traces["train_elbo"])
+        result.metrics["epochs"] = float(epochs_done)
+        if epochs_done:
+            result.metrics["train_elbo"] = result.traces["train_elbo"][-1][1]
+            result.metrics["time_per_epoch_s"] = sum(t for _, t in result.traces["epoch_time_s"]) / epochs_done
+        if result.traces["test_elbo"]:
+            result.metrics["test_elbo"] = result.traces["test_elbo"][-1][1]
+        if not result.interrupted and result.error is None and epochs_done:
+            self._final_evaluation(model, bound, x_test, result, progress)
+        if artifact_dir is not None and epochs_done:
+            self._write_artifacts(model, bound, x_test, Path(artifact_dir), result)
+        return result
+
+    def _restore(self, model: VAEModel) -> None:
+        snapshot = getattr(self, "_snapshot", None)
+        if snapshot is not None:
+            model.load_state_dict(snapshot)
+
+    def _final_evaluation(self, model, bound, x_test, result: Result, progress) -> None:
+        x = x_test[: self.eval.n_test] if self.eval.n_test else x_test
+        start = time.perf_counter()
+        bar = tqdm(total=x.shape[0], desc=f"test_nll (k={self.eval.k})", unit="img", leave=False,
+                   disable=None if progress is None else not progress)
+        try:
+            result.metrics["test_nll"] = evaluate.test_nll(model, bound, x, self.eval.k, self.eval.batch_size,
+                                                           self.eval.chunk, bar)
+        finally:
+            bar.close()
+        result.metrics["eval_k"] = float(self.eval.k)
+        result.metrics["eval_n_test"] = float(x.shape[0])
+        result.timings["eval_time_s"] = time.perf_counter() - start
+
+    def _write_artifacts(self, model, bound, x_test, folder: Path, result: Result) -> None:
+        from bayesx.vae import plots
+
+        weights = folder / "weights.pt"
+        torch.save({"model": model.state_dict(), "bound": bound.state_dict(), "arch": model.arch,
+                    "latent_dim": model.latent_dim, "image_shape": model.image_shape, "method": self.name}, weights)
+        result.artifacts.setdefault("weights", []).append(weights)
+        model.eval()
+        with torch.no_grad():
+            z = torch.randn(self.eval.grid, model.latent_dim, device=model.device, dtype=model.dtype)
+            samples = torch.sigmoid(model.decoder(z))
+            x = x_test[: self.eval.grid]
+            recon = torch.sigmoid(model.decoder(model.encode(x)[0]))
+        result.artifacts.setdefault("plots", []).extend([
+            plots.image_grid(samples.float().cpu().numpy(), folder / "samples.png", "decoder means of z ~ N(0, I)"),
+            plots.reconstructions(x.float().cpu().numpy(), recon.float().cpu().numpy(), folder / "reconstructions.png"),
+        ])
+
+
+class _Stop(Exception):
+    """Internal: leave the training loop after a NaN loss."""
+
+
+def _cpu_or(gen: torch.Generator, like: torch.Tensor) -> torch.Generator | None:
+    """The run's generator when it lives on the tensor's device (else torch's default RNG)."""
+    return gen if gen.device == like.device else None
+
+
+class VAE(VariationalMethod):
+    """The reparameterized ELBO (Kingma and Welling 2014)."""
+
+    name = "vae"
+
+
+class HVI(VariationalMethod):
+    """Hamiltonian variational inference: ``transitions`` x ``leapfrog_steps`` leapfrog steps after the encoder."""
+
+    name = "hvi"
+
+    def __init__(self, leapfrog_steps: int = 1, transitions: int = 1, init_step: float = 0.05, aux_hidden: int = 300,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.bound_options = dict(transitions=transitions, leapfrog_steps=leapfrog_steps, init_step=init_step,
+                                  aux_hidden=aux_hidden)
+        if not (isinstance(leapfrog_steps, int) and leapfrog_steps >= 1):
+            raise BayesxError(f"method.leapfrog_steps must be an integer >= 1, got {leapfrog_steps!r}")
+        if not (isinstance(transitions, int) and transitions >= 1):
+            raise BayesxError(f"method.transitions must be an integer >= 1, got {transitions!r}")
+
+    def make_bound(self, model: VAEModel) -> torch.nn.Module:
+        return bounds.HVIBound(model, **self.bound_options)
+
+
+
+class RMHVI(HVI):
+    """Riemannian HVI (003 alg. 4-5): the generalized leapfrog with a diagonal Monte Carlo Fisher metric."""
+
+    name = "rmhvi"
+
+    def __init__(self, fisher_samples: int = 5, fixed_point_iters: int = 5, **kwargs):
+        super().__init__(**kwargs)
+        self.riemann_options = dict(fisher_samples=fisher_samples, fixed_point_iters=fixed_point_iters)
+
+    def make_bound(self, model: VAEModel) -> torch.nn.Module:
+        return bounds.RMHVIBound(model, **self.riemann_options, **self.bound_options)
+
+
+class DPPVAE(VariationalMethod):
+    """DPP-VAE (000 ch. 4): the k-DPP balancing prior on each minibatch's latents (bayesx.vae.dpp)."""
+
+    name = "dppvae"
+
+    def __init__(self, dpp_alpha: float = 1000.0, dpp_rho: float = 1.0, dpp_sigma: float = 1.0,
+                 dpp_truncation: int = 4096, **kwargs):
+        from bayesx.vae.dpp import KDPPPrior
+
+        super().__init__(**kwargs)
+        self.prior = KDPPPrior(dpp_alpha, dpp_rho, dpp_sigma, truncation=dpp_truncation)
+
+    def make_bound(self, model: VAEModel) -> torch.nn.Module:
+        return bounds.DPPVAEBound(self.prior)
