@@ -1,0 +1,1 @@
+"""Variational auto-encoders: models, training methods (VAE, HVI, RMHVI, DPP-VAE) and the k-DPP prior."""
