@@ -477,3 +477,18 @@ def bad_env(bad_store, monkeypatch):
         "noise_block_0", "latent_dim_above_dim", "too_few_presamples"])
 def test_bad_input_is_rejected_before_a_run(bad_env, argv, needles):
     assert_rejected(argv, bad_env, *needles)
+
+
+@pytest.mark.parametrize("argv", [
+    ["method=nuts", "method.num_warmup=30", "method.num_draws=30"],
+    ["method=hmc", "model.whiten=true", "method.init=prior", "method.num_steps=5", "method.num_warmup=30",
+     "method.num_draws=30"],
+    ["method=aehmc", "method.latent_dim=8", "method.num_steps=5", "method.presample.num_warmup=30",
+     "method.presample.num_draws=100", "method.num_warmup=20", "method.num_draws=30"],
+], ids=["nuts", "hmc-whitened", "aehmc"])
+def test_gradient_methods_run_on_the_elliptic_model(store, argv):
+    """The adjoint gradient lets the product's gradient samplers run on the PDE posterior."""
+    run = run_ok(store[1], ["run", "model=elliptic", "model.mesh=3", "n_chains=2", "save_draws=false", *argv])
+    metrics = run.data.metrics
+    assert metrics["n_grad_evals"] > 0 and math.isfinite(metrics["log_likelihood"]) and metrics["log_likelihood"] < 0
+    assert metrics["accept_rate"] > 0.2

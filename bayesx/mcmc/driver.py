@@ -96,7 +96,13 @@ class MCMCMethod:
         start = time.perf_counter()
         metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
         if self.init == "laplace":
-            initial_position, metric = self._laplace_start(target, initial_position, gen, dense)
+            try:
+                initial_position, metric = self._laplace_start(target, initial_position, gen, dense)
+            except (KeyboardInterrupt, RunInterrupted):  # stopped while finding the mode: part of warm-up
+                result.interrupted = True
+                result.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
+                result.tags["stopped_during"] = "warmup"
+                return result
             result.timings["laplace_time_s"] = time.perf_counter() - start
         state = self.kernel.init(initial_position, target)
         start_density = state.log_prob if hasattr(state, "log_prob") else state.log_likelihood  # pCN keeps l(q)
