@@ -117,13 +117,17 @@ class HVIBound(nn.Module):
         log_w = -gaussian_log_density(z, mean, log_var)
         steps = self.step_sizes()
         for t in range(self.transitions):
-            v_mean, v_log_var = self.momentum[t](x)
-            v0 = sample_gaussian(v_mean, v_log_var)
-            log_w = log_w - gaussian_log_density(v0, v_mean, v_log_var)
-            z, v = leapfrog(model, x, z, v0, steps[t], self.leapfrog_steps, create_graph=self.training)
+            z, v, log_q_momentum = self.move(model, x, z, t, steps[t])
             r_mean, r_log_var = self.reverse[t](x, z)
-            log_w = log_w + gaussian_log_density(v, r_mean, r_log_var)
+            log_w = log_w - log_q_momentum + gaussian_log_density(v, r_mean, r_log_var)
         return log_w + model.log_joint(x, z)
+
+    def move(self, model: VAEModel, x: Tensor, z: Tensor, t: int, step: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Transition t: draw v' ~ q_t(v'|x), integrate; returns (z_t, v_t, log q_t(v'|x))."""
+        v_mean, v_log_var = self.momentum[t](x)
+        v0 = sample_gaussian(v_mean, v_log_var)
+        z, v = leapfrog(model, x, z, v0, step, self.leapfrog_steps, create_graph=self.training)
+        return z, v, gaussian_log_density(v0, v_mean, v_log_var)
 
     def objective(self, model: VAEModel, x: Tensor) -> Tensor:
         return self.log_weight(model, x)
@@ -137,27 +141,21 @@ class RMHVIBound(HVIBound):
 
     def __init__(self, model: VAEModel, fisher_samples: int = 5, fixed_point_iters: int = 5, **kwargs):
         super().__init__(model, **kwargs)
+        del self.momentum  # the momentum is drawn from N(0, G(z)), not learned
         for key, value in (("fisher_samples", fisher_samples), ("fixed_point_iters", fixed_point_iters)):
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise BayesxError(f"method.{key} must be an integer >= 1, got {value!r}")
         self.fisher_samples, self.fixed_point_iters = fisher_samples, fixed_point_iters
 
-    def log_weight(self, model: VAEModel, x: Tensor) -> Tensor:
-        mean, log_var = model.encode(x)
-        z = sample_gaussian(mean, log_var)
-        log_w = -gaussian_log_density(z, mean, log_var)
-        steps = self.step_sizes()
-        for t in range(self.transitions):
-            uniforms = torch.rand((self.fisher_samples, *x.shape), device=x.device, dtype=x.dtype)
-            metric = fisher_metric(model, uniforms)
-            g0 = metric(z)
-            v0 = torch.sqrt(g0) * torch.randn_like(z)  # v' ~ N(0, G(z))
-            log_w = log_w - gaussian_log_density(v0, torch.zeros_like(z), torch.log(g0))
-            z, v = generalized_leapfrog(lambda w: model.log_joint(x, w), metric, z, v0, steps[t], self.leapfrog_steps,
-                                        self.fixed_point_iters, 1, create_graph=self.training)
-            r_mean, r_log_var = self.reverse[t](x, z)
-            log_w = log_w + gaussian_log_density(v, r_mean, r_log_var)
-        return log_w + model.log_joint(x, z)
+    def move(self, model: VAEModel, x: Tensor, z: Tensor, t: int, step: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """v' ~ N(0, G(z)) and the generalized leapfrog under the Fisher metric of this transition."""
+        uniforms = torch.rand((self.fisher_samples, *x.shape), device=x.device, dtype=x.dtype)
+        metric = fisher_metric(model, uniforms)
+        g0 = metric(z)
+        v0 = torch.sqrt(g0) * torch.randn_like(z)
+        z, v = generalized_leapfrog(lambda w: model.log_joint(x, w), metric, z, v0, step, self.leapfrog_steps,
+                                    self.fixed_point_iters, 1, create_graph=self.training)
+        return z, v, gaussian_log_density(v0, torch.zeros_like(z), torch.log(g0))
 
 
 class DPPVAEBound(VAEBound):
