@@ -314,13 +314,16 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     data = build(cfg.data, "data") if model_uses_data(cfg.model) else None
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
     method = build(cfg.method, "method")
+    trains = getattr(method, "trains_model", False)  # VAE methods fit the model instead of sampling from points
+    if not trains and not hasattr(target, "initial_point"):  # a model that is trained, not sampled (model=vae)
+        raise BayesxError(f"method={choices.get('method')} samples a posterior, but model={model_name} is trained: "
+                          f"use method=vae, method=hvi or method=rmhvi")
     if hasattr(method, "check"):  # settings that need the target (latent size, pre-sample count)
         method.check(target, int(cfg.n_chains))
     with_reference = wants_reference(cfg, method, model_name, target)
     if with_reference:
         check_reference(cfg)
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
-    trains = getattr(method, "trains_model", False)  # VAE methods fit the model instead of sampling from points
     initial = None if trains else target.initial_point(int(cfg.n_chains), gen)
 
     tracker = Tracker(str(cfg.tracking.uri), str(cfg.experiment_name), cfg.tracking.get("artifact_root"))
@@ -339,10 +342,10 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
         run.log_params(flatten(cfg))
         run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        extra = {"artifact_dir": Path(tmp)} if "artifact_dir" in inspect.signature(method.run).parameters else {}
         if trains:
             result = method.fit(target, gen, progress=cfg.progress, artifact_dir=Path(tmp))
         else:
+            extra = {"artifact_dir": Path(tmp)} if "artifact_dir" in inspect.signature(method.run).parameters else {}
             result = method.run(target, initial, gen, progress=cfg.progress, **extra)
         metrics = dict(result.metrics)
         metrics.update(result.timings)
@@ -352,7 +355,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         metrics["wall_time_s"] = time.perf_counter() - wall_start
         if with_reference and not result.interrupted and result.draws is not None:
             metrics.update(reference_error(cfg, target, result))
-        run.log_metrics(metrics)
+        stepped = {name for name, points in result.traces.items() if points}  # their last step is the final value
+        run.log_metrics({k: v for k, v in metrics.items() if k not in stepped})
         for name, points in result.traces.items():
             run.log_series(name, points)
         run.set_tags(result.tags)

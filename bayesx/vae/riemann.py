@@ -32,10 +32,12 @@ MetricFn = Callable[[Tensor], Tensor]  # z (..., d) -> g(z) (..., d), positive
 
 
 def _grad(fn, z: Tensor, create_graph: bool) -> Tensor:
+    """The partial derivative d fn / d z. z enters fn as a fresh node (a clone), so that quantities computed
+    from z before (the momentum of the implicit half-step, p_half(z)) are held fixed: differentiating z
+    itself would add their paths, giving the wrong gradient and a graph that doubles with every iteration."""
     with torch.enable_grad():
-        if not z.requires_grad:
-            z = z.detach().requires_grad_(True)
-        (g,) = torch.autograd.grad(fn(z).sum(), z, create_graph=create_graph)
+        w = z.clone() if z.requires_grad else z.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(fn(w).sum(), w, create_graph=create_graph)
     return g
 
 
