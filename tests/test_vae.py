@@ -585,3 +585,18 @@ def test_cli_nan_loss_fails_the_run_with_what_it_had(bad_env, monkeypatch):
     assert run.info.status == "FAILED" and run.data.tags["data"] == "mnist"
     assert run.data.metrics["epochs"] == 1 and "test_nll" not in run.data.metrics
     assert "weights/weights.pt" in artifact_paths(bad_env, run, "weights")
+
+
+def test_architecture_sizes_are_overridable():
+    """model.enc_hidden / dec_hidden / channels / fc_units change the networks; bad sizes are one-line errors."""
+    from bayesx.errors import BayesxError
+    from bayesx.vae.nets import build_encoder_decoder
+
+    enc, dec = build_encoder_decoder("fc", (1, 28, 28), 5, enc_hidden=[50], dec_hidden=[40, 30])
+    assert [m.out_features for m in enc.modules() if isinstance(m, torch.nn.Linear)] == [50, 10]
+    assert [m.out_features for m in dec.modules() if isinstance(m, torch.nn.Linear)] == [40, 30, 784]
+    enc, dec = build_encoder_decoder("conv", (1, 28, 28), 5, channels=[4, 8, 8], fc_units=32)
+    out = dec(torch.zeros(3, 5))
+    assert out.shape == (3, 1, 28, 28) and enc(out)[0].shape == (3, 5)
+    with pytest.raises(BayesxError, match="model.channels"):
+        build_encoder_decoder("conv", (1, 28, 28), 5, channels=[4, 8])

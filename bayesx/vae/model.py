@@ -42,8 +42,10 @@ class VAEModel(nn.Module):
     uses_data = True
     default_data = "mnist"  # used when the command line and the experiment leave data at its global default
 
-    def __init__(self, data, arch: str = "fc", latent_dim: int | None = None, precision: str | None = "float32",
-                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+    def __init__(self, data, arch: str = "fc", latent_dim: int | None = None, enc_hidden: list[int] | None = None,
+                 dec_hidden: list[int] | None = None, channels: list[int] | None = None, fc_units: int | None = None,
+                 precision: str | None = "float32", device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32):
         super().__init__()
         if data is None or not hasattr(data, "x_train") or getattr(data.x_train, "ndim", 0) != 4:
             raise BayesxError("model=vae needs image data (N, C, H, W): use data=mnist, data=fashion_mnist or "
@@ -57,7 +59,13 @@ class VAEModel(nn.Module):
             raise BayesxError(f"model.precision must be float32, float64 or null (device.dtype), got {precision!r}")
         self.data, self.arch, self.latent_dim = data, arch, latent_dim
         self.image_shape = tuple(int(s) for s in data.x_train.shape[1:])
-        self.encoder, self.decoder = nets.build_encoder_decoder(arch, self.image_shape, latent_dim)
+        for key, sizes in (("enc_hidden", enc_hidden), ("dec_hidden", dec_hidden), ("channels", channels)):
+            if sizes is not None and not (len(sizes) >= 1 and all(isinstance(v, int) and v >= 1 for v in sizes)):
+                raise BayesxError(f"model.{key} must be a non-empty list of positive integers or null, got {sizes!r}")
+        if fc_units is not None and not (isinstance(fc_units, int) and fc_units >= 1):
+            raise BayesxError(f"model.fc_units must be a positive integer or null, got {fc_units!r}")
+        self.encoder, self.decoder = nets.build_encoder_decoder(arch, self.image_shape, latent_dim, enc_hidden,
+                                                                dec_hidden, channels, fc_units)
         self.device = torch.device(device)
         self.dtype = PRECISIONS[precision] if precision is not None else dtype
         self.to(device=self.device, dtype=self.dtype)

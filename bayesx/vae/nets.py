@@ -155,12 +155,21 @@ class Auxiliary(nn.Module):
         return self.head(self.body(h))
 
 
-def build_encoder_decoder(arch: str, image_shape, latent_dim: int) -> tuple[nn.Module, nn.Module]:
+def build_encoder_decoder(arch: str, image_shape, latent_dim: int, enc_hidden=None, dec_hidden=None, channels=None,
+                          fc_units=None) -> tuple[nn.Module, nn.Module]:
+    """The preset's encoder and decoder; sizes left None take the preset's (003) values."""
     if arch not in ARCHS:
         raise BayesxError(f"model.arch must be one of {', '.join(ARCHS)}, got '{arch}'")
     check_shape(arch, image_shape)
     if arch == "fc":
-        return FCEncoder(image_shape, latent_dim), FCDecoder(image_shape, latent_dim)
+        return (FCEncoder(image_shape, latent_dim, tuple(enc_hidden or (300, 300))),
+                FCDecoder(image_shape, latent_dim, tuple(dec_hidden or (400,))))
     if arch == "conv":
-        return ConvEncoder(latent_dim), ConvDecoder(latent_dim)
-    return CifarEncoder(latent_dim), CifarDecoder(latent_dim)
+        sizes = {"channels": tuple(channels or (16, 32, 32)), "fc": fc_units or 300}
+        if len(sizes["channels"]) != 3:
+            raise BayesxError(f"model.channels must list 3 channel counts for arch=conv, got {list(channels)}")
+        return ConvEncoder(latent_dim, **sizes), ConvDecoder(latent_dim, **sizes)
+    sizes = {"channels": tuple(channels or (16, 32, 32, 16)), "fc": fc_units or 512}
+    if len(sizes["channels"]) != 4:
+        raise BayesxError(f"model.channels must list 4 channel counts for arch=conv_cifar, got {list(channels)}")
+    return CifarEncoder(latent_dim, **sizes), CifarDecoder(latent_dim, **sizes)
