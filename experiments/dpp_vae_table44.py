@@ -88,35 +88,36 @@ def main() -> None:
     parser.add_argument("--arch", default="fc")
     parser.add_argument("--samples", type=int, default=10000)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0,1,2", help="training seeds; shares and accuracies are averaged")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     classes = [int(c) for c in args.classes.split(",")]
     out = Path(args.out or f"results/dpp_vae_table44_{args.data}.md")
     start = time.perf_counter()
-    clf, clf_acc, clf_n = pixel_classifier(args.data, classes, args.seed)
+    clf, clf_acc, clf_n = pixel_classifier(args.data, classes, 0)
     rows, curves = [], {}
+    seeds = [int(v) for v in args.seeds.split(",")]
     for ratio in [int(r) for r in args.ratios.split(",")]:
-        data = load_images(args.data, classes=classes, imbalance=ratio, n_train=args.n_train, n_test=args.n_test,
-                           seed=args.seed)
-        train_share = float(np.mean(data.y_train == classes[1]))
-        row = {"ratio": ratio, "n_train": len(data.y_train), "train_share": train_share}
-        for name, cls in (("VAE", VAE), ("DPP-VAE", DPPVAE)):
-            torch.manual_seed(args.seed)
-            model = VAEModel(data, arch=args.arch, latent_dim=20)
-            curve = []
-            method = cls(epochs=args.epochs, batch_size=args.batch, eval={"k": 1, "n_test": 1})
-            result = method.fit(model, torch.Generator().manual_seed(args.seed), progress=False,
-                                epoch_callback=lambda epoch, seconds, m=model, c=curve:
-                                c.append((seconds, latent_accuracy(m, data))))
-            row[f"{name}_share"] = generated_minor_share(model, clf, classes[1], args.samples, args.seed)
-            row[f"{name}_accuracy"] = curve[-1][1] if curve else float("nan")
-            row[f"{name}_test_elbo"] = result.metrics.get("test_elbo")
-            row[f"{name}_train_s"] = result.timings["train_time_s"]
-            curves[(ratio, name)] = curve
-            print(f"ratio {ratio} {name}: minor share {row[f'{name}_share']:.4f}, "
-                  f"latent accuracy {row[f'{name}_accuracy']:.3f}", flush=True)
+        row = {"ratio": ratio, "seeds": seeds}
+        for seed in seeds:
+            data = load_images(args.data, classes=classes, imbalance=ratio, n_train=args.n_train, n_test=args.n_test,
+                               seed=seed)
+            row["n_train"], row["train_share"] = len(data.y_train), float(np.mean(data.y_train == classes[1]))
+            for name, cls in (("VAE", VAE), ("DPP-VAE", DPPVAE)):
+                torch.manual_seed(seed)
+                model = VAEModel(data, arch=args.arch, latent_dim=20)
+                curve = []
+                method = cls(epochs=args.epochs, batch_size=args.batch, eval={"k": 1, "n_test": 1})
+                method.fit(model, torch.Generator().manual_seed(seed), progress=False,
+                           epoch_callback=lambda epoch, seconds, m=model, c=curve, d=data:
+                           c.append((seconds, latent_accuracy(m, d))))
+                row.setdefault(f"{name}_share", []).append(generated_minor_share(model, clf, classes[1], args.samples,
+                                                                                 seed))
+                row.setdefault(f"{name}_accuracy", []).append(curve[-1][1] if curve else float("nan"))
+                curves.setdefault((ratio, name), []).append(curve)
+                print(f"ratio {ratio} seed {seed} {name}: minor share {row[f'{name}_share'][-1]:.4f}, "
+                      f"latent accuracy {row[f'{name}_accuracy'][-1]:.3f}", flush=True)
         rows.append(row)
     seconds = time.perf_counter() - start
 
@@ -124,8 +125,10 @@ def main() -> None:
     fig, axes = plt.subplots(1, len(rows), figsize=(4.5 * len(rows), 3.6), squeeze=False)
     for ax, row in zip(axes[0], rows):
         for name, style in (("VAE", "o-"), ("DPP-VAE", "s-")):
-            t, acc = zip(*curves[(row["ratio"], name)])
-            ax.plot(t, acc, style, label=name, ms=3)
+            runs = curves[(row["ratio"], name)]
+            t = np.mean([[p[0] for p in c] for c in runs], 0)
+            acc = np.mean([[p[1] for p in c] for c in runs], 0)
+            ax.plot(t, acc, style, label=f"{name} (mean of {len(runs)} seeds)", ms=3)
         ax.set(title=f"{row['ratio']}:1", xlabel="training time (s)", ylabel="balanced test accuracy")
         ax.legend()
     fig.tight_layout()
@@ -136,16 +139,21 @@ def main() -> None:
              f"Command: `python experiments/dpp_vae_table44.py {' '.join(sys.argv[1:])}`".rstrip(), "",
              f"Machine: {platform.machine()}, torch {torch.__version__}, {args.threads} threads. Total "
              f"{seconds / 60:.1f} min. Data: {args.data}, classes {classes[0]} (major) vs {classes[1]} (minor), "
-             f"balanced test {args.n_test} + {args.n_test}; arch {args.arch}, z = 20, {args.epochs} epochs, batch "
+             f"balanced test {args.n_test} + {args.n_test}; seeds {args.seeds} (mean ± sd over seeds); arch {args.arch}, z = 20, {args.epochs} epochs, batch "
              f"{args.batch}. Minor-class classifier: logistic regression on pixels trained on {clf_n} balanced "
              f"images, test accuracy {clf_acc:.3f}. Published: MNIST 0 vs 1, 5000 images (000 Table 4.4).", "",
-             "| ratio | training images | minor share in training (published) | VAE generated (published) | "
+             f"| ratio | training images | minor share in training (published) | VAE generated of {args.samples} (published) | "
              "DPP-VAE generated (published) | latent-mean accuracy VAE / DPP-VAE |", "|---|---|---|---|---|---|"]
     for r in rows:
         pub = PUBLISHED.get(r["ratio"], (None, None, None))
-        p = lambda v, i: f"{100 * v:.3g}%" + (f" ({pub[i]}%)" if pub[i] is not None else "")  # noqa: E731
-        lines.append(f"| {r['ratio']}:1 | {r['n_train']} | {p(r['train_share'], 0)} | {p(r['VAE_share'], 1)} | "
-                     f"{p(r['DPP-VAE_share'], 2)} | {r['VAE_accuracy']:.3f} / {r['DPP-VAE_accuracy']:.3f} |")
+        def pct(values, i):
+            values = np.atleast_1d(values)
+            spread = f" ± {100 * np.std(values):.2g}" if len(values) > 1 else ""
+            return f"{100 * np.mean(values):.3g}%{spread}" + (f" ({pub[i]}%)" if pub[i] is not None else "")
+
+        lines.append(f"| {r['ratio']}:1 | {r['n_train']} | {pct(r['train_share'], 0)} | {pct(r['VAE_share'], 1)} | "
+                     f"{pct(r['DPP-VAE_share'], 2)} | {np.mean(r['VAE_accuracy']):.3f} / "
+                     f"{np.mean(r['DPP-VAE_accuracy']):.3f} |")
     lines += ["", f"Figure: `{figure.name}` (balanced test accuracy of the latent means against training time)."]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
