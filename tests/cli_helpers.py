@@ -69,3 +69,21 @@ def assert_rejected(argv: list[str], uri: str, *needles: str, may_fail_a_run: bo
     else:
         assert new == [], "a bad input must be caught before a run is recorded"
     return line
+
+
+def run_ok(uri: str, argv: list[str]):
+    """Run the CLI in-process; it must finish cleanly; returns the newest run of the store."""
+    code, out, err = call(argv)
+    assert code == 0, f"bayesx {' '.join(argv)} failed:\n{err}"
+    assert "Traceback" not in err and "[FINISHED]" in out, err
+    run = max(all_runs(uri), key=lambda r: r.info.start_time)
+    assert run.info.status == "FINISHED" and run.info.run_id in out
+    return run
+
+
+def empty_store(root) -> str:
+    """A second MLflow store under root, created up front and holding no runs (for bad-input tests)."""
+    uri = f"sqlite:///{root}/bad.db"
+    MlflowClient(tracking_uri=uri).search_experiments()  # creates the database
+    assert statuses(uri) == []
+    return uri

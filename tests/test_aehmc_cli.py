@@ -16,7 +16,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cli_helpers import all_runs, assert_rejected, call, statuses
+from cli_helpers import all_runs, assert_rejected, call, empty_store
 
 DIGITS_DIM, N_CHAINS, NUM_DRAWS = 64, 2, 100
 # one torch thread: these problems are tiny, and with two threads on two busy cores torch can be 100x slower
@@ -180,11 +180,7 @@ def test_deep_mcmc_fig2_preset(store):
 @pytest.fixture(scope="module")
 def bad_store(store):
     """A second MLflow store, created up front and kept free of FINISHED runs (the runs above are elsewhere)."""
-    root, _ = store
-    uri = f"sqlite:///{root}/bad.db"
-    MlflowClient(tracking_uri=uri).search_experiments()  # creates the database
-    assert statuses(uri) == []
-    return uri
+    return empty_store(store[0])
 
 
 @pytest.fixture

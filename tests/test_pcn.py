@@ -25,7 +25,7 @@ from bayesx.mcmc.aepcn import AEPCN
 from bayesx.mcmc.methods import PCN
 from bayesx.targets.base import TargetBase
 from bayesx.targets.logreg import LogisticRegression
-from cli_helpers import all_runs, assert_rejected, call, statuses
+from cli_helpers import assert_rejected, empty_store, run_ok
 
 Z_LIMIT = 4.0
 
@@ -372,15 +372,6 @@ def store(tmp_path_factory, data_dir):
         yield root, uri
 
 
-def run_ok(uri: str, argv: list[str]):
-    code, out, err = call(argv)
-    assert code == 0, f"bayesx {' '.join(argv)} failed:\n{err}"
-    assert "Traceback" not in err and "[FINISHED]" in out, err
-    run = max(all_runs(uri), key=lambda r: r.info.start_time)
-    assert run.info.status == "FINISHED" and run.info.run_id in out
-    return run
-
-
 def artifact_files(uri: str, run_id: str, folder: str | None = None) -> set[str]:
     client = MlflowClient(tracking_uri=uri)
     out = set()
@@ -450,11 +441,7 @@ def test_aepcn_on_the_elliptic_model_end_to_end(store, aepcn_run):
 # --- bad input through the CLI -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def bad_store(store):
-    root, _ = store
-    uri = f"sqlite:///{root}/bad.db"
-    MlflowClient(tracking_uri=uri).search_experiments()  # creates the database
-    assert statuses(uri) == []
-    return uri
+    return empty_store(store[0])
 
 
 @pytest.fixture

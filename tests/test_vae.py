@@ -26,7 +26,7 @@ from bayesx.errors import BayesxError
 from bayesx.vae import bounds, evaluate, riemann
 from bayesx.vae.methods import HVI, RMHVI, VAE
 from bayesx.vae.model import VAEModel, standard_normal_log_density
-from cli_helpers import all_runs, assert_rejected, call, statuses
+from cli_helpers import all_runs, assert_rejected, empty_store, run_ok
 
 F64 = torch.float64
 Z_LIMIT = 4.0  # Monte Carlo checks: at most this many standard errors
@@ -479,15 +479,6 @@ def store(tmp_path_factory):
         yield root, uri
 
 
-def run_ok(uri: str, argv: list[str]):
-    code, out, err = call(argv)
-    assert code == 0, f"bayesx {' '.join(argv)} failed:\n{err}"
-    assert "Traceback" not in err and "[FINISHED]" in out, err
-    run = max(all_runs(uri), key=lambda r: r.info.start_time)
-    assert run.info.status == "FINISHED" and run.info.run_id in out
-    return run
-
-
 def artifact_paths(uri: str, run, folder: str | None = None) -> set[str]:
     return {a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(run.info.run_id, folder)}
 
@@ -538,11 +529,7 @@ def test_cli_vae_on_fashion_mnist(store):
 
 @pytest.fixture(scope="module")
 def bad_store(store):
-    root, _ = store
-    uri = f"sqlite:///{root}/bad.db"
-    MlflowClient(tracking_uri=uri).search_experiments()  # creates the database
-    assert statuses(uri) == []
-    return uri
+    return empty_store(store[0])
 
 
 @pytest.fixture
