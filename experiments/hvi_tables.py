@@ -66,7 +66,8 @@ def cifar_data(args) -> tuple[object, str]:
     except Exception as exc:  # noqa: BLE001 - any absence of the real files
         from bayesx.data.cifar10 import write_cifar10_batches
 
-        folder = Path(tempfile.mkdtemp(prefix="bayesx-cifar-")) / "cifar10"
+        root = Path(tempfile.mkdtemp(prefix="bayesx-cifar-"))
+        folder = root / "cifar10" / "cifar-10-batches-py"
         rng = np.random.default_rng(0)
         n = (args.n_train or 1000) + (args.eval_n_test or 200)
         base = rng.integers(0, 256, size=(10, 3, 32, 32))
@@ -74,7 +75,7 @@ def cifar_data(args) -> tuple[object, str]:
         noise = rng.integers(-40, 41, size=(n, 3, 32, 32))
         images = np.clip(base[labels] + noise, 0, 255).astype(np.uint8)
         write_cifar10_batches(folder, images, labels)
-        os.environ["BAYESX_DATA_DIR"] = str(folder.parent)
+        os.environ["BAYESX_DATA_DIR"] = str(root)
         data = load_images("cifar10", n_train=args.n_train, n_test=args.eval_n_test)
         return data, f"GENERATED images in the CIFAR-10 format (real CIFAR-10 not available: {exc})"
 
