@@ -69,7 +69,8 @@ def cifar_data(args) -> tuple[object, str]:
         root = Path(tempfile.mkdtemp(prefix="bayesx-cifar-"))
         folder = root / "cifar10" / "cifar-10-batches-py"
         rng = np.random.default_rng(0)
-        n = (args.n_train or 1000) + (args.eval_n_test or 200)
+        n_train, n_test = args.n_train or 1000, args.eval_n_test or 200
+        n = max(n_train * 6 // 5 + 6, 6 * n_test)  # write_cifar10_batches keeps N // 6 for the test batch
         base = rng.integers(0, 256, size=(10, 3, 32, 32))
         labels = rng.integers(0, 10, size=n)
         noise = rng.integers(-40, 41, size=(n, 3, 32, 32))
