@@ -276,7 +276,7 @@ def test_prefers_spread_out_latents(dtype):
 def test_default_prior_float32_batch_and_speed():
     import time
     prior = KDPPPrior()
-    z = torch.randn(100, 20, requires_grad=True)
+    z = torch.randn(100, 20, dtype=torch.float32, requires_grad=True)
     t0 = time.perf_counter()
     lp = prior.log_prob(z)
     lp.backward()
