@@ -592,3 +592,24 @@ def test_architecture_sizes_are_overridable():
     assert out.shape == (3, 1, 28, 28) and enc(out)[0].shape == (3, 5)
     with pytest.raises(BayesxError, match="model.channels"):
         build_encoder_decoder("conv", (1, 28, 28), 5, channels=[4, 8])
+
+
+def test_conv_cifar_pipeline_on_generated_cifar10_files(store):
+    """003 Table 5.5's pipeline end to end: CIFAR-10 python-format files (generated here: no network),
+    data=cifar10, arch=conv_cifar, HVI with 4 leapfrog steps."""
+    from bayesx.data.cifar10 import write_cifar10_batches
+
+    root, uri = store
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(60, 3, 32, 32), dtype=np.uint8)
+    write_cifar10_batches(root / "data" / "cifar10" / "cifar-10-batches-py", images, rng.integers(0, 10, size=60))
+    run = run_ok(uri, ["run", "model=vae", "model.arch=conv_cifar", "data=cifar10", "method=hvi",
+                       "method.leapfrog_steps=4", "method.epochs=1", "method.eval.k=2", "method.eval.n_test=4"])
+    assert (run.data.tags["data"], run.data.tags["target.arch"], run.data.tags["target.latent_dim"]) == \
+        ("cifar10", "conv_cifar", "40")
+    assert math.isfinite(run.data.metrics["test_elbo"]) and math.isfinite(run.data.metrics["test_nll"])
+
+
+def test_conv_arch_trains_on_mnist(store):
+    run = run_ok(store[1], ["run", "model=vae", "model.arch=conv", "method=vae", *SMALL])
+    assert run.data.tags["target.arch"] == "conv" and math.isfinite(run.data.metrics["test_nll"])
