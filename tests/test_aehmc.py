@@ -19,7 +19,15 @@ from bayesx.nn.autoencoder import AutoEncoder, TrainSettings, fit_pca, initializ
 from bayesx.targets.gaussian import Gaussian
 from bayesx.targets.logreg import LogisticRegression
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def float64_default():
+    """These tests build tensors in float64 by default; restore the default afterwards (it is global)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def gen(seed=0):
