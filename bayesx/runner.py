@@ -317,7 +317,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     trains = getattr(method, "trains_model", False)  # VAE methods fit the model instead of sampling from points
     if not trains and not hasattr(target, "initial_point"):  # a model that is trained, not sampled (model=vae)
         raise BayesxError(f"method={choices.get('method')} samples a posterior, but model={model_name} is trained: "
-                          f"use method=vae, method=hvi or method=rmhvi")
+                          f"use method=vae, hvi, rmhvi or dppvae")
     if hasattr(method, "check"):  # settings that need the target (latent size, pre-sample count)
         method.check(target, int(cfg.n_chains))
     with_reference = wants_reference(cfg, method, model_name, target)
