@@ -62,8 +62,9 @@ class SolveTimer:
 def summarize(name: str, model: EllipticInverse, result, seconds: float, solve_s: float, extra: dict) -> dict:
     ev = model.evaluate(result.draws, sample_stats=result.sample_stats)
     t = result.timings
-    before = t.get("presample_time_s", 0.0) + t.get("train_time_s", 0.0) + t.get("latent_warmup_time_s", 0.0)
-    if "presample_time_s" not in t:
+    if "presample_time_s" in t:  # AE-pCN: pre-sampling (with its warm-up), training, latent warm-up
+        before = t["presample_time_s"] + t["train_time_s"] + t["latent_warmup_time_s"]
+    else:
         before = t.get("warmup_time_s", 0.0)
     return {"method": name, "mesh": model.mesh, "dim": model.dim, "n_draws": int(result.draws.shape[1]),
             "sampling_time_s": t["sampling_time_s"], "pipeline_time_s": before + t["sampling_time_s"],

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from bayesx.data.images import load_images
+from bayesx.errors import BayesxError
 from bayesx.vae.methods import HVI, RMHVI, VAE
 from bayesx.vae.model import VAEModel
 
@@ -63,7 +64,7 @@ def cifar_data(args) -> tuple[object, str]:
     read back through the same loader (a pipeline check, not a result)."""
     try:
         return load_images("cifar10", n_train=args.n_train, n_test=args.eval_n_test), "CIFAR-10"
-    except Exception as exc:  # noqa: BLE001 - any absence of the real files
+    except BayesxError as exc:  # the real files are absent or unreadable
         from bayesx.data.cifar10 import write_cifar10_batches
 
         root = Path(tempfile.mkdtemp(prefix="bayesx-cifar-"))

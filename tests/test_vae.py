@@ -613,3 +613,18 @@ def test_conv_cifar_pipeline_on_generated_cifar10_files(store):
 def test_conv_arch_trains_on_mnist(store):
     run = run_ok(store[1], ["run", "model=vae", "model.arch=conv", "method=vae", *SMALL])
     assert run.data.tags["target.arch"] == "conv" and math.isfinite(run.data.metrics["test_nll"])
+
+
+@pytest.mark.parametrize("cls, options, needle", [
+    ("RMHVI", {"fisher_samples": 0}, "method.fisher_samples"),
+    ("RMHVI", {"fixed_point_iters": 1.5}, "method.fixed_point_iters"),
+    ("HVI", {"init_step": 0.9}, "method.init_step"),
+    ("HVI", {"transitions": 0}, "method.transitions"),
+])
+def test_hvi_options_are_checked_when_the_method_is_built(cls, options, needle):
+    """Bad bound settings stop when the method is built (before any run is recorded), not at fit time."""
+    from bayesx.errors import BayesxError
+    from bayesx.vae import methods
+
+    with pytest.raises(BayesxError, match=needle):
+        getattr(methods, cls)(**options)

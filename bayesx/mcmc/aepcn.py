@@ -32,12 +32,11 @@ import torch
 from torch import Tensor
 
 from bayesx.mcmc import pcn
-from bayesx.mcmc.adaptation import bracket_step_size
 from bayesx.mcmc.aehmc import AutoEncodingMethod
 from bayesx.mcmc.common import where_rows
 from bayesx.mcmc.driver import MCMCMethod
 from bayesx.mcmc.latent import LatentSpace, gram_logdet
-from bayesx.mcmc.methods import PCN, require_gaussian_prior
+from bayesx.mcmc.methods import PCN, CrankNicolsonStep, require_gaussian_prior
 
 JITTER = 1e-10
 
@@ -123,7 +122,7 @@ def step(state: LatentPCNState, target, params: LatentPCNParams, gen: torch.Gene
     return new, pcn.PCNInfo(accept_prob, accepted, failed, zeros, new.log_likelihood)
 
 
-class LatentPCNSampler(MCMCMethod):
+class LatentPCNSampler(CrankNicolsonStep, MCMCMethod):
     """The third stage of AE-pCN: the shared driver with the latent pCN kernel (h adapted in warm-up)."""
 
     name = "aepcn"
@@ -136,18 +135,6 @@ class LatentPCNSampler(MCMCMethod):
 
     def make_params(self, step_size, metric=None):
         return LatentPCNParams(min(step_size, pcn.MAX_H), self.space, self.reference, self.volume_correction)
-
-    def _summaries(self, stats, step_size, warmup_grad_evals):
-        h = min(step_size, pcn.MAX_H)
-        return {**super()._summaries(stats, h, warmup_grad_evals), "rho": pcn.rho(h)}
-
-    def search_step_size(self, state, target, metric, gen, guess):
-        def one_step_accept(h: float) -> float:
-            if h > pcn.MAX_H:
-                return 0.0
-            return float(step(state, target, self.make_params(h), gen)[1].accept_prob.mean())
-
-        return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.target_accept))
 
 
 class AEPCN(AutoEncodingMethod):

@@ -69,7 +69,24 @@ class RWM(MCMCMethod):
         return 2.38 / math.sqrt(state.position.shape[-1])
 
 
-class PCN(MCMCMethod):
+class CrankNicolsonStep:
+    """The step parameter h of pCN-type kernels (pCN, AE-pCN): capped at pcn.MAX_H (rho = 0),
+    reported with its rho, and searched by one-step acceptance before dual averaging."""
+
+    def _summaries(self, stats, step_size, warmup_grad_evals):
+        h = min(step_size, pcn.MAX_H)
+        return {**super()._summaries(stats, h, warmup_grad_evals), "rho": pcn.rho(h)}
+
+    def search_step_size(self, state, target, metric, gen, guess):
+        def one_step_accept(h: float) -> float:
+            if h > pcn.MAX_H:  # beyond rho = 0 (independent prior draws): stop growing
+                return 0.0
+            return float(self.kernel.step(state, target, self.make_params(h), gen)[1].accept_prob.mean())
+
+        return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.target_accept))
+
+
+class PCN(CrankNicolsonStep, MCMCMethod):
     """Preconditioned Crank-Nicolson (bayesx.mcmc.pcn) for models with a Gaussian prior it can
     sample; ``step_size`` is h (rho = (1 - h/4) / (1 + h/4)), adapted towards ``target_accept``."""
 
@@ -93,18 +110,6 @@ class PCN(MCMCMethod):
 
     def make_params(self, step_size, metric=None):
         return pcn.PCNParams(min(step_size, pcn.MAX_H), self._noise)
-
-    def _summaries(self, stats, step_size, warmup_grad_evals):
-        h = min(step_size, pcn.MAX_H)
-        return {**super()._summaries(stats, h, warmup_grad_evals), "rho": pcn.rho(h)}
-
-    def search_step_size(self, state, target, metric, gen, guess):
-        def one_step_accept(h: float) -> float:
-            if h > pcn.MAX_H:  # beyond rho = 0 (independent prior draws): stop growing
-                return 0.0
-            return float(pcn.step(state, target, pcn.PCNParams(min(h, pcn.MAX_H), self._noise), gen)[1].accept_prob.mean())
-
-        return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.target_accept))
 
 
 def require_gaussian_prior(target, method: str, also: tuple[str, ...] = ()) -> None:

@@ -45,6 +45,17 @@ from bayesx.vae.riemann import fisher_metric, generalized_leapfrog
 STEP_MIN, STEP_MAX = 0.001, 0.5
 
 
+def check_options(**options) -> None:
+    """One-line errors for the integer counts (>= 1) and the initial step size of the HVI-type bounds;
+    the methods call it when built, so bad settings stop before a run is recorded."""
+    for key, value in options.items():
+        if key == "init_step":
+            if not (isinstance(value, (int, float)) and STEP_MIN <= value <= STEP_MAX):
+                raise BayesxError(f"method.init_step must lie in [{STEP_MIN}, {STEP_MAX}], got {value!r}")
+        elif not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise BayesxError(f"method.{key} must be an integer >= 1, got {value!r}")
+
+
 def sample_gaussian(mean: Tensor, log_var: Tensor) -> Tensor:
     return mean + torch.exp(0.5 * log_var) * torch.randn_like(mean)
 
@@ -94,12 +105,7 @@ class HVIBound(nn.Module):
     def __init__(self, model: VAEModel, transitions: int = 1, leapfrog_steps: int = 1, init_step: float = 0.05,
                  aux_hidden: int = 300):
         super().__init__()
-        if not (isinstance(transitions, int) and transitions >= 1):
-            raise BayesxError(f"method.transitions must be an integer >= 1, got {transitions!r}")
-        if not (isinstance(leapfrog_steps, int) and leapfrog_steps >= 1):
-            raise BayesxError(f"method.leapfrog_steps must be an integer >= 1, got {leapfrog_steps!r}")
-        if not STEP_MIN <= init_step <= STEP_MAX:
-            raise BayesxError(f"method.init_step must lie in [{STEP_MIN}, {STEP_MAX}], got {init_step}")
+        check_options(transitions=transitions, leapfrog_steps=leapfrog_steps, init_step=init_step)
         self.transitions, self.leapfrog_steps = transitions, leapfrog_steps
         d, shape = model.latent_dim, model.image_shape
         self.raw_step = nn.Parameter(torch.full((transitions, d), math.log(init_step)))
@@ -142,9 +148,7 @@ class RMHVIBound(HVIBound):
     def __init__(self, model: VAEModel, fisher_samples: int = 5, fixed_point_iters: int = 5, **kwargs):
         super().__init__(model, **kwargs)
         del self.momentum  # the momentum is drawn from N(0, G(z)), not learned
-        for key, value in (("fisher_samples", fisher_samples), ("fixed_point_iters", fixed_point_iters)):
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise BayesxError(f"method.{key} must be an integer >= 1, got {value!r}")
+        check_options(fisher_samples=fisher_samples, fixed_point_iters=fixed_point_iters)
         self.fisher_samples, self.fixed_point_iters = fisher_samples, fixed_point_iters
 
     def move(self, model: VAEModel, x: Tensor, z: Tensor, t: int, step: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -223,12 +223,10 @@ class HVI(VariationalMethod):
     def __init__(self, leapfrog_steps: int = 1, transitions: int = 1, init_step: float = 0.05, aux_hidden: int = 300,
                  **kwargs):
         super().__init__(**kwargs)
+        bounds.check_options(transitions=transitions, leapfrog_steps=leapfrog_steps, init_step=init_step,
+                             aux_hidden=aux_hidden)
         self.bound_options = dict(transitions=transitions, leapfrog_steps=leapfrog_steps, init_step=init_step,
                                   aux_hidden=aux_hidden)
-        if not (isinstance(leapfrog_steps, int) and leapfrog_steps >= 1):
-            raise BayesxError(f"method.leapfrog_steps must be an integer >= 1, got {leapfrog_steps!r}")
-        if not (isinstance(transitions, int) and transitions >= 1):
-            raise BayesxError(f"method.transitions must be an integer >= 1, got {transitions!r}")
 
     def make_bound(self, model: VAEModel) -> torch.nn.Module:
         return bounds.HVIBound(model, **self.bound_options)
@@ -242,6 +240,7 @@ class RMHVI(HVI):
 
     def __init__(self, fisher_samples: int = 5, fixed_point_iters: int = 5, **kwargs):
         super().__init__(**kwargs)
+        bounds.check_options(fisher_samples=fisher_samples, fixed_point_iters=fixed_point_iters)
         self.riemann_options = dict(fisher_samples=fisher_samples, fixed_point_iters=fixed_point_iters)
 
     def make_bound(self, model: VAEModel) -> torch.nn.Module:

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
-import skfem
 from skfem import Basis, ElementTriP2, FacetBasis, LinearForm, MeshTri
 
 from bayesx.errors import BayesxError
@@ -176,6 +175,3 @@ class P2Space:
         diff = u_q - exact(x, y)
         return float(np.sqrt(np.sum(diff**2 * self.basis.dx)))
 
-
-def skfem_version() -> str:
-    return getattr(skfem, "__version__", "unknown")
