@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--eval-k", type=int, default=1000)
     parser.add_argument("--eval-n-test", type=int, default=500)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -104,10 +105,10 @@ def main() -> None:
     rows = []
     start = time.perf_counter()
     for label, arch, latent, cls, options in rows_for(args.table):
-        model = VAEModel(data, arch=arch, latent_dim=latent)
+        model = VAEModel(data, arch=arch, latent_dim=latent, device=args.device)
         method = cls(epochs=args.epochs, eval={"k": args.eval_k, "n_test": args.eval_n_test}, **options)
         t0 = time.perf_counter()
-        result = method.fit(model, torch.Generator().manual_seed(args.seed), progress=False)
+        result = method.fit(model, torch.Generator(device=args.device).manual_seed(args.seed), progress=False)
         m = result.metrics
         rows.append({"label": label, "arch": arch, "latent_dim": latent, "test_elbo": m.get("test_elbo"),
                      "test_nll": m.get("test_nll"), "train_elbo": m.get("train_elbo"),
@@ -119,7 +120,7 @@ def main() -> None:
     published = PUBLISHED[args.table]
     lines = [f"# 003 Table {args.table}: test ELBO and importance-sampled log-likelihood", "",
              f"Command: `python experiments/hvi_tables.py {' '.join(sys.argv[1:])}`".rstrip(), "",
-             f"Machine: {platform.machine()}, torch {torch.__version__}, {args.threads} threads, float32. "
+             f"Machine: {platform.machine()}, torch {torch.__version__}, {args.threads} threads, {args.device}, float32. "
              f"Total {seconds / 60:.1f} min.", "",
              f"Data: {data_note}; {len(data.x_train)} training images ({data.binarize} binarization), "
              f"{args.eval_n_test} test images for the log-likelihood with k = {args.eval_k}. "
