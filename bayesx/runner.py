@@ -26,6 +26,7 @@ from bayesx import plots
 from bayesx.data.registry import data_dir
 from bayesx.diagnostics import convergence, reference
 from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.native.logistic import fused_form
 from bayesx.result import Result
 from bayesx.tracking import Tracker
 
@@ -335,6 +336,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         "device": str(device), "dtype": str(cfg.device.dtype), "torch_version": torch.__version__,
         "git_commit": git_commit(), "seed": str(cfg.seed), "n_chains": str(cfg.n_chains),
         "ess_per_s_time": "sampling_time_s",
+        "kernels": "native" if initial is not None and fused_form(target, initial) is not None else "pytorch",
         **{f"target.{k}": v for k, v in target.describe().items()},
     }
     # SIGTERM is caught from before the run exists until it is closed, so a run is never left RUNNING

@@ -17,6 +17,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from cli_helpers import all_runs, assert_rejected, call, empty_store
+from bayesx.native import logistic as native
 
 DIGITS_DIM, N_CHAINS, NUM_DRAWS = 64, 2, 100
 # one torch thread: these problems are tiny, and with two threads on two busy cores torch can be 100x slower
@@ -72,6 +73,9 @@ def aehmc_runs(store):
     return first, second
 
 
+native_available = native._function("logistic_leapfrog", torch.float64) is not None
+
+
 def test_aehmc_records_stages_latent_size_and_reference_error(aehmc_runs, store):
     root, uri = store
     run = aehmc_runs[0]
@@ -93,6 +97,7 @@ def test_aehmc_records_stages_latent_size_and_reference_error(aehmc_runs, store)
     assert (tags["method"], tags["model"], tags["data"]) == ("aehmc", "logreg", "digits")
     assert (tags["ae"], tags["volume_correction"], tags["energy_at_start"]) == ("linear", "true", "reconstructed")
     assert tags["latent_dim_choice"] == "default (dim/10)"
+    assert tags["kernels"] == ("native" if native_available else "pytorch")
     cache = Path(tags["reference_cache"])
     assert cache.is_file() and cache.parent == root / "data-default" / "reference"
     assert run.data.params["method._target_"] == "bayesx.mcmc.aehmc.AEHMC"

@@ -288,7 +288,7 @@ def trajectory_figure(space: latent.LatentSpace, presamples: torch.Tensor, step_
         q = presamples[-1:]
         z, _ = space.encode_position(q)
         noise = torch.randn(q.shape, generator=gen, dtype=q.dtype, device=q.device)
-        p, _ = space.encode_momentum(noise / space.scale)
+        p, _ = space.encode_noise(noise)
         _, grad = space.potential_and_grad(z)
         points = [z]
         for _ in range(num_steps):

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from torch import Tensor
 
 from bayesx.mcmc.metric import Metric, velocity
+from bayesx.native.logistic import fused_form, trajectory
 
 
 class PhaseState(NamedTuple):
@@ -38,8 +39,14 @@ def leapfrog_trajectory(state: PhaseState, step_size, num_steps: int, metric: Me
     """``num_steps`` leapfrog steps with the inner half steps of the momentum fused.
 
     Equal to ``num_steps`` calls of :func:`leapfrog` up to rounding, with one fewer vector update
-    per step; ``num_steps`` gradient evaluations.
+    per step; ``num_steps`` gradient evaluations. Targets with a fused kernel (logistic
+    regression on the CPU, bayesx.native) run the whole trajectory in one call.
     """
+    form = fused_form(target, state.position)
+    if form is not None:
+        q, p, grad, log_prob = trajectory(form, state.position, state.momentum, state.grad, step_size,
+                                          num_steps, metric.inv_mass)
+        return PhaseState(q, p, log_prob, grad)
     p = state.momentum + 0.5 * step_size * state.grad
     q = state.position
     for i in range(num_steps):

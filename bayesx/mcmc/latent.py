@@ -37,9 +37,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.mcmc.common import DIVERGENCE_THRESHOLD, energy_error, uniform, where_rows
+from bayesx.native.logistic import fused_form, trajectory
 from bayesx.nn.autoencoder import AutoEncoder
 
 ENERGY_AT_START = ("reconstructed", "original")
@@ -58,8 +60,11 @@ class LatentSpace:
     def __init__(self, target, ae: AutoEncoder, mean: Tensor, scale: Tensor):
         self.target, self.ae, self.mean, self.scale = target, ae, mean, scale
         self.dim, self.latent_dim = mean.shape[0], ae.latent_dim
-        W, E1 = ae.W, ae.E1
-        self.restricted = target.restrict(mean, scale[:, None] * W)  # q = m + (s W) u
+        W, E1 = ae.W.detach(), ae.E1.detach()
+        self.decoder_basis = scale[:, None] * W  # psi_q(z) = m + (s W) g(z)
+        self.encoder_rows = E1 / scale  # phi_q(q) = f(E1 diag(1/s) q - E1 diag(1/s) m)
+        self.encoder_bias = -(self.encoder_rows @ mean)
+        self.restricted = target.restrict(mean, self.decoder_basis)  # q = m + (s W) u
         self.kinetic_gram = W.T @ W  # K_h = g^T (W^T W) g / 2
         self.decoder_gram_q = W.T @ (scale[:, None] ** 2 * W)  # W^T diag(s^2) W
         self.decoder_gram_p = W.T @ (W / scale[:, None] ** 2)
@@ -72,15 +77,19 @@ class LatentSpace:
     # --- maps between the spaces (batched over chains) --------------------------------------------
     def encode_position(self, q: Tensor) -> tuple[Tensor, Tensor]:
         """q_h = phi_q(q) and the first-layer activation E1 x (for the encoder volume)."""
-        v = self.ae.enc_in((q - self.mean) / self.scale)
+        v = F.linear(q, self.encoder_rows, self.encoder_bias)
         return self.ae.f(v), v
 
     def encode_momentum(self, p: Tensor) -> tuple[Tensor, Tensor]:
-        v = self.ae.enc_in(p * self.scale)
+        return self.encode_noise(p * self.scale)
+
+    def encode_noise(self, noise: Tensor) -> tuple[Tensor, Tensor]:
+        """phi_p(p) for p = noise / s, p ~ N(0, M): the encoder sees s p = noise itself."""
+        v = self.ae.enc_in(noise)
         return self.ae.f(v), v
 
     def decode_position(self, z: Tensor) -> Tensor:
-        return self.mean + self.scale * self.ae.decode(z)
+        return F.linear(self.ae.g(z), self.decoder_basis, self.mean)
 
     def decode_momentum(self, z: Tensor) -> Tensor:
         return self.ae.decode(z) / self.scale
@@ -152,7 +161,14 @@ def init(position: Tensor, target) -> LatentState:
 
 def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, grad_u: Tensor, step_size: float, num_steps: int):
     """num_steps leapfrog steps on U_h + K_h from (z, p) with grad U_h(z) given; returns the end
-    point, U_h and its gradient there (the position update uses grad K_h, 001 Alg. 1)."""
+    point, U_h and its gradient there (the position update uses grad K_h, 001 Alg. 1).
+
+    For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so on a target with a fused
+    kernel (logistic regression on the CPU) the latent trajectory is one call of bayesx.native."""
+    form = None if space.ae.nonlinear else fused_form(space.restricted, z)
+    if form is not None:
+        z, p, grad_log_prob, log_prob = trajectory(form, z, p, -grad_u, step_size, num_steps, space.kinetic_gram)
+        return z, p, -log_prob, -grad_log_prob
     p = p.add(grad_u, alpha=-0.5 * step_size)
     for _ in range(num_steps - 1):
         z = space.drift(z, p, step_size)
@@ -167,9 +183,8 @@ def step(state: LatentState, target, params: LatentParams, gen: torch.Generator)
     space = params.space
     n_chains = state.position.shape[0]
     noise = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)
-    p_v = noise / space.scale  # p_v ~ N(0, M), M^-1 = diag(s^2)
     z0, v_q = space.encode_position(state.position)
-    p0, v_p = space.encode_momentum(p_v)
+    p0, v_p = space.encode_noise(noise)  # the momentum p_v = noise / s ~ N(0, M), M^-1 = diag(s^2)
     u0, grad0 = space.potential_and_grad(z0)
     if params.energy_at_start == "original":
         h0 = -state.log_prob + 0.5 * (noise * noise).sum(-1)

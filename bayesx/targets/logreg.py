@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.data.classification import ClassificationData
+from bayesx.native.logistic import LogisticForm, fused_form, make_form
+from bayesx.native import logistic as native
 from bayesx.targets.base import TargetBase, check_positive
 
 
@@ -48,11 +50,21 @@ class LogisticRegression(TargetBase):
         return log_lik - 0.5 * self._inv_var * (q * q).sum(-1)
 
     def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
+        form = _native_form(self, q)
+        if form is not None:
+            return native.log_prob_and_grad(form, q)
         logits = q @ self.x_train.T
         log_lik = (self.y_train * logits - F.softplus(logits)).sum(-1)
         lp = log_lik - 0.5 * self._inv_var * (q * q).sum(-1)
         grad = torch.addmm(q, self.y_train - torch.sigmoid(logits), self.x_train, beta=-self._inv_var)
         return lp, grad
+
+    def logistic_form(self) -> LogisticForm:
+        """This density in the form of the fused leapfrog kernel: A = X, P = I / s^2 (bayesx.native)."""
+        if getattr(self, "_form", None) is None:
+            precision = torch.full((self.dim,), self._inv_var, dtype=self.dtype, device=self.device)
+            self._form = make_form(self.x_train.T, None, self.y_train, precision, None)
+        return self._form
 
     def restrict(self, offset: Tensor, basis: Tensor) -> "RestrictedLogisticRegression":
         return RestrictedLogisticRegression(self, offset, basis)
@@ -87,6 +99,14 @@ class LogisticRegression(TargetBase):
                 "data_description": self.data.description, "data_source": self.data.source}
 
 
+def _native_form(density, q: Tensor) -> LogisticForm | None:
+    """The native kernel's form for a batch of chains on the CPU; None where PyTorch must run
+    (autograd through q, a single point, a GPU, or no compiler)."""
+    if q.dim() != 2 or q.requires_grad:
+        return None
+    return fused_form(density, q)
+
+
 class RestrictedLogisticRegression:
     """The posterior on q = a + B u, with the products precomputed (001 eq. 7, appendix A):
 
@@ -108,11 +128,23 @@ class RestrictedLogisticRegression:
         self.y = model.y_train
         self.prior_gram = model._inv_var * self.gram  # for potential_grad
         self.prior_shift = model._inv_var * self.basis_offset
+        self._form: LogisticForm | None = None
 
     def point(self, u: Tensor) -> Tensor:
         return self.offset + u @ self.basis.T
 
+    def logistic_form(self) -> LogisticForm:
+        """A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2, constant -|a|^2 / (2 s^2)."""
+        if self._form is None:
+            constant = -0.5 * self.model._inv_var * self.offset_sq
+            self._form = make_form(self.x_basis.T, self.x_offset, self.y, self.prior_gram,
+                                      self.prior_shift, constant)
+        return self._form
+
     def log_prob_and_grad(self, u: Tensor) -> tuple[Tensor, Tensor]:
+        form = _native_form(self, u)
+        if form is not None:
+            return native.log_prob_and_grad(form, u)
         m = self.model
         logits = self.x_offset + u @ self.x_basis.T
         log_lik = (m.y_train * logits - F.softplus(logits)).sum(-1)

@@ -1,0 +1,1 @@
+"""Native (C) kernels for the hot loops, built at first use; see build.py."""

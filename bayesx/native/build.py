@@ -1,0 +1,108 @@
+"""Compile a C source of this package into a shared library at first use, and cache it.
+
+The library is built with the system C compiler (``$CC``, else ``cc``) for the machine it runs on
+(``-march=native``), so it lives in a per-user cache keyed by the source, the flags, the compiler
+and the CPU: ``$BAYESX_CACHE_DIR/native`` if set, else ``~/.cache/bayesx/native``. Sources are
+compiled with ``-ffast-math`` (vectorized exp and log, reassociated sums) but linked without it,
+so loading a library never switches the process to flush-to-zero arithmetic.
+
+Where no compiler is found or the build fails, :func:`load` returns None and says why once
+(a :class:`NativeKernelWarning`); callers then use their PyTorch path. ``BAYESX_NATIVE=0`` turns native
+kernels off altogether.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from functools import cache
+from pathlib import Path
+
+
+
+class NativeKernelWarning(RuntimeWarning):
+    """A native kernel could not be built or loaded; the PyTorch kernels run instead."""
+
+
+def _fall_back(message: str) -> None:
+    warnings.warn(f"bayesx: {message}; the PyTorch kernels run instead (slower on small problems)",
+                  NativeKernelWarning, stacklevel=3)
+
+SOURCE_DIR = Path(__file__).resolve().parent
+COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
+LINK_FLAGS = ("-shared",)
+
+
+def enabled() -> bool:
+    """False when the user turned native kernels off (``BAYESX_NATIVE=0``)."""
+    return os.environ.get("BAYESX_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("BAYESX_CACHE_DIR", "").strip()
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "bayesx") / "native"
+
+
+def _cpu_signature() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith(("model name", "flags")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+
+
+def _key(compiler: str, sources: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for part in (compiler, " ".join(COMPILE_FLAGS + LINK_FLAGS), _cpu_signature(), platform.machine()):
+        digest.update(part.encode())
+    for source in sources:
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@cache
+def load(name: str) -> ctypes.CDLL | None:
+    """The shared library built from ``<name>.c`` (and the ``.h`` files beside it), or None."""
+    compiler = _compiler()
+    if compiler is None:
+        _fall_back("no C compiler found (install gcc or set CC)")
+        return None
+    source = SOURCE_DIR / f"{name}.c"
+    target = cache_dir() / f"{name}-{_key(compiler, [source, *sorted(SOURCE_DIR.glob('*.h'))])}.so"
+    if not target.exists():
+        try:
+            _build(compiler, source, target)
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = getattr(exc, "stderr", "") or str(exc)
+            last_line = detail.strip().splitlines()[-1] if detail.strip() else str(exc)
+            _fall_back(f"building the native kernel {name} failed ({last_line})")
+            return None
+    try:
+        return ctypes.CDLL(str(target))
+    except OSError as exc:
+        _fall_back(f"loading the native kernel {name} failed ({exc})")
+        return None
+
+
+def _build(compiler: str, source: Path, target: Path) -> None:
+    """Compile and link into a temporary folder, then move into place (safe for parallel runs)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        obj, lib = Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
+        run = {"check": True, "capture_output": True, "text": True, "timeout": 120}
+        subprocess.run([compiler, *COMPILE_FLAGS, "-c", str(source), "-o", str(obj)], **run)
+        subprocess.run([compiler, *LINK_FLAGS, str(obj), "-o", str(lib), "-lm"], **run)
+        os.replace(lib, target)

@@ -1,0 +1,200 @@
+"""The native (C) logistic-regression kernels: equal to the PyTorch path, gradients against finite
+differences, samplers unchanged by them, and a clean fallback where no compiler is found."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bayesx.data.digits import load_digits
+from bayesx.mcmc import latent
+from bayesx.mcmc.integrators import PhaseState, leapfrog_trajectory
+from bayesx.mcmc.methods import HMC, NUTS
+from bayesx.mcmc.metric import make_metric
+from bayesx.native import build
+from bayesx.native import logistic as native
+from bayesx.nn.autoencoder import AutoEncoder, initialize
+from bayesx.targets.logreg import LogisticRegression
+
+needs_native = pytest.mark.skipif(native._function("logistic_leapfrog", torch.float64) is None,
+                                  reason="no C compiler: the native kernels could not be built")
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return LogisticRegression(load_digits())
+
+
+@pytest.fixture
+def pytorch_only(monkeypatch):
+    """Turn the native kernels off for the duration of a test (BAYESX_NATIVE=0)."""
+    monkeypatch.setenv("BAYESX_NATIVE", "0")
+
+
+def with_native(enabled: bool, monkeypatch, fn):
+    monkeypatch.setenv("BAYESX_NATIVE", "1" if enabled else "0")
+    try:
+        return fn()
+    finally:
+        monkeypatch.delenv("BAYESX_NATIVE")
+
+
+def latent_space(target, d=4, seed=0):
+    """A linear auto-encoder with a non-orthonormal decoder, standardized as AE-HMC does."""
+    ae = AutoEncoder(target.dim, d, "linear", dtype=target.dtype)
+    initialize(ae, gen(seed))
+    with torch.no_grad():
+        ae.dec_out.weight.add_(0.3 * torch.randn(target.dim, d, generator=gen(seed + 1), dtype=target.dtype))
+    ae.requires_grad_(False)
+    mean = 0.1 * torch.randn(target.dim, generator=gen(seed + 2), dtype=target.dtype)
+    scale = 0.5 + torch.rand(target.dim, generator=gen(seed + 3), dtype=target.dtype)
+    return latent.LatentSpace(target, ae, mean, scale)
+
+
+# --- the kernels against the PyTorch path --------------------------------------------------------------
+@needs_native
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-11), (torch.float32, 2e-4)])
+def test_density_and_gradient_equal_pytorch(digits, dtype, tol, monkeypatch):
+    target = LogisticRegression(load_digits(), dtype=dtype)
+    q = 0.3 * torch.randn(5, target.dim, generator=gen(1), dtype=dtype)
+    ours = with_native(True, monkeypatch, lambda: target.log_prob_and_grad(q))
+    theirs = with_native(False, monkeypatch, lambda: target.log_prob_and_grad(q))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol * 10)
+
+
+@needs_native
+def test_restricted_density_and_gradient_equal_pytorch(digits, monkeypatch):
+    restricted = latent_space(digits).restricted
+    u = torch.randn(3, restricted.dim, generator=gen(2), dtype=torch.float64)
+    ours = with_native(True, monkeypatch, lambda: restricted.log_prob_and_grad(u))
+    theirs = with_native(False, monkeypatch, lambda: restricted.log_prob_and_grad(u))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-9)
+
+
+@needs_native
+def test_native_gradient_matches_finite_differences(digits):
+    q = 0.2 * torch.randn(2, digits.dim, generator=gen(3), dtype=torch.float64)
+    form = digits.logistic_form()
+    _, grad = native.log_prob_and_grad(form, q)
+    h = 1e-6
+    for i in (0, 17, 40):
+        e = torch.zeros_like(q)
+        e[:, i] = h
+        fd = (native.log_prob_and_grad(form, q + e)[0] - native.log_prob_and_grad(form, q - e)[0]) / (2 * h)
+        torch.testing.assert_close(fd, grad[:, i], rtol=1e-5, atol=1e-5)
+
+
+def torch_trajectory(target, q, p, grad, eps, steps, inv_mass):
+    """Reference leapfrog in PyTorch with the target's own log_prob_and_grad (native off by the caller)."""
+    p = p + 0.5 * eps * grad
+    for i in range(steps):
+        q = q + eps * (p @ inv_mass if inv_mass.dim() == 2 else p * inv_mass)
+        lp, grad = target.log_prob_and_grad(q)
+        p = p + (eps if i < steps - 1 else 0.5 * eps) * grad
+    return q, p, grad, lp
+
+
+@needs_native
+@pytest.mark.parametrize("mass", ["diag", "dense"])
+def test_trajectory_equals_pytorch_leapfrog(digits, mass, monkeypatch):
+    q = 0.2 * torch.randn(4, digits.dim, generator=gen(4), dtype=torch.float64)
+    p = torch.randn(4, digits.dim, generator=gen(5), dtype=torch.float64)
+    a = torch.randn(digits.dim, digits.dim, generator=gen(6), dtype=torch.float64) / digits.dim
+    inv_mass = (0.5 + torch.rand(digits.dim, generator=gen(7), dtype=torch.float64)) if mass == "diag" \
+        else a @ a.T + torch.eye(digits.dim, dtype=torch.float64)
+    eps = torch.tensor([[0.01], [-0.02], [0.015], [0.005]], dtype=torch.float64)  # per chain, one backwards
+    grad = digits.log_prob_and_grad(q)[1]
+    ours = native.trajectory(digits.logistic_form(), q, p, grad, eps, 12, inv_mass)
+    theirs = with_native(False, monkeypatch, lambda: torch_trajectory(digits, q, p, grad, eps, 12, inv_mass))
+    for x, y in zip(ours, theirs):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-10)
+    assert torch.equal(q, q.clone())  # inputs untouched: the kernel works on copies
+    torch.testing.assert_close(grad, digits.log_prob_and_grad(q)[1])
+
+
+@needs_native
+def test_latent_trajectory_equals_pytorch(digits, monkeypatch):
+    space = latent_space(digits, d=5)
+    z = torch.randn(3, 5, generator=gen(8), dtype=torch.float64)
+    p = torch.randn(3, 5, generator=gen(9), dtype=torch.float64)
+    _, grad_u = space.potential_and_grad(z)
+    ours = latent.latent_leapfrog(space, z, p, grad_u, 0.02, 15)
+    theirs = with_native(False, monkeypatch, lambda: latent.latent_leapfrog(space, z, p, grad_u, 0.02, 15))
+    for x, y in zip(ours, theirs):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-10)
+
+
+@needs_native
+@pytest.mark.parametrize("method", ["hmc", "nuts"])
+def test_samplers_give_the_same_chains_with_and_without_native_kernels(digits, method, monkeypatch):
+    """With a fixed step size: adaptation feeds rounding-level differences in the acceptance back
+    into the step size, and the chaotic early trajectories amplify them."""
+    fixed = {"num_warmup": 0, "num_draws": 20, "step_size": 0.01, "adapt_step_size": False}
+
+    def run():
+        g = gen(11)
+        sampler = HMC(num_steps=10, **fixed) if method == "hmc" else NUTS(max_tree_depth=5, **fixed)
+        return sampler.run(digits, digits.initial_point(2, g), g, progress=False).draws
+    ours = with_native(True, monkeypatch, run)
+    theirs = with_native(False, monkeypatch, run)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+
+
+def test_integrator_without_a_form_uses_pytorch(pytorch_only, digits):
+    """With the kernels off, leapfrog_trajectory is the plain PyTorch loop (the reference above)."""
+    q = 0.2 * torch.randn(2, digits.dim, generator=gen(12), dtype=torch.float64)
+    p = torch.randn(2, digits.dim, generator=gen(13), dtype=torch.float64)
+    lp, grad = digits.log_prob_and_grad(q)
+    metric = make_metric(torch.ones(digits.dim, dtype=torch.float64))
+    end = leapfrog_trajectory(PhaseState(q, p, lp, grad), 0.01, 5, metric, digits)
+    ref = torch_trajectory(digits, q, p, grad, 0.01, 5, metric.inv_mass)
+    torch.testing.assert_close(end.position, ref[0])
+    assert native.fused_form(digits, q) is None
+
+
+# --- building ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def fresh_build(tmp_path, monkeypatch):
+    """An empty library cache, and load()'s memo cleared before and after."""
+    monkeypatch.setenv("BAYESX_CACHE_DIR", str(tmp_path))
+    build.load.cache_clear()
+    yield tmp_path
+    build.load.cache_clear()
+
+
+def test_no_compiler_falls_back_with_one_warning(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setenv("PATH", str(fresh_build))  # neither cc, gcc nor clang on the path
+    with pytest.warns(build.NativeKernelWarning, match="no C compiler found") as record:
+        assert build.load("logistic_leapfrog") is None
+        assert build.load("logistic_leapfrog") is None  # remembered: no second attempt, no second warning
+    assert len(record) == 1
+    q = torch.zeros(2, 3, dtype=torch.float64)
+    assert native._function("logistic_leapfrog", torch.float64) is None
+    assert not native.supports(native.make_form(torch.ones(3, 4, dtype=torch.float64), None, torch.ones(4),
+                                                torch.ones(3), None), q)
+
+
+def test_a_failing_build_falls_back(fresh_build, monkeypatch, tmp_path_factory):
+    broken = tmp_path_factory.mktemp("src")
+    (broken / "broken.c").write_text("this is not C\n")
+    monkeypatch.setattr(build, "SOURCE_DIR", broken)
+    with pytest.warns(build.NativeKernelWarning, match="building the native kernel broken failed"):
+        assert build.load("broken") is None
+    assert not list((fresh_build / "native").glob("broken-*.so"))
+
+
+@needs_native
+def test_build_is_cached_and_keeps_denormals(fresh_build):
+    first = build.load("logistic_leapfrog")
+    assert first is not None
+    assert len(list((fresh_build / "native").glob("logistic_leapfrog-*.so"))) == 1
+    # -ffast-math is for compiling only: linking it in would set flush-to-zero for the whole process
+    tiny = torch.tensor([1e-310], dtype=torch.float64)
+    assert float(tiny * 1.0) != 0.0
