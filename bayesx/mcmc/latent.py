@@ -62,6 +62,7 @@ class LatentSpace:
         self.dim, self.latent_dim = mean.shape[0], ae.latent_dim
         W, E1 = ae.W.detach(), ae.E1.detach()
         self.decoder_basis = scale[:, None] * W  # psi_q(z) = m + (s W) g(z)
+        self.encoder_weight = E1
         self.encoder_rows = E1 / scale  # phi_q(q) = f(E1 diag(1/s) q - E1 diag(1/s) m)
         self.encoder_bias = -(self.encoder_rows @ mean)
         self.restricted = target.restrict(mean, self.decoder_basis)  # q = m + (s W) u
@@ -85,7 +86,7 @@ class LatentSpace:
 
     def encode_noise(self, noise: Tensor) -> tuple[Tensor, Tensor]:
         """phi_p(p) for p = noise / s, p ~ N(0, M): the encoder sees s p = noise itself."""
-        v = self.ae.enc_in(noise)
+        v = F.linear(noise, self.encoder_weight)
         return self.ae.f(v), v
 
     def decode_position(self, z: Tensor) -> Tensor:
