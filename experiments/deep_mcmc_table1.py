@@ -37,6 +37,7 @@ from bayesx.diagnostics import convergence, reference  # noqa: E402
 from bayesx.errors import BayesxError  # noqa: E402
 from bayesx.mcmc.aehmc import AEHMC  # noqa: E402
 from bayesx.mcmc.methods import HMC  # noqa: E402
+from bayesx.native import logistic as native  # noqa: E402
 from bayesx.runner import build, reference_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,9 @@ def write_markdown(rows: list[dict], skipped: dict[str, str], args, path: Path, 
     lines = ["# Deep MCMC Table 1: HMC vs AE-HMC on Bayesian logistic regression", "",
              f"Command: `python experiments/deep_mcmc_table1.py {' '.join(sys.argv[1:])}`".rstrip(), "",
              f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-             f"{torch.get_num_threads()} threads, {args.chains} chains, float64. Total time {seconds / 60:.1f} min.", "",
+             f"{torch.get_num_threads()} threads, {args.chains} chains, float64, "
+             f"{'native (C) leapfrog kernels for both methods' if native.available() else 'PyTorch kernels (native off)'}. "
+             f"Total time {seconds / 60:.1f} min.", "",
              f"HMC: 50 leapfrog steps, diag metric, Laplace start, {args.warmup} warm-up + {args.draws} iterations per chain. "
              f"AE-HMC: the same HMC warm-up, 1000 pre-samples (after warm-up), linear auto-encoder with latent size "
              f"about D/10, 200 latent step-size adaptation iterations, {args.draws} iterations per chain, 50 leapfrog steps. "

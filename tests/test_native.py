@@ -16,7 +16,7 @@ from bayesx.native import logistic as native
 from bayesx.nn.autoencoder import AutoEncoder, initialize
 from bayesx.targets.logreg import LogisticRegression
 
-needs_native = pytest.mark.skipif(native._function("logistic_leapfrog", torch.float64) is None,
+needs_native = pytest.mark.skipif(not native.available(),
                                   reason="no C compiler: the native kernels could not be built")
 
 
@@ -176,7 +176,7 @@ def test_no_compiler_falls_back_with_one_warning(fresh_build, monkeypatch):
         assert build.load("logistic_leapfrog") is None  # remembered: no second attempt, no second warning
     assert len(record) == 1
     q = torch.zeros(2, 3, dtype=torch.float64)
-    assert native._function("logistic_leapfrog", torch.float64) is None
+    assert not native.available()
     assert not native.supports(native.make_form(torch.ones(3, 4, dtype=torch.float64), None, torch.ones(4),
                                                 torch.ones(3), None), q)
 

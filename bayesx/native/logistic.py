@@ -53,10 +53,15 @@ def _function(kind: str, dtype: torch.dtype):
     return None if library is None else getattr(library, f"{kind}_{_SUFFIX[dtype]}")
 
 
+def available(dtype: torch.dtype = torch.float64) -> bool:
+    """Whether the native kernels are on and built for this dtype on this machine."""
+    return _function("logistic_leapfrog", dtype) is not None
+
+
 def supports(form: LogisticForm, position: Tensor) -> bool:
     """Whether the native kernels can run for this form and these chains (CPU, float64/32, built)."""
     return (position.device.type == "cpu" and form.design_t.device.type == "cpu"
-            and position.dtype == form.design_t.dtype and _function("logistic_leapfrog", position.dtype) is not None)
+            and position.dtype == form.design_t.dtype and available(position.dtype))
 
 
 def fused_form(density, position: Tensor) -> LogisticForm | None:
