@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +27,11 @@ import torch
 
 from bayesx.mcmc import pcn
 from bayesx.targets.elliptic import EllipticInverse
+from bayesx.timing import median_seconds
 
 
 def median_ms(fn, repeats: int) -> float:
-    fn()  # warm
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(times)
+    return 1000.0 * median_seconds(fn, repeats)
 
 
 def bench_mesh(mesh: int, repeats: int, chains: int) -> dict[str, float]:

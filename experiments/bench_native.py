@@ -20,7 +20,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -33,6 +32,7 @@ from bayesx.mcmc.metric import make_metric
 from bayesx.native import logistic as native
 from bayesx.nn.autoencoder import AutoEncoder, initialize
 from bayesx.runner import build
+from bayesx.timing import median_seconds
 
 ROWS = ("digits", "synthetic", "mnist01")
 STEPS, CHAINS = 50, 4
@@ -41,16 +41,6 @@ STEPS, CHAINS = 50, 4
 def build_target(data_name: str):
     cfg = compose([f"data={data_name}", "model=logreg", "device.dtype=float64"])
     return build(cfg.model, "model", data=build(cfg.data, "data"), device="cpu", dtype=torch.float64)
-
-
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def with_backend(native_on: bool, fn):
@@ -95,8 +85,8 @@ def bench_row(data_name: str, repeats: int) -> dict:
     per_step = 1e6 / STEPS
     row = {"data": data_name, "D": target.dim, "d": d, "n": int(target.x_train.shape[0])}
     for backend, on in (("torch", False), ("native", True)):
-        row[f"hmc_{backend}"] = with_backend(on, lambda: median_time(hmc, repeats)) * per_step
-        row[f"latent_{backend}"] = with_backend(on, lambda: median_time(lat, repeats)) * per_step
+        row[f"hmc_{backend}"] = with_backend(on, lambda: median_seconds(hmc, repeats)) * per_step
+        row[f"latent_{backend}"] = with_backend(on, lambda: median_seconds(lat, repeats)) * per_step
     return row
 
 

@@ -68,6 +68,37 @@ def test_density_and_gradient_equal_pytorch(digits, dtype, tol, monkeypatch):
 
 
 @needs_native
+@pytest.mark.parametrize("dtype,scale", [(torch.float32, 100.0), (torch.float64, 1000.0)])
+def test_huge_logits_stay_finite(dtype, scale, monkeypatch):
+    """Logits far beyond exp's range (|l| in the thousands): the sigmoid must not overflow into NaN."""
+    target = LogisticRegression(load_digits(), dtype=dtype)
+    q = scale * torch.randn(3, target.dim, generator=gen(14), dtype=dtype)
+    assert float((q @ target.x_train.T).abs().max()) > (100 if dtype == torch.float32 else 800)
+    ours = with_native(True, monkeypatch, lambda: target.log_prob_and_grad(q))
+    theirs = with_native(False, monkeypatch, lambda: target.log_prob_and_grad(q))
+    assert torch.isfinite(ours[0]).all() and torch.isfinite(ours[1]).all()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-4 if dtype == torch.float32 else 1e-11, atol=1e-3)
+
+
+@needs_native
+def test_large_problems_use_threaded_blas_unless_single_threaded(digits, monkeypatch):
+    """Above native.SMALL_PROBLEM multiply-adds per gradient the kernel runs only with one torch thread."""
+    many_chains = torch.zeros(native.SMALL_PROBLEM // digits.logistic_form().design_t.numel() + 1, digits.dim,
+                              dtype=torch.float64)
+    few_chains = many_chains[:4]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert native.fused_form(digits, few_chains) is not None
+        assert native.fused_form(digits, many_chains) is None
+        torch.set_num_threads(1)
+        assert native.fused_form(digits, many_chains) is not None
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_native
 def test_restricted_density_and_gradient_equal_pytorch(digits, monkeypatch):
     restricted = latent_space(digits).restricted
     u = torch.randn(3, restricted.dim, generator=gen(2), dtype=torch.float64)

@@ -58,10 +58,18 @@ def available(dtype: torch.dtype = torch.float64) -> bool:
     return _function("logistic_leapfrog", dtype) is not None
 
 
+SMALL_PROBLEM = 1 << 18
+"""Above this many multiply-adds per gradient (chains x n x k), PyTorch's BLAS with more than one
+thread beats the single-threaded kernel (bench_native.md and bench_logreg at 2 threads)."""
+
+
 def supports(form: LogisticForm, position: Tensor) -> bool:
-    """Whether the native kernels can run for this form and these chains (CPU, float64/32, built)."""
-    return (position.device.type == "cpu" and form.design_t.device.type == "cpu"
-            and position.dtype == form.design_t.dtype and available(position.dtype))
+    """Whether the native kernels can and should run for this form and these chains: CPU tensors of
+    float64/32, the library built, and either one torch thread or a small problem."""
+    if position.device.type != "cpu" or form.design_t.device.type != "cpu" or position.dtype != form.design_t.dtype:
+        return False
+    small = position.shape[0] * form.design_t.numel() <= SMALL_PROBLEM
+    return (small or torch.get_num_threads() == 1) and available(position.dtype)
 
 
 def fused_form(density, position: Tensor) -> LogisticForm | None:

@@ -31,7 +31,13 @@ static REAL CAT(residual, SUFFIX)(int n, int k, const REAL *restrict At, const R
             log_lik += y[i] * l - (pos + LOG((REAL)1 + EXP(-(l > 0 ? l : -l))));
         }
     }
-    for (int i = 0; i < n; i++) r[i] = y[i] - (REAL)1 / ((REAL)1 + EXP(-r[i]));
+    /* sigmoid(l) from e = exp(-|l|) <= 1, so nothing overflows (fast-math may not keep inf) */
+    for (int i = 0; i < n; i++) {
+        const REAL l = r[i];
+        const REAL e = EXP(-(l > 0 ? l : -l));
+        const REAL inv = (REAL)1 / ((REAL)1 + e);
+        r[i] = y[i] - (l > 0 ? inv : e * inv);
+    }
     return log_lik;
 }
 
