@@ -16,7 +16,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cli_helpers import all_runs, assert_rejected, call, empty_store
+from cli_helpers import all_runs, assert_rejected, call
 from bayesx.native import logistic as native
 
 DIGITS_DIM, N_CHAINS, NUM_DRAWS = 64, 2, 100
@@ -182,18 +182,6 @@ def test_deep_mcmc_fig2_preset(store):
 
 
 # --- bad input --------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def bad_store(store):
-    """A second MLflow store, created up front and kept free of FINISHED runs (the runs above are elsewhere)."""
-    return empty_store(store[0])
-
-
-@pytest.fixture
-def bad_env(store, bad_store, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", bad_store)
-    return bad_store
-
-
 @pytest.mark.parametrize("override, needles", [
     (["method.latent_dim=0"], ["method.latent_dim", "0"]),
     (["method.latent_dim=1000"], ["method.latent_dim", "1000", "dimension 64"]),

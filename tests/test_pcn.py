@@ -25,7 +25,7 @@ from bayesx.mcmc.aepcn import AEPCN
 from bayesx.mcmc.methods import PCN
 from bayesx.targets.base import TargetBase
 from bayesx.targets.logreg import LogisticRegression
-from cli_helpers import assert_rejected, empty_store, run_ok
+from cli_helpers import assert_rejected, run_ok
 
 Z_LIMIT = 4.0
 
@@ -439,17 +439,6 @@ def test_aepcn_on_the_elliptic_model_end_to_end(store, aepcn_run):
 
 
 # --- bad input through the CLI -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def bad_store(store):
-    return empty_store(store[0])
-
-
-@pytest.fixture
-def bad_env(bad_store, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", bad_store)
-    return bad_store
-
-
 @pytest.mark.parametrize("argv, needles", [
     ([*PCN_RUN, "model.mesh=1"], ["model.mesh", "got 1"]),
     ([*PCN_RUN, "model.prior_length=0"], ["model.prior_length", "got 0"]),

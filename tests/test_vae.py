@@ -26,7 +26,7 @@ from bayesx.errors import BayesxError
 from bayesx.vae import bounds, evaluate, riemann
 from bayesx.vae.methods import HVI, RMHVI, VAE
 from bayesx.vae.model import VAEModel, standard_normal_log_density
-from cli_helpers import all_runs, assert_rejected, empty_store, run_ok
+from cli_helpers import all_runs, assert_rejected, run_ok
 
 F64 = torch.float64
 Z_LIMIT = 4.0  # Monte Carlo checks: at most this many standard errors
@@ -530,17 +530,6 @@ def test_cli_vae_on_fashion_mnist(store):
     _, uri = store
     run = run_ok(uri, ["run", "model=vae", "method=vae", "data=fashion_mnist", *SMALL])
     check_vae_run(uri, run, "vae", "fashion_mnist")
-
-
-@pytest.fixture(scope="module")
-def bad_store(store):
-    return empty_store(store[0])
-
-
-@pytest.fixture
-def bad_env(store, bad_store, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", bad_store)
-    return bad_store
 
 
 @pytest.mark.parametrize("argv, needles", [

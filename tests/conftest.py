@@ -1,0 +1,20 @@
+"""Fixtures shared by the end-to-end test files (each defines its own module-scoped ``store``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_helpers import empty_store
+
+
+@pytest.fixture(scope="module")
+def bad_store(store):
+    """A second MLflow store beside the module's ``store``, kept free of FINISHED runs, for bad input."""
+    return empty_store(store[0])
+
+
+@pytest.fixture
+def bad_env(bad_store, monkeypatch):
+    """Point the CLI at the bad-input store for one test."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", bad_store)
+    return bad_store
