@@ -83,7 +83,7 @@ def test_hmc_with_wrong_acceptance_is_caught():
     draws = []
     for _ in range(3000):
         p0 = torch.randn(4, 5, generator=gen, dtype=torch.float64)
-        end = leapfrog_trajectory(PhaseState(state.position, p0, state.log_prob, state.grad), 1.5, 3, metric, target)
+        end, _, _ = leapfrog_trajectory(PhaseState(state.position, p0, state.log_prob, state.grad), 1.5, 3, metric, target)
         state = hmc.HMCState(end.position, end.log_prob, end.grad)  # always accept: wrong
         draws.append(state.position.numpy())
     draws = np.stack(draws, 1)[:, 500:]
@@ -108,16 +108,18 @@ def test_leapfrog_is_reversible_and_conserves_energy():
     p = torch.randn(3, 4, generator=gen, dtype=torch.float64)
     lp, g = target.log_prob_and_grad(q)
     start = PhaseState(q, p, lp, g)
-    fused = leapfrog_trajectory(start, 0.05, 20, metric, target)
+    fused, h_start, h_end = leapfrog_trajectory(start, 0.05, 20, metric, target)
     stepped = start
     for _ in range(20):
         stepped = leapfrog(stepped, 0.05, metric, target)
     torch.testing.assert_close(fused.position, stepped.position)
-    back = leapfrog_trajectory(PhaseState(fused.position, -fused.momentum, fused.log_prob, fused.grad), 0.05, 20,
-                               metric, target)
+    back, _, _ = leapfrog_trajectory(PhaseState(fused.position, -fused.momentum, fused.log_prob, fused.grad), 0.05, 20,
+                                     metric, target)
     torch.testing.assert_close(back.position, q)
     torch.testing.assert_close(-back.momentum, p)
     h = lambda s: -s.log_prob + 0.5 * (s.momentum**2 * metric.inv_mass).sum(-1)  # noqa: E731
+    torch.testing.assert_close(h_start, h(start))
+    torch.testing.assert_close(h_end, h(fused))
     assert torch.max(torch.abs(h(fused) - h(start))) < 1e-2
 
 

@@ -140,11 +140,19 @@ def test_trajectory_equals_pytorch_leapfrog(digits, mass, monkeypatch):
     inv_mass = (0.5 + torch.rand(digits.dim, generator=gen(7), dtype=torch.float64)) if mass == "diag" \
         else a @ a.T + torch.eye(digits.dim, dtype=torch.float64)
     eps = torch.tensor([[0.01], [-0.02], [0.015], [0.005]], dtype=torch.float64)  # per chain, one backwards
-    grad = digits.log_prob_and_grad(q)[1]
-    ours = native.trajectory(digits.logistic_form(), q, p, grad, eps, 12, inv_mass)
+    lp, grad = digits.log_prob_and_grad(q)
+    form = digits.logistic_form()
+    ours = native.trajectory(form, q, p, eps, 12, inv_mass, grad, lp)
+    cold = native.trajectory(form, q, p, eps, 12, inv_mass)  # the kernel evaluates the start itself
     theirs = with_native(False, monkeypatch, lambda: torch_trajectory(digits, q, p, grad, eps, 12, inv_mass))
-    for x, y in zip(ours, theirs):
+    for x, y, z in zip(ours[:4], theirs, cold[:4]):
         torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(z, x, rtol=1e-12, atol=1e-12)
+    kinetic = lambda m: 0.5 * (m * (m @ inv_mass if mass == "dense" else m * inv_mass)).sum(-1)  # noqa: E731
+    torch.testing.assert_close(ours.start_log_prob, lp)
+    torch.testing.assert_close(cold.start_log_prob, lp, rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(ours.start_energy, -lp + kinetic(p), rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(ours.end_energy, -theirs[3] + kinetic(theirs[1]), rtol=1e-10, atol=1e-10)
     assert torch.equal(q, q.clone())  # inputs untouched: the kernel works on copies
     torch.testing.assert_close(grad, digits.log_prob_and_grad(q)[1])
 
@@ -154,10 +162,9 @@ def test_latent_trajectory_equals_pytorch(digits, monkeypatch):
     space = latent_space(digits, d=5)
     z = torch.randn(3, 5, generator=gen(8), dtype=torch.float64)
     p = torch.randn(3, 5, generator=gen(9), dtype=torch.float64)
-    _, grad_u = space.potential_and_grad(z)
-    ours = latent.latent_leapfrog(space, z, p, grad_u, 0.02, 15)
-    theirs = with_native(False, monkeypatch, lambda: latent.latent_leapfrog(space, z, p, grad_u, 0.02, 15))
-    for x, y in zip(ours, theirs):
+    ours = latent.latent_leapfrog(space, z, p, 0.02, 15)
+    theirs = with_native(False, monkeypatch, lambda: latent.latent_leapfrog(space, z, p, 0.02, 15))
+    for x, y in zip(ours, theirs):  # end point, momentum, U_h, its gradient, H_h at both ends
         torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-10)
 
 
@@ -183,7 +190,7 @@ def test_integrator_without_a_form_uses_pytorch(pytorch_only, digits):
     p = torch.randn(2, digits.dim, generator=gen(13), dtype=torch.float64)
     lp, grad = digits.log_prob_and_grad(q)
     metric = make_metric(torch.ones(digits.dim, dtype=torch.float64))
-    end = leapfrog_trajectory(PhaseState(q, p, lp, grad), 0.01, 5, metric, digits)
+    end, _, _ = leapfrog_trajectory(PhaseState(q, p, lp, grad), 0.01, 5, metric, digits)
     ref = torch_trajectory(digits, q, p, grad, 0.01, 5, metric.inv_mass)
     torch.testing.assert_close(end.position, ref[0])
     assert native.fused_form(digits, q) is None
@@ -192,11 +199,13 @@ def test_integrator_without_a_form_uses_pytorch(pytorch_only, digits):
 # --- building ---------------------------------------------------------------------------------------------
 @pytest.fixture
 def fresh_build(tmp_path, monkeypatch):
-    """An empty library cache, and load()'s memo cleared before and after."""
+    """An empty library cache, and the memos of load() and of the kernels cleared before and after."""
     monkeypatch.setenv("BAYESX_CACHE_DIR", str(tmp_path))
     build.load.cache_clear()
+    native._kernels.cache_clear()
     yield tmp_path
     build.load.cache_clear()
+    native._kernels.cache_clear()
 
 
 def test_no_compiler_falls_back_with_one_warning(fresh_build, monkeypatch):

@@ -289,10 +289,10 @@ def trajectory_figure(space: latent.LatentSpace, presamples: torch.Tensor, step_
         z, _ = space.encode_position(q)
         noise = torch.randn(q.shape, generator=gen, dtype=q.dtype, device=q.device)
         p, _ = space.encode_noise(noise)
-        _, grad = space.potential_and_grad(z)
+        potential, grad = space.potential_and_grad(z)
         points = [z]
         for _ in range(num_steps):
-            z, p, _, grad = latent.latent_leapfrog(space, z, p, grad, step_size, 1)
+            z, p, potential, grad, _, _ = latent.latent_leapfrog(space, z, p, step_size, 1, potential, grad)
             points.append(z)
         path_latent = torch.cat(points)
         latent_pre, _ = space.encode_position(presamples)

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from bayesx.mcmc.common import DIVERGENCE_THRESHOLD, energy_error, uniform, where_rows
 from bayesx.mcmc.integrators import PhaseState, leapfrog_trajectory
-from bayesx.mcmc.metric import Metric, kinetic_energy, sample_momentum
+from bayesx.mcmc.metric import Metric, sample_momentum
 
 
 class HMCState(NamedTuple):
@@ -46,15 +46,8 @@ def init(position: Tensor, target) -> HMCState:
 def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
     n_chains = state.position.shape[0]
     p0 = sample_momentum(params.metric, state.position.shape, gen)
-    h0 = -state.log_prob + kinetic_energy(params.metric, p0)
-    end = leapfrog_trajectory(
-        PhaseState(state.position, p0, state.log_prob, state.grad),
-        params.step_size,
-        params.num_steps,
-        params.metric,
-        target,
-    )
-    h1 = -end.log_prob + kinetic_energy(params.metric, end.momentum)
+    start = PhaseState(state.position, p0, state.log_prob, state.grad)
+    end, h0, h1 = leapfrog_trajectory(start, params.step_size, params.num_steps, params.metric, target)
     delta = energy_error(h1, h0)
     accept_prob = torch.exp(torch.clamp(-delta, max=0.0))
     accepted = uniform(n_chains, delta, gen) < accept_prob

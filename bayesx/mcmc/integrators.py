@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from bayesx.mcmc.metric import Metric, velocity
+from bayesx.mcmc.metric import Metric, kinetic_energy, velocity
 from bayesx.native.logistic import fused_form, trajectory
 
 
@@ -35,22 +35,25 @@ def leapfrog(state: PhaseState, step_size, metric: Metric, target) -> PhaseState
     return PhaseState(q, p, log_prob, grad)
 
 
-def leapfrog_trajectory(state: PhaseState, step_size, num_steps: int, metric: Metric, target) -> PhaseState:
-    """``num_steps`` leapfrog steps with the inner half steps of the momentum fused.
+def leapfrog_trajectory(state: PhaseState, step_size, num_steps: int, metric: Metric,
+                        target) -> tuple[PhaseState, Tensor, Tensor]:
+    """``num_steps`` leapfrog steps with the inner half steps of the momentum fused; returns the end
+    state and the Hamiltonian H = -log pi(q) + K(p) at the start and at the end.
 
     Equal to ``num_steps`` calls of :func:`leapfrog` up to rounding, with one fewer vector update
     per step; ``num_steps`` gradient evaluations. Targets with a fused kernel (logistic
-    regression on the CPU, bayesx.native) run the whole trajectory in one call.
+    regression on the CPU, bayesx.native) run the whole trajectory, energies included, in one call.
     """
     form = fused_form(target, state.position)
     if form is not None:
-        q, p, grad, log_prob = trajectory(form, state.position, state.momentum, state.grad, step_size,
-                                          num_steps, metric.inv_mass)
-        return PhaseState(q, p, log_prob, grad)
+        end = trajectory(form, state.position, state.momentum, step_size, num_steps, metric.inv_mass,
+                         state.grad, state.log_prob)
+        return PhaseState(end.position, end.momentum, end.log_prob, end.grad), end.start_energy, end.end_energy
+    start_energy = -state.log_prob + kinetic_energy(metric, state.momentum)
     p = state.momentum + 0.5 * step_size * state.grad
     q = state.position
     for i in range(num_steps):
         q = q + step_size * velocity(metric, p)
         log_prob, grad = target.log_prob_and_grad(q)
         p = p + (step_size if i < num_steps - 1 else 0.5 * step_size) * grad
-    return PhaseState(q, p, log_prob, grad)
+    return PhaseState(q, p, log_prob, grad), start_energy, -log_prob + kinetic_energy(metric, p)

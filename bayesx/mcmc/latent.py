@@ -160,16 +160,32 @@ def init(position: Tensor, target) -> LatentState:
     return LatentState(position, target.log_prob(position))
 
 
-def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, grad_u: Tensor, step_size: float, num_steps: int):
-    """num_steps leapfrog steps on U_h + K_h from (z, p) with grad U_h(z) given; returns the end
-    point, U_h and its gradient there (the position update uses grad K_h, 001 Alg. 1).
+class LatentTrajectory(NamedTuple):
+    position: Tensor  # (chains, d) the end point z
+    momentum: Tensor  # (chains, d)
+    potential: Tensor  # (chains,) U_h at the end
+    grad: Tensor  # (chains, d) grad U_h at the end
+    start_energy: Tensor  # (chains,) H_h = U_h + K_h at the start
+    end_energy: Tensor  # (chains,) H_h at the end = H(psi_q(z), psi_p(p)) in the original space
+
+
+def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, step_size: float, num_steps: int,
+                    potential: Tensor | None = None, grad_u: Tensor | None = None) -> LatentTrajectory:
+    """num_steps leapfrog steps on U_h + K_h from (z, p); the position update uses grad K_h (001
+    Alg. 1). U_h(z) and its gradient are evaluated first unless given (both or neither).
 
     For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so on a target with a fused
-    kernel (logistic regression on the CPU) the latent trajectory is one call of bayesx.native."""
+    kernel (logistic regression on the CPU) the trajectory, with the energies at both ends, is one
+    call of bayesx.native."""
     form = None if space.ae.nonlinear else fused_form(space.restricted, z)
     if form is not None:
-        z, p, grad_log_prob, log_prob = trajectory(form, z, p, -grad_u, step_size, num_steps, space.kinetic_gram)
-        return z, p, -log_prob, -grad_log_prob
+        known = grad_u is not None
+        end = trajectory(form, z, p, step_size, num_steps, space.kinetic_gram,
+                         -grad_u if known else None, -potential if known else None)
+        return LatentTrajectory(end.position, end.momentum, -end.log_prob, -end.grad, end.start_energy, end.end_energy)
+    if grad_u is None:
+        potential, grad_u = space.potential_and_grad(z)
+    start_energy = potential + space.kinetic(p)
     p = p.add(grad_u, alpha=-0.5 * step_size)
     for _ in range(num_steps - 1):
         z = space.drift(z, p, step_size)
@@ -177,7 +193,7 @@ def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, grad_u: Tensor, st
     z = space.drift(z, p, step_size)
     potential, grad_u = space.potential_and_grad(z)
     p = p.add(grad_u, alpha=-0.5 * step_size)
-    return z, p, potential, grad_u
+    return LatentTrajectory(z, p, potential, grad_u, start_energy, potential + space.kinetic(p))
 
 
 def step(state: LatentState, target, params: LatentParams, gen: torch.Generator) -> tuple[LatentState, LatentInfo]:
@@ -186,20 +202,19 @@ def step(state: LatentState, target, params: LatentParams, gen: torch.Generator)
     noise = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)
     z0, v_q = space.encode_position(state.position)
     p0, v_p = space.encode_noise(noise)  # the momentum p_v = noise / s ~ N(0, M), M^-1 = diag(s^2)
-    u0, grad0 = space.potential_and_grad(z0)
+    end = latent_leapfrog(space, z0, p0, params.step_size, params.num_steps)
     if params.energy_at_start == "original":
         h0 = -state.log_prob + 0.5 * (noise * noise).sum(-1)
     else:
-        h0 = u0 + space.kinetic(p0)
-    z1, p1, u1, _ = latent_leapfrog(space, z0, p0, grad0, params.step_size, params.num_steps)
-    h1 = u1 + space.kinetic(p1)  # = H(psi_q(z1), psi_p(p1)) in the original space
-    log_volume = space.log_volume(v_q, v_p, z1, p1) if params.volume_correction else torch.zeros_like(h1)
+        h0 = end.start_energy
+    h1 = end.end_energy  # = H(psi_q(z1), psi_p(p1)) in the original space
+    log_volume = space.log_volume(v_q, v_p, end.position, end.momentum) if params.volume_correction else torch.zeros_like(h1)
     delta = energy_error(h1, h0) - log_volume
     delta = torch.nan_to_num(delta, nan=float("inf"))  # a NaN proposal is a rejection, counted below
     accept_prob = torch.exp(torch.clamp(-delta, max=0.0))
     accepted = uniform(n_chains, delta, gen) < accept_prob
-    new_state = LatentState(where_rows(accepted, space.decode_position(z1), state.position),
-                            torch.where(accepted, -u1, state.log_prob))
+    new_state = LatentState(where_rows(accepted, space.decode_position(end.position), state.position),
+                            torch.where(accepted, -end.potential, state.log_prob))
     info = LatentInfo(
         accept_prob=accept_prob,
         accepted=accepted,

@@ -17,6 +17,7 @@ otherwise callers keep their PyTorch path.
 from __future__ import annotations
 
 import ctypes
+from functools import cache
 from typing import NamedTuple
 
 import torch
@@ -29,7 +30,7 @@ _SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
 
 class LogisticForm(NamedTuple):
     """The density above: design_t = A^T (k, n), offset c (n) or None, labels y (n), precision P
-    (k, k) or its diagonal (k), shift b (k) or None, and the constant the kernel leaves out.
+    (k, k) or its diagonal (k), shift b (k) or None, and the constant that completes log pi.
     All tensors share one device and dtype and are contiguous (see :func:`make_form`)."""
 
     design_t: Tensor
@@ -46,16 +47,32 @@ def make_form(design_t, offset, labels, precision, shift, constant: float = 0.0)
     return LogisticForm(ready(design_t), ready(offset), ready(labels), ready(precision), ready(shift), float(constant))
 
 
-def _function(kind: str, dtype: torch.dtype):
-    if not enabled() or dtype not in _SUFFIX:
+class _Kernels(NamedTuple):
+    density: ctypes._CFuncPtr
+    leapfrog: ctypes._CFuncPtr
+    work_size: ctypes._CFuncPtr  # (n, k) -> scratch numbers the two functions need
+
+
+@cache
+def _kernels(dtype: torch.dtype):
+    """The library's functions for one precision, or None where it cannot be built."""
+    library = load("logistic_leapfrog") if dtype in _SUFFIX else None
+    if library is None:
         return None
-    library = load("logistic_leapfrog")
-    return None if library is None else getattr(library, f"{kind}_{_SUFFIX[dtype]}")
+    real = ctypes.c_double if dtype == torch.float64 else ctypes.c_float
+    density, leapfrog = (getattr(library, f"{kind}_{_SUFFIX[dtype]}") for kind in ("logistic_density", "logistic_leapfrog"))
+    density.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real] + [ctypes.c_void_p] * 4
+    leapfrog.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real, ctypes.c_void_p,
+                         ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] + [ctypes.c_void_p] * 2)
+    for function in (density, leapfrog):
+        function.restype = None
+    library.logistic_work_size.restype = ctypes.c_int
+    return _Kernels(density, leapfrog, library.logistic_work_size)
 
 
 def available(dtype: torch.dtype = torch.float64) -> bool:
     """Whether the native kernels are on and built for this dtype on this machine."""
-    return _function("logistic_leapfrog", dtype) is not None
+    return enabled() and _kernels(dtype) is not None
 
 
 SMALL_PROBLEM = 1 << 18
@@ -82,46 +99,70 @@ def fused_form(density, position: Tensor) -> LogisticForm | None:
 
 
 def _ptr(t: Tensor | None):
-    return None if t is None else ctypes.c_void_p(t.data_ptr())
+    return None if t is None else t.data_ptr()
 
 
 def _form_args(form: LogisticForm) -> tuple:
     return (_ptr(form.design_t), _ptr(form.offset), _ptr(form.labels), _ptr(form.precision),
-            ctypes.c_int(form.precision.dim() == 2), _ptr(form.shift))
+            form.precision.dim() == 2, _ptr(form.shift), form.constant)
+
+
+def _work(kernels: _Kernels, form: LogisticForm, like: Tensor) -> Tensor:
+    return torch.empty(kernels.work_size(form.labels.shape[0], like.shape[-1]), dtype=like.dtype)
 
 
 def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Tensor]:
-    """log pi and grad log pi at each row of position (chains, k), in one native call."""
+    """log pi and grad log pi at each row of position (chains, k), in one native call. The caller
+    has checked :func:`supports`."""
+    kernels = _kernels(position.dtype)
     u = position.detach().contiguous()
     chains, k = u.shape
-    n = form.labels.shape[0]
     grad, log_prob = torch.empty_like(u), torch.empty(chains, dtype=u.dtype)
-    work = torch.empty(n + k, dtype=u.dtype)
-    _function("logistic_density", u.dtype)(chains, n, k, *_form_args(form), _ptr(u), _ptr(grad),
-                                           _ptr(log_prob), _ptr(work))
-    return log_prob + form.constant, grad
+    work = _work(kernels, form, u)  # held here: a pointer does not keep its tensor alive
+    kernels.density(chains, form.labels.shape[0], k, *_form_args(form), _ptr(u), _ptr(grad), _ptr(log_prob),
+                    _ptr(work))
+    return log_prob, grad
 
 
-def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, grad: Tensor, step_size,
-               num_steps: int, inv_mass: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``num_steps`` leapfrog steps from (position, momentum), grad = grad log pi(position), with
-    velocity M^-1 p (inv_mass dense (k, k) or diagonal (k)) and a scalar or per-chain step size.
+class Trajectory(NamedTuple):
+    """The end of a leapfrog trajectory and the Hamiltonian H = -log pi + p^T M^-1 p / 2 at both ends."""
 
-    Returns the end position, momentum, gradient and log pi; the inputs are not modified.
+    position: Tensor  # (chains, k)
+    momentum: Tensor
+    grad: Tensor  # grad log pi at the end
+    log_prob: Tensor  # (chains,) at the end
+    start_log_prob: Tensor
+    start_energy: Tensor
+    end_energy: Tensor
+
+
+def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size, num_steps: int,
+               inv_mass: Tensor, grad: Tensor | None = None, log_prob: Tensor | None = None) -> Trajectory:
+    """``num_steps`` leapfrog steps from (position, momentum) with velocity M^-1 p (inv_mass dense
+    (k, k) or diagonal (k)) and a scalar or per-chain step size, in one native call. grad and
+    log_prob are log pi and its gradient at the start where the caller has them; otherwise the
+    kernel evaluates them first. The inputs are not modified; the caller has checked
+    :func:`supports`.
     """
     if num_steps < 1:
         raise ValueError("num_steps must be >= 1")
-    u, p, g = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum, grad))
+    kernels = _kernels(position.dtype)
+    u, p = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum))
     chains, k = u.shape
-    n = form.labels.shape[0]
+    out = torch.empty(4, chains, dtype=u.dtype)  # log pi start, end; H start, end
+    start_known = grad is not None
+    if start_known:
+        g = grad.detach().clone(memory_format=torch.contiguous_format)
+        out[0] = log_prob
+    else:
+        g = torch.empty_like(u)
     if isinstance(step_size, Tensor):
         eps = step_size.detach().to(u.dtype).reshape(-1).expand(chains).contiguous()
     else:
         eps = torch.full((chains,), float(step_size), dtype=u.dtype)
     inv_mass = inv_mass.detach().contiguous()
-    log_prob = torch.empty(chains, dtype=u.dtype)
-    work = torch.empty(n + 2 * k, dtype=u.dtype)
-    _function("logistic_leapfrog", u.dtype)(chains, n, k, num_steps, *_form_args(form), _ptr(inv_mass),
-                                            ctypes.c_int(inv_mass.dim() == 2), _ptr(eps), _ptr(u), _ptr(p),
-                                            _ptr(g), _ptr(log_prob), _ptr(work))
-    return u, p, g, log_prob + form.constant
+    work = _work(kernels, form, u)  # held here: a pointer does not keep its tensor alive
+    kernels.leapfrog(chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
+                     inv_mass.dim() == 2, _ptr(eps), _ptr(u), _ptr(p), _ptr(g), start_known, _ptr(out),
+                     _ptr(work))
+    return Trajectory(u, p, g, out[1], out[0], out[2], out[3])

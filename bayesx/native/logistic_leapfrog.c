@@ -7,14 +7,20 @@
 #define SUFFIX f64
 #define EXP exp
 #define LOG log
+#define EXP_FLOOR (-708.0)   /* exp(-708) = 3.3e-308, still a normal double */
 #include "logistic_leapfrog.h"
 #undef REAL
 #undef SUFFIX
 #undef EXP
 #undef LOG
+#undef EXP_FLOOR
 
 #define REAL float
 #define SUFFIX f32
 #define EXP expf
 #define LOG logf
+#define EXP_FLOOR (-87.0f)   /* expf(-87) = 1.6e-38, still a normal float */
 #include "logistic_leapfrog.h"
+
+/* Scratch numbers (of the kernel's precision) the functions above need. */
+int logistic_work_size(int n, int k) { return n + 2 * k; }
