@@ -6,6 +6,7 @@ import contextlib
 import io
 import sys
 
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
@@ -87,3 +88,17 @@ def empty_store(root) -> str:
     MlflowClient(tracking_uri=uri).search_experiments()  # creates the database
     assert statuses(uri) == []
     return uri
+
+
+@contextlib.contextmanager
+def isolated_store(tmp_path_factory, name: str, data_dir: bool = True):
+    """A fresh working directory and SQLite MLflow store (and, with data_dir, a $BAYESX_DATA_DIR
+    inside it) for one test module; yields (root, tracking URI)."""
+    root = tmp_path_factory.mktemp(name)
+    uri = f"sqlite:///{root}/mlflow.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        if data_dir:
+            mp.setenv("BAYESX_DATA_DIR", str(root / "data"))
+        mp.chdir(root)
+        yield root, uri

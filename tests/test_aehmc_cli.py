@@ -16,7 +16,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cli_helpers import all_runs, assert_rejected, call
+from cli_helpers import all_runs, assert_rejected, call, isolated_store
 from bayesx.native import logistic as native
 
 DIGITS_DIM, N_CHAINS, NUM_DRAWS = 64, 2, 100
@@ -53,13 +53,8 @@ def artifact_paths(uri: str, run, folder: str | None = None) -> set[str]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A working directory, an MLflow store and a reference cache ($BAYESX_DATA_DIR), for this file only."""
-    root = tmp_path_factory.mktemp("aehmc")
-    uri = f"sqlite:///{root}/mlflow.db"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.setenv("BAYESX_DATA_DIR", str(root / "data"))
-        mp.chdir(root)
-        yield root, uri
+    with isolated_store(tmp_path_factory, "aehmc") as s:
+        yield s
 
 
 # --- the default AE-HMC run, twice: the second reads the reference from the cache ---------------------

@@ -27,7 +27,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 import bayesx
-from cli_helpers import all_runs, call, error_line
+from cli_helpers import all_runs, call, error_line, isolated_store
 from bayesx.data import registry
 
 REPO = Path(bayesx.__file__).resolve().parent.parent
@@ -64,12 +64,8 @@ def short_commit() -> str:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A working directory and MLflow store shared by the tests that read the three method runs."""
-    root = tmp_path_factory.mktemp("cli")
-    uri = f"sqlite:///{root}/mlflow.db"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.chdir(root)
-        yield root, uri
+    with isolated_store(tmp_path_factory, "cli", data_dir=False) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from bayesx.mcmc.aepcn import AEPCN
 from bayesx.mcmc.methods import PCN
 from bayesx.targets.base import TargetBase
 from bayesx.targets.logreg import LogisticRegression
-from cli_helpers import assert_rejected, run_ok
+from cli_helpers import assert_rejected, isolated_store, run_ok
 
 Z_LIMIT = 4.0
 
@@ -364,12 +364,8 @@ REQUIRED_ARTIFACTS = ("data/observations.csv", "plots/true_field.png", "plots/po
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, data_dir):
-    root = tmp_path_factory.mktemp("pcn-cli")
-    uri = f"sqlite:///{root}/mlflow.db"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.chdir(root)
-        yield root, uri
+    with isolated_store(tmp_path_factory, "pcn-cli", data_dir=False) as s:
+        yield s
 
 
 def artifact_files(uri: str, run_id: str, folder: str | None = None) -> set[str]:

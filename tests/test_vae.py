@@ -26,7 +26,7 @@ from bayesx.errors import BayesxError
 from bayesx.vae import bounds, evaluate, riemann
 from bayesx.vae.methods import HVI, RMHVI, VAE
 from bayesx.vae.model import VAEModel, standard_normal_log_density
-from cli_helpers import all_runs, assert_rejected, run_ok
+from cli_helpers import all_runs, assert_rejected, isolated_store, run_ok
 
 F64 = torch.float64
 Z_LIMIT = 4.0  # Monte Carlo checks: at most this many standard errors
@@ -475,13 +475,8 @@ SMALL = ["method.epochs=1", *TINY_DATA]
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vae")
-    uri = f"sqlite:///{root}/mlflow.db"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.setenv("BAYESX_DATA_DIR", str(root / "data"))
-        mp.chdir(root)
-        yield root, uri
+    with isolated_store(tmp_path_factory, "vae") as s:
+        yield s
 
 
 def artifact_paths(uri: str, run, folder: str | None = None) -> set[str]:
