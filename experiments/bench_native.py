@@ -79,7 +79,8 @@ def latent_trajectory(target, gen, spread: float):
     z = spread * torch.randn(CHAINS, d, generator=gen, dtype=torch.float64)
     p = torch.randn(CHAINS, d, generator=gen, dtype=torch.float64)
     potential, grad = space.potential_and_grad(z)
-    return d, lambda: latent.latent_leapfrog(space, z, p, 1e-3, STEPS, potential, grad)
+    return space.restricted.logistic_form(), lambda: latent.latent_leapfrog(space, z, p, 1e-3, STEPS, potential,
+                                                                            grad)
 
 
 def bench_row(row_name: str, repeats: int) -> dict:
@@ -90,9 +91,10 @@ def bench_row(row_name: str, repeats: int) -> dict:
     gen = torch.Generator().manual_seed(0)
     hmc_spread, latent_spread = SPREAD[variant]
     hmc = hmc_trajectory(target, gen, hmc_spread)
-    d, lat = latent_trajectory(target, gen, latent_spread)
+    latent_form, lat = latent_trajectory(target, gen, latent_spread)
     per_step = 1e6 / STEPS
-    row = {"data": row_name, "D": target.dim, "d": d, "n": int(target.x_train.shape[0])}
+    row = {"data": row_name, "D": target.dim, "d": latent_form.design_t.shape[0], "n": int(target.x_train.shape[0]),
+           "threads": native.kernel_threads(latent_form, CHAINS)}
     for backend, on in (("torch", False), ("native", True)):
         row[f"hmc_{backend}"] = with_backend(on, lambda: median_seconds(hmc, repeats)) * per_step
         row[f"latent_{backend}"] = with_backend(on, lambda: median_seconds(lat, repeats)) * per_step
@@ -103,22 +105,24 @@ def write(rows: list[dict], skipped: dict[str, str], args, path: Path) -> None:
     lines = ["# bench_native: one leapfrog step on logistic regression, native (C) kernel vs PyTorch", "",
              f"Command: `python experiments/bench_native.py {' '.join(sys.argv[1:])}`".rstrip(), "",
              f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-             f"{torch.get_num_threads()} torch threads (the native kernel is single-threaded), float64, "
+             f"{torch.get_num_threads()} torch threads, float64, "
              f"{CHAINS} chains, {STEPS}-step trajectories, median of {args.repeats}.", "",
              "Microseconds per leapfrog step (all chains). HMC runs on R^D with a diagonal metric; latent is "
              "AE-HMC's chain on R^d with a linear decoder (d about D/10). 'HMC / latent' is the per-step cost "
-             "ratio: the ceiling of AE-HMC's sampling speed-up before per-iteration overheads.", "",
-             "| data | n | D | d | HMC torch | HMC native | native speed-up | latent torch | latent native | "
+             "ratio: the ceiling of AE-HMC's sampling speed-up before per-iteration overheads. 'native threads' is how "
+             "many OpenMP threads one native call splits the chains over: torch's thread count, at most one per "
+             "chain.", "",
+             "| data | n | D | d | native threads | HMC torch | HMC native | native speed-up | latent torch | latent native | "
              "native speed-up | HMC / latent, torch | HMC / latent, native |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r['data']} | {r['n']} | {r['D']} | {r['d']} | {r['hmc_torch']:.1f} | {r['hmc_native']:.1f} | "
+            f"| {r['data']} | {r['n']} | {r['D']} | {r['d']} | {r['threads']} | {r['hmc_torch']:.1f} | {r['hmc_native']:.1f} | "
             f"{r['hmc_torch'] / r['hmc_native']:.2f} | {r['latent_torch']:.1f} | {r['latent_native']:.1f} | "
             f"{r['latent_torch'] / r['latent_native']:.2f} | {r['hmc_torch'] / r['latent_torch']:.2f} | "
             f"{r['hmc_native'] / r['latent_native']:.2f} |")
     for name, why in skipped.items():
-        lines.append(f"| {name} | not run: {why} | | | | | | | | | | |")
+        lines.append(f"| {name} | not run: {why} | | | | | | | | | | | |")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -126,7 +130,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--repeats", type=int, default=21)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the kernels compete on one core)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads; one native call splits its chains over as many")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "results" / "bench_native.md"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -3,6 +3,8 @@ differences, samplers unchanged by them, and a clean fallback where no compiler 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -81,21 +83,45 @@ def test_huge_logits_stay_finite(dtype, scale, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-4 if dtype == torch.float32 else 1e-11, atol=1e-3)
 
 
+@pytest.fixture
+def torch_threads():
+    """Set torch's thread count inside a test; restored afterwards."""
+    saved = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(saved)
+
+
 @needs_native
-def test_large_problems_use_threaded_blas_unless_single_threaded(digits, monkeypatch):
-    """Above native.SMALL_PROBLEM multiply-adds per gradient the kernel runs only with one torch thread."""
-    many_chains = torch.zeros(native.SMALL_PROBLEM // digits.logistic_form().design_t.numel() + 1, digits.dim,
-                              dtype=torch.float64)
-    few_chains = many_chains[:4]
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        assert native.fused_form(digits, few_chains) is not None
-        assert native.fused_form(digits, many_chains) is None
-        torch.set_num_threads(1)
-        assert native.fused_form(digits, many_chains) is not None
-    finally:
-        torch.set_num_threads(threads)
+def test_chains_split_over_torchs_threads_one_per_chain_at_most(digits, torch_threads):
+    form = digits.logistic_form()
+    torch_threads(1)
+    assert native.kernel_threads(form, 4) == 1
+    torch_threads(2)
+    assert native.kernel_threads(form, 1) == 1 and native.kernel_threads(form, 4) == 2
+    torch_threads(6)
+    assert native.kernel_threads(form, 4) == 4
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [2, 3])
+def test_split_calls_equal_one_thread_exactly(digits, torch_threads, threads):
+    """Each chain runs the same code whichever thread takes it: split results equal one thread's
+    bit for bit, with uneven ranges (5 chains) included."""
+    form = digits.logistic_form()
+    q = 0.1 * torch.randn(5, digits.dim, generator=gen(21), dtype=torch.float64)
+    p = torch.randn(5, digits.dim, generator=gen(22), dtype=torch.float64)
+    inv_mass = 0.5 + torch.rand(digits.dim, generator=gen(23), dtype=torch.float64)
+    eps = torch.tensor([0.01, 0.02, 0.015, 0.01, 0.005], dtype=torch.float64)
+
+    def both():
+        return (native.log_prob_and_grad(form, q), native.trajectory(form, q, p, eps, 7, inv_mass))
+    torch_threads(1)
+    alone = both()
+    torch_threads(threads)
+    assert native.kernel_threads(form, 5) == threads
+    split = both()
+    for a, b in zip((*alone[0], *alone[1]), (*split[0], *split[1])):
+        assert torch.equal(a, b)
 
 
 @needs_native
@@ -238,3 +264,25 @@ def test_build_is_cached_and_keeps_denormals(fresh_build):
     # -ffast-math is for compiling only: linking it in would set flush-to-zero for the whole process
     tiny = torch.tensor([1e-310], dtype=torch.float64)
     assert float(tiny * 1.0) != 0.0
+
+
+@needs_native
+def test_without_openmp_the_build_is_serial_with_a_warning(fresh_build, monkeypatch, digits, torch_threads):
+    monkeypatch.setattr(build, "OPENMP_FLAGS", ("-fno-such-openmp-flag",))  # the compiler rejects it
+    with pytest.warns(build.NativeKernelWarning, match="built without OpenMP"):
+        library = build.load("logistic_leapfrog")
+    assert library is not None and library.logistic_openmp() == 0
+    torch_threads(2)
+    assert native.kernel_threads(digits.logistic_form(), 8) == 1
+
+
+@needs_native
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc to list loaded libraries")
+def test_openmp_build_shares_pytorchs_openmp_runtime():
+    """The kernel needs libgomp.so.1 and binds to the one PyTorch loaded: one file of that name in the
+    process, so the kernel's threads are PyTorch's, not a second pool. (Wheels that vendor a renamed
+    copy, like scikit-learn's libgomp-<hash>.so, are other runtimes the kernel does not use.)"""
+    assert native._kernels(torch.float64).openmp
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    runtimes = {line.split()[-1] for line in maps if Path(line.split()[-1]).name.startswith("libgomp.so")}
+    assert len(runtimes) == 1, runtimes

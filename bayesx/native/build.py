@@ -4,7 +4,11 @@ The library is built with the system C compiler (``$CC``, else ``cc``) for the m
 (``-march=native``), so it lives in a per-user cache keyed by the source, the flags, the compiler
 and the CPU: ``$BAYESX_CACHE_DIR/native`` if set, else ``~/.cache/bayesx/native``. Sources are
 compiled with ``-ffast-math`` (vectorized exp and log, reassociated sums) but linked without it,
-so loading a library never switches the process to flush-to-zero arithmetic.
+so loading a library never switches the process to flush-to-zero arithmetic. They are built with
+OpenMP (``-fopenmp``) where the compiler has it: the library then needs ``libgomp.so.1``, and since
+PyTorch's CPU build has loaded a library of that name already, the dynamic loader binds ours to
+PyTorch's own OpenMP runtime, so native and PyTorch parallel regions share one pool of threads
+instead of two pools contending for the cores. Without OpenMP the build is retried serial.
 
 Where no compiler is found or the build fails, :func:`load` returns None and says why once
 (a :class:`NativeKernelWarning`); callers then use their PyTorch path. ``BAYESX_NATIVE=0`` turns native
@@ -37,6 +41,7 @@ def _fall_back(message: str) -> None:
 SOURCE_DIR = Path(__file__).resolve().parent
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
 LINK_FLAGS = ("-shared",)
+OPENMP_FLAGS = ("-fopenmp",)  # both compiling and linking
 
 
 def enabled() -> bool:
@@ -64,9 +69,10 @@ def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
 
 
-def _key(compiler: str, sources: list[Path]) -> str:
+def _key(compiler: str, sources: list[Path], openmp: bool) -> str:
     digest = hashlib.sha256()
-    for part in (compiler, " ".join(COMPILE_FLAGS + LINK_FLAGS), _cpu_signature(), platform.machine()):
+    flags = COMPILE_FLAGS + LINK_FLAGS + (OPENMP_FLAGS if openmp else ())
+    for part in (compiler, " ".join(flags), _cpu_signature(), platform.machine()):
         digest.update(part.encode())
     for source in sources:
         digest.update(source.read_bytes())
@@ -75,34 +81,42 @@ def _key(compiler: str, sources: list[Path]) -> str:
 
 @cache
 def load(name: str) -> ctypes.CDLL | None:
-    """The shared library built from ``<name>.c`` (and the ``.h`` files beside it), or None."""
+    """The shared library built from ``<name>.c`` (and the ``.h`` files beside it), with OpenMP
+    where the compiler has it, else serial; None where neither builds."""
     compiler = _compiler()
     if compiler is None:
         _fall_back("no C compiler found (install gcc or set CC)")
         return None
     source = SOURCE_DIR / f"{name}.c"
-    target = cache_dir() / f"{name}-{_key(compiler, [source, *sorted(SOURCE_DIR.glob('*.h'))])}.so"
-    if not target.exists():
+    sources = [source, *sorted(SOURCE_DIR.glob("*.h"))]
+    failures = []
+    for openmp in (True, False):
+        target = cache_dir() / f"{name}-{_key(compiler, sources, openmp)}.so"
+        if not target.exists():
+            try:
+                _build(compiler, source, target, OPENMP_FLAGS if openmp else ())
+            except (OSError, subprocess.SubprocessError) as exc:
+                detail = getattr(exc, "stderr", "") or str(exc)
+                failures.append(detail.strip().splitlines()[-1] if detail.strip() else str(exc))
+                continue
+        if failures:
+            warnings.warn(f"bayesx: the native kernel {name} was built without OpenMP ({failures[0]}); "
+                          "each native call runs on one thread", NativeKernelWarning, stacklevel=2)
         try:
-            _build(compiler, source, target)
-        except (OSError, subprocess.SubprocessError) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            last_line = detail.strip().splitlines()[-1] if detail.strip() else str(exc)
-            _fall_back(f"building the native kernel {name} failed ({last_line})")
+            return ctypes.CDLL(str(target))
+        except OSError as exc:
+            _fall_back(f"loading the native kernel {name} failed ({exc})")
             return None
-    try:
-        return ctypes.CDLL(str(target))
-    except OSError as exc:
-        _fall_back(f"loading the native kernel {name} failed ({exc})")
-        return None
+    _fall_back(f"building the native kernel {name} failed ({failures[-1]})")
+    return None
 
 
-def _build(compiler: str, source: Path, target: Path) -> None:
+def _build(compiler: str, source: Path, target: Path, extra_flags: tuple[str, ...] = ()) -> None:
     """Compile and link into a temporary folder, then move into place (safe for parallel runs)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         obj, lib = Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
         run = {"check": True, "capture_output": True, "text": True, "timeout": 120}
-        subprocess.run([compiler, *COMPILE_FLAGS, "-c", str(source), "-o", str(obj)], **run)
-        subprocess.run([compiler, *LINK_FLAGS, str(obj), "-o", str(lib), "-lm"], **run)
+        subprocess.run([compiler, *COMPILE_FLAGS, *extra_flags, "-c", str(source), "-o", str(obj)], **run)
+        subprocess.run([compiler, *LINK_FLAGS, *extra_flags, str(obj), "-o", str(lib), "-lm"], **run)
         os.replace(lib, target)

@@ -11,7 +11,9 @@ sizes of that table (n = 288, k = 6 to 64, four chains) a PyTorch step is a hand
 whose dispatch costs more than their arithmetic, so :func:`trajectory` runs all L steps of every
 chain in one C call (logistic_leapfrog.h), with the same arithmetic as the PyTorch path up to
 rounding. It is used for CPU tensors of float64 or float32 when the library builds (see build.py);
-otherwise callers keep their PyTorch path.
+otherwise callers keep their PyTorch path. Chains are independent, so on larger problems one call
+splits them over torch's thread count (:func:`kernel_threads`) with OpenMP, in the same thread
+pool as PyTorch's own parallel operations (see build.py).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def make_form(design_t, offset, labels, precision, shift, constant: float = 0.0)
 class _Kernels(NamedTuple):
     density: ctypes._CFuncPtr
     leapfrog: ctypes._CFuncPtr
-    work_size: ctypes._CFuncPtr  # (n, k) -> scratch numbers the two functions need
+    work_size: ctypes._CFuncPtr  # (n, k) -> scratch numbers one thread of the two functions needs
+    openmp: bool  # whether one call can split its chains over threads
 
 
 @cache
@@ -61,13 +64,13 @@ def _kernels(dtype: torch.dtype):
         return None
     real = ctypes.c_double if dtype == torch.float64 else ctypes.c_float
     density, leapfrog = (getattr(library, f"{kind}_{_SUFFIX[dtype]}") for kind in ("logistic_density", "logistic_leapfrog"))
-    density.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real] + [ctypes.c_void_p] * 4
-    leapfrog.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real, ctypes.c_void_p,
+    density.argtypes = [ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real] + [ctypes.c_void_p] * 4
+    leapfrog.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real, ctypes.c_void_p,
                          ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] + [ctypes.c_void_p] * 2)
     for function in (density, leapfrog):
         function.restype = None
     library.logistic_work_size.restype = ctypes.c_int
-    return _Kernels(density, leapfrog, library.logistic_work_size)
+    return _Kernels(density, leapfrog, library.logistic_work_size, bool(library.logistic_openmp()))
 
 
 def available(dtype: torch.dtype = torch.float64) -> bool:
@@ -75,18 +78,24 @@ def available(dtype: torch.dtype = torch.float64) -> bool:
     return enabled() and _kernels(dtype) is not None
 
 
-SMALL_PROBLEM = 1 << 18
-"""Above this many multiply-adds per gradient (chains x n x k), PyTorch's BLAS with more than one
-thread beats the single-threaded kernel (bench_native.md and bench_logreg at 2 threads)."""
+def kernel_threads(form: LogisticForm, chains: int) -> int:
+    """Threads one native call splits its chains over: torch's thread count, at most one per chain,
+    one where the library was built without OpenMP. On two cores splitting never lost, down to two
+    chains of 1,700 multiply-adds with one leapfrog step (bench_native.md)."""
+    kernels = _kernels(form.design_t.dtype)
+    if kernels is None or not kernels.openmp:
+        return 1
+    return max(1, min(torch.get_num_threads(), chains))
 
 
 def supports(form: LogisticForm, position: Tensor) -> bool:
-    """Whether the native kernels can and should run for this form and these chains: CPU tensors of
-    float64/32, the library built, and either one torch thread or a small problem."""
+    """Whether the native kernels can run for this form and these chains: CPU tensors of float64/32
+    and the library built. Measured on two cores they beat PyTorch at every size of Deep MCMC
+    Table 1 with one to four chains; with many more threads than chains PyTorch's BLAS may win on
+    large problems (not measured here; BAYESX_NATIVE=0 selects it)."""
     if position.device.type != "cpu" or form.design_t.device.type != "cpu" or position.dtype != form.design_t.dtype:
         return False
-    small = position.shape[0] * form.design_t.numel() <= SMALL_PROBLEM
-    return (small or torch.get_num_threads() == 1) and available(position.dtype)
+    return available(position.dtype)
 
 
 def fused_form(density, position: Tensor) -> LogisticForm | None:
@@ -107,8 +116,8 @@ def _form_args(form: LogisticForm) -> tuple:
             form.precision.dim() == 2, _ptr(form.shift), form.constant)
 
 
-def _work(kernels: _Kernels, form: LogisticForm, like: Tensor) -> Tensor:
-    return torch.empty(kernels.work_size(form.labels.shape[0], like.shape[-1]), dtype=like.dtype)
+def _work(kernels: _Kernels, form: LogisticForm, like: Tensor, threads: int) -> Tensor:
+    return torch.empty(threads * kernels.work_size(form.labels.shape[0], like.shape[-1]), dtype=like.dtype)
 
 
 def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Tensor]:
@@ -118,8 +127,9 @@ def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Ten
     u = position.detach().contiguous()
     chains, k = u.shape
     grad, log_prob = torch.empty_like(u), torch.empty(chains, dtype=u.dtype)
-    work = _work(kernels, form, u)  # held here: a pointer does not keep its tensor alive
-    kernels.density(chains, form.labels.shape[0], k, *_form_args(form), _ptr(u), _ptr(grad), _ptr(log_prob),
+    threads = kernel_threads(form, chains)
+    work = _work(kernels, form, u, threads)  # held here: a pointer does not keep its tensor alive
+    kernels.density(threads, chains, form.labels.shape[0], k, *_form_args(form), _ptr(u), _ptr(grad), _ptr(log_prob),
                     _ptr(work))
     return log_prob, grad
 
@@ -161,8 +171,8 @@ def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size
     else:
         eps = torch.full((chains,), float(step_size), dtype=u.dtype)
     inv_mass = inv_mass.detach().contiguous()
-    work = _work(kernels, form, u)  # held here: a pointer does not keep its tensor alive
-    kernels.leapfrog(chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
-                     inv_mass.dim() == 2, _ptr(eps), _ptr(u), _ptr(p), _ptr(g), start_known, _ptr(out),
-                     _ptr(work))
+    threads = kernel_threads(form, chains)
+    work = _work(kernels, form, u, threads)  # held here: a pointer does not keep its tensor alive
+    kernels.leapfrog(threads, chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
+                     inv_mass.dim() == 2, _ptr(eps), _ptr(u), _ptr(p), _ptr(g), start_known, _ptr(out), _ptr(work))
     return Trajectory(u, p, g, out[1], out[0], out[2], out[3])

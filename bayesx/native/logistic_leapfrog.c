@@ -3,6 +3,25 @@
 #include <math.h>
 #include <stddef.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#define THREAD_ID omp_get_thread_num()
+#else
+#define THREAD_ID 0   /* built without OpenMP: the pragmas are ignored and one thread runs */
+#endif
+
+/* Scratch numbers (of the kernel's precision) one thread of the functions below needs. */
+int logistic_work_size(int n, int k) { return n + 2 * k; }
+
+/* Whether the chains of one call can run on several threads. */
+int logistic_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 #define REAL double
 #define SUFFIX f64
 #define EXP exp
@@ -21,6 +40,3 @@
 #define LOG logf
 #define EXP_FLOOR (-87.0f)   /* expf(-87) = 1.6e-38, still a normal float */
 #include "logistic_leapfrog.h"
-
-/* Scratch numbers (of the kernel's precision) the functions above need. */
-int logistic_work_size(int n, int k) { return n + 2 * k; }

@@ -137,14 +137,17 @@ static REAL CAT(gradient, SUFFIX)(int n, int k, const REAL *restrict At, const R
     return log_lik - prior;
 }
 
-/* log pi (plus constant) and its gradient at every chain's point u (chains x k). work must hold
- * logistic_work_size(n, k) numbers. */
-void CAT(logistic_density, SUFFIX)(int chains, int n, int k, const REAL *At, const REAL *c, const REAL *y,
-                                   const REAL *prec, int prec_dense, const REAL *shift, REAL constant,
-                                   const REAL *u_all, REAL *g_all, REAL *log_prob, REAL *work) {
-    for (int ch = 0; ch < chains; ch++)
+/* log pi (plus constant) and its gradient at every chain's point u (chains x k), the chains split
+ * over `threads` OpenMP threads. work must hold threads x logistic_work_size(n, k) numbers. */
+void CAT(logistic_density, SUFFIX)(int threads, int chains, int n, int k, const REAL *At, const REAL *c,
+                                   const REAL *y, const REAL *prec, int prec_dense, const REAL *shift,
+                                   REAL constant, const REAL *u_all, REAL *g_all, REAL *log_prob, REAL *work) {
+    #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int ch = 0; ch < chains; ch++) {
+        REAL *w = work + (size_t)THREAD_ID * logistic_work_size(n, k);
         log_prob[ch] = constant + CAT(gradient, SUFFIX)(n, k, At, c, y, prec, prec_dense, shift, u_all + (size_t)ch * k,
-                                                        g_all + (size_t)ch * k, work, work + n, 1);
+                                                        g_all + (size_t)ch * k, w, w + n, 1);
+    }
 }
 
 /* K(p) = p^T M^-1 p / 2, with v = M^-1 p written to v. */
@@ -156,20 +159,22 @@ static REAL CAT(kinetic, SUFFIX)(int k, const REAL *restrict inv_mass, int mass_
     return (REAL)0.5 * s;
 }
 
-/* Runs every chain's trajectory in place. u, p (chains x k) hold the start point and momentum and
- * on return the end point and momentum; g (chains x k) holds grad log pi at the start when
- * start_known (else it is computed first) and on return the gradient at the end. out (4 x chains)
- * receives, per chain, log pi at the start and at the end (constant included) and the Hamiltonian
- * H = -log pi + K at the start and at the end; with start_known the first row must already hold
- * log pi at the start. eps holds one step size per chain. work must hold logistic_work_size(n, k)
- * numbers. */
-void CAT(logistic_leapfrog, SUFFIX)(int chains, int n, int k, int steps, const REAL *At, const REAL *c,
-                                    const REAL *y, const REAL *prec, int prec_dense, const REAL *shift,
-                                    REAL constant, const REAL *inv_mass, int mass_dense, const REAL *eps,
-                                    REAL *u_all, REAL *p_all, REAL *g_all, int start_known, REAL *out,
-                                    REAL *work) {
-    REAL *r = work, *v = work + n, *pu = work + n + k;
+/* Runs every chain's trajectory in place, the chains split over `threads` OpenMP threads. u, p
+ * (chains x k) hold the start point and momentum and on return the end point and momentum; g
+ * (chains x k) holds grad log pi at the start when start_known (else it is computed first) and on
+ * return the gradient at the end. out (4 x chains) receives, per chain, log pi at the start and at
+ * the end (constant included) and the Hamiltonian H = -log pi + K at the start and at the end; with
+ * start_known the first row must already hold log pi at the start. eps holds one step size per
+ * chain. work must hold threads x logistic_work_size(n, k) numbers. */
+void CAT(logistic_leapfrog, SUFFIX)(int threads, int chains, int n, int k, int steps, const REAL *At,
+                                    const REAL *c, const REAL *y, const REAL *prec, int prec_dense,
+                                    const REAL *shift, REAL constant, const REAL *inv_mass, int mass_dense,
+                                    const REAL *eps, REAL *u_all, REAL *p_all, REAL *g_all, int start_known,
+                                    REAL *out, REAL *work) {
+    #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int ch = 0; ch < chains; ch++) {
+        REAL *w = work + (size_t)THREAD_ID * logistic_work_size(n, k);
+        REAL *r = w, *v = w + n, *pu = w + n + k;
         REAL *u = u_all + (size_t)ch * k, *p = p_all + (size_t)ch * k, *g = g_all + (size_t)ch * k;
         const REAL e = eps[ch];
         if (!start_known) out[ch] = constant + CAT(gradient, SUFFIX)(n, k, At, c, y, prec, prec_dense, shift, u, g, r, pu, 1);
@@ -179,9 +184,9 @@ void CAT(logistic_leapfrog, SUFFIX)(int chains, int n, int k, int steps, const R
         for (int s = 0; s < steps; s++) {
             CAT(apply, SUFFIX)(k, inv_mass, mass_dense, p, v);
             for (int j = 0; j < k; j++) u[j] += e * v[j];
-            const int last = s == steps - 1;
-            lp = CAT(gradient, SUFFIX)(n, k, At, c, y, prec, prec_dense, shift, u, g, r, pu, last);
-            const REAL h = last ? (REAL)0.5 * e : e;
+            const int final_step = s == steps - 1;
+            lp = CAT(gradient, SUFFIX)(n, k, At, c, y, prec, prec_dense, shift, u, g, r, pu, final_step);
+            const REAL h = final_step ? (REAL)0.5 * e : e;
             for (int j = 0; j < k; j++) p[j] += h * g[j];
         }
         out[chains + ch] = constant + lp;
