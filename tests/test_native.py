@@ -20,6 +20,8 @@ from bayesx.targets.logreg import LogisticRegression
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason="no C compiler: the native kernels could not be built")
+needs_openmp = pytest.mark.skipif(not (native.available() and native._kernels(torch.float64).openmp),
+                                  reason="the compiler has no OpenMP: the native kernels run serial")
 
 
 def gen(seed=0):
@@ -91,7 +93,7 @@ def torch_threads():
     torch.set_num_threads(saved)
 
 
-@needs_native
+@needs_openmp
 def test_chains_split_over_torchs_threads_one_per_chain_at_most(digits, torch_threads):
     form = digits.logistic_form()
     torch_threads(1)
@@ -103,6 +105,19 @@ def test_chains_split_over_torchs_threads_one_per_chain_at_most(digits, torch_th
 
 
 @needs_native
+def test_many_chains_on_a_large_design_go_to_pytorch():
+    """From MANY_CHAINS chains on a design of LARGE_DESIGN entries, PyTorch's BLAS runs."""
+    rows = native.LARGE_DESIGN // 8
+    large = native.make_form(torch.zeros(8, rows, dtype=torch.float64), None, torch.zeros(rows, dtype=torch.float64),
+                             torch.ones(8, dtype=torch.float64), None)
+    small = native.make_form(torch.zeros(8, rows - 1, dtype=torch.float64), None,
+                             torch.zeros(rows - 1, dtype=torch.float64), torch.ones(8, dtype=torch.float64), None)
+    few, many = (torch.zeros(c, 8, dtype=torch.float64) for c in (native.MANY_CHAINS - 1, native.MANY_CHAINS))
+    assert native.supports(large, few) and not native.supports(large, many)
+    assert native.supports(small, many)
+
+
+@needs_openmp
 @pytest.mark.parametrize("threads", [2, 3])
 def test_split_calls_equal_one_thread_exactly(digits, torch_threads, threads):
     """Each chain runs the same code whichever thread takes it: split results equal one thread's
@@ -276,13 +291,12 @@ def test_without_openmp_the_build_is_serial_with_a_warning(fresh_build, monkeypa
     assert native.kernel_threads(digits.logistic_form(), 8) == 1
 
 
-@needs_native
+@needs_openmp
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc to list loaded libraries")
 def test_openmp_build_shares_pytorchs_openmp_runtime():
     """The kernel needs libgomp.so.1 and binds to the one PyTorch loaded: one file of that name in the
     process, so the kernel's threads are PyTorch's, not a second pool. (Wheels that vendor a renamed
     copy, like scikit-learn's libgomp-<hash>.so, are other runtimes the kernel does not use.)"""
-    assert native._kernels(torch.float64).openmp
     maps = Path("/proc/self/maps").read_text().splitlines()
     runtimes = {line.split()[-1] for line in maps if Path(line.split()[-1]).name.startswith("libgomp.so")}
     assert len(runtimes) == 1, runtimes

@@ -89,12 +89,21 @@ def kernel_threads(form: LogisticForm, chains: int) -> int:
     return max(1, min(torch.get_num_threads(), chains))
 
 
+LARGE_DESIGN = 1 << 17
+"""Design matrices (n x k) from this many entries on stop fitting in a core's cache, where
+PyTorch's BLAS, which reuses each block of the design across chains, wins from MANY_CHAINS on."""
+MANY_CHAINS = 5
+"""At 2 threads on the synthetic posterior (550 x 500) one native HMC step is 1.46x faster than
+PyTorch with 4 chains, even with 8, 0.83x with 16 and 0.69x with 32; on digits (288 x 64) the
+kernel is 3-8x faster at every chain count up to 32 (measured 2026-11-21)."""
+
+
 def supports(form: LogisticForm, position: Tensor) -> bool:
-    """Whether the native kernels can run for this form and these chains: CPU tensors of float64/32
-    and the library built. Measured on two cores they beat PyTorch at every size of Deep MCMC
-    Table 1 with one to four chains; with many more threads than chains PyTorch's BLAS may win on
-    large problems (not measured here; BAYESX_NATIVE=0 selects it)."""
+    """Whether the native kernels can and should run for this form and these chains: CPU tensors of
+    float64/32, the library built, and not many chains on a large design (see :data:`MANY_CHAINS`)."""
     if position.device.type != "cpu" or form.design_t.device.type != "cpu" or position.dtype != form.design_t.dtype:
+        return False
+    if form.design_t.numel() >= LARGE_DESIGN and position.shape[0] >= MANY_CHAINS:
         return False
     return available(position.dtype)
 
