@@ -92,22 +92,19 @@ def load(name: str) -> ctypes.CDLL | None:
     failures = []
     for openmp in (True, False):
         target = cache_dir() / f"{name}-{_key(compiler, sources, openmp)}.so"
-        if not target.exists():
-            try:
+        try:
+            if not target.exists():
                 _build(compiler, source, target, OPENMP_FLAGS if openmp else ())
-            except (OSError, subprocess.SubprocessError) as exc:
-                detail = getattr(exc, "stderr", "") or str(exc)
-                failures.append(detail.strip().splitlines()[-1] if detail.strip() else str(exc))
-                continue
+            library = ctypes.CDLL(str(target))
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = (getattr(exc, "stderr", "") or str(exc)).strip()
+            failures.append(detail.splitlines()[-1] if detail else type(exc).__name__)
+            continue
         if failures:
             warnings.warn(f"bayesx: the native kernel {name} was built without OpenMP ({failures[0]}); "
                           "each native call runs on one thread", NativeKernelWarning, stacklevel=2)
-        try:
-            return ctypes.CDLL(str(target))
-        except OSError as exc:
-            _fall_back(f"loading the native kernel {name} failed ({exc})")
-            return None
-    _fall_back(f"building the native kernel {name} failed ({failures[-1]})")
+        return library
+    _fall_back(f"building or loading the native kernel {name} failed ({failures[-1]})")
     return None
 
 
