@@ -300,3 +300,18 @@ def test_openmp_build_shares_pytorchs_openmp_runtime():
     maps = Path("/proc/self/maps").read_text().splitlines()
     runtimes = {line.split()[-1] for line in maps if Path(line.split()[-1]).name.startswith("libgomp.so")}
     assert len(runtimes) == 1, runtimes
+
+
+@needs_native
+def test_an_openmp_library_that_does_not_load_falls_to_the_serial_build(fresh_build, monkeypatch):
+    real_cdll, tried = build.ctypes.CDLL, []
+
+    def first_load_fails(path):
+        tried.append(path)
+        if len(tried) == 1:
+            raise OSError("libgomp.so.1: cannot open shared object file")
+        return real_cdll(path)
+    monkeypatch.setattr(build.ctypes, "CDLL", first_load_fails)
+    with pytest.warns(build.NativeKernelWarning, match="built without OpenMP .libgomp.so.1: cannot open"):
+        library = build.load("logistic_leapfrog")
+    assert library is not None and library.logistic_openmp() == 0 and len(tried) == 2
