@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.data.classification import ClassificationData
-from bayesx.native.logistic import LogisticForm, fused_form, make_form
 from bayesx.native import logistic as native
+from bayesx.native.logistic import LogisticForm
 from bayesx.targets.base import TargetBase, check_positive
 
 
@@ -37,6 +37,7 @@ class LogisticRegression(TargetBase):
         self.y_test = torch.as_tensor(data.y_test, dtype=dtype, device=self.device)
         self.dim = self.x_train.shape[1]
         self._inv_var = 1.0 / self.prior_scale**2
+        self._form: LogisticForm | None = None
 
     def _design(self, x) -> Tensor:
         x = torch.as_tensor(x, dtype=self.dtype, device=self.device)
@@ -61,9 +62,9 @@ class LogisticRegression(TargetBase):
 
     def logistic_form(self) -> LogisticForm:
         """This density in the form of the fused leapfrog kernel: A = X, P = I / s^2 (bayesx.native)."""
-        if getattr(self, "_form", None) is None:
+        if self._form is None:
             precision = torch.full((self.dim,), self._inv_var, dtype=self.dtype, device=self.device)
-            self._form = make_form(self.x_train.T, None, self.y_train, precision, None)
+            self._form = native.make_form(self.x_train.T, None, self.y_train, precision, None)
         return self._form
 
     def restrict(self, offset: Tensor, basis: Tensor) -> "RestrictedLogisticRegression":
@@ -104,7 +105,7 @@ def _native_form(density, q: Tensor) -> LogisticForm | None:
     (autograd through q, a single point, a GPU, or no compiler)."""
     if q.dim() != 2 or q.requires_grad:
         return None
-    return fused_form(density, q)
+    return native.fused_form(density, q)
 
 
 class RestrictedLogisticRegression:
@@ -137,7 +138,7 @@ class RestrictedLogisticRegression:
         """A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2, constant -|a|^2 / (2 s^2)."""
         if self._form is None:
             constant = -0.5 * self.model._inv_var * self.offset_sq
-            self._form = make_form(self.x_basis.T, self.x_offset, self.y, self.prior_gram,
+            self._form = native.make_form(self.x_basis.T, self.x_offset, self.y, self.prior_gram,
                                       self.prior_shift, constant)
         return self._form
 
