@@ -22,9 +22,9 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from bayesx import plots
+from bayesx import reference
 from bayesx.data.registry import data_dir
-from bayesx.diagnostics import convergence, reference
+from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.native.logistic import fused_form
 from bayesx.result import Result

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bayesx.mcmc import pcn
+from bayesx.kernels import pcn
 from bayesx.targets.elliptic import EllipticInverse
 from bayesx.timing import median_seconds
 

@@ -26,7 +26,8 @@ import torch
 
 from bayesx.data.synthetic import load_synthetic
 from bayesx.diagnostics.convergence import summarize
-from bayesx.mcmc.methods import HMC, NUTS
+from bayesx.methods.mcmc.hmc import HMC
+from bayesx.methods.mcmc.nuts import NUTS
 from bayesx.targets.logreg import LogisticRegression
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,8 @@ def numpyro_contender(chain_method="sequential"):
         import jax.numpy as jnp
         import numpyro
         import numpyro.distributions as dist
-        from numpyro.infer import MCMC, NUTS as NumpyroNUTS
+        from numpyro.infer import MCMC
+        from numpyro.infer import NUTS as NumpyroNUTS
 
         x, y = jnp.asarray(data.x_train, dtype=jnp.float32), jnp.asarray(data.y_train, dtype=jnp.float32)
 

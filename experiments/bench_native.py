@@ -30,9 +30,9 @@ import torch
 
 from bayesx.config import compose
 from bayesx.errors import BayesxError
-from bayesx.mcmc import latent
-from bayesx.mcmc.integrators import PhaseState, leapfrog_trajectory
-from bayesx.mcmc.metric import make_metric
+from bayesx.kernels import latent_hmc as latent
+from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
+from bayesx.kernels.metric import make_metric
 from bayesx.native import logistic as native
 from bayesx.nn.autoencoder import AutoEncoder, initialize
 from bayesx.runner import build

@@ -35,8 +35,8 @@ from bayesx.config import compose  # noqa: E402
 from bayesx.data.registry import data_dir  # noqa: E402
 from bayesx.diagnostics import convergence, reference  # noqa: E402
 from bayesx.errors import BayesxError  # noqa: E402
-from bayesx.mcmc.aehmc import AEHMC  # noqa: E402
-from bayesx.mcmc.methods import HMC  # noqa: E402
+from bayesx.methods.mcmc.aehmc import AEHMC  # noqa: E402
+from bayesx.methods.mcmc.hmc import HMC  # noqa: E402
 from bayesx.native import logistic as native  # noqa: E402
 from bayesx.runner import build, reference_key  # noqa: E402
 

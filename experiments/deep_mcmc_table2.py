@@ -27,8 +27,9 @@ from pathlib import Path
 
 import torch
 
-from bayesx.mcmc.aepcn import AEPCN
-from bayesx.mcmc.methods import HMC, PCN
+from bayesx.methods.mcmc.aepcn import AEPCN
+from bayesx.methods.mcmc.hmc import HMC
+from bayesx.methods.mcmc.pcn import PCN
 from bayesx.targets.elliptic import EllipticInverse
 
 PUBLISHED = {  # 001 Table 2: seconds and log-likelihood, same number of iterations

@@ -30,7 +30,8 @@ import torch
 
 from bayesx.data.images import load_images
 from bayesx.errors import BayesxError
-from bayesx.vae.methods import HVI, RMHVI, VAE
+from bayesx.methods.vae.hvi import HVI, RMHVI
+from bayesx.methods.vae.trainer import VAE
 from bayesx.vae.model import VAEModel
 
 PUBLISHED = {  # 003: (test ELBO, log-likelihood); None where not published

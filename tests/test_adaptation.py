@@ -8,13 +8,19 @@ import numpy as np
 import pytest
 import torch
 
+from bayesx.adaptation.window import (
+    DualAveraging,
+    WarmupSchedule,
+    ledoit_wolf_intensity,
+    regularized_variance,
+    shrunk_covariance,
+)
 from bayesx.errors import BayesxError
-from bayesx.mcmc.adaptation import (DualAveraging, WarmupSchedule, ledoit_wolf_intensity, regularized_variance,
-                                    shrunk_covariance)
-from bayesx.mcmc.methods import HMC, NUTS
-from bayesx.mcmc.metric import identity_metric, make_metric
+from bayesx.kernels.metric import identity_metric, make_metric
+from bayesx.methods.mcmc.hmc import HMC
+from bayesx.methods.mcmc.nuts import NUTS
+from bayesx.optimize import fit_laplace
 from bayesx.targets.gaussian import Gaussian
-from bayesx.vi.laplace import fit_laplace
 
 
 def test_stan_window_schedule_for_1000_warmup():

@@ -12,13 +12,20 @@ import torch
 from bayesx.data.digits import load_digits
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
-from bayesx.mcmc import latent
-from bayesx.mcmc.aehmc import AEHMC, LatentSampler
-from bayesx.nn.autoencoder import AutoEncoder, TrainSettings, fit_pca, initialize, pca_error_curve, relative_error, \
-    split, train_autoencoder
+from bayesx.kernels import latent_hmc as latent
+from bayesx.methods.mcmc.aehmc import AEHMC, LatentSampler
+from bayesx.nn.autoencoder import (
+    AutoEncoder,
+    TrainSettings,
+    fit_pca,
+    initialize,
+    pca_error_curve,
+    relative_error,
+    split,
+    train_autoencoder,
+)
 from bayesx.targets.gaussian import Gaussian
 from bayesx.targets.logreg import LogisticRegression
-
 
 
 @pytest.fixture(autouse=True)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import all_runs, assert_rejected, call, isolated_store
 from mlflow.tracking import MlflowClient
 
-from cli_helpers import all_runs, assert_rejected, call, isolated_store
 from bayesx.native import logistic as native
 
 DIGITS_DIM, N_CHAINS, NUM_DRAWS = 64, 2, 100
@@ -95,7 +95,7 @@ def test_aehmc_records_stages_latent_size_and_reference_error(aehmc_runs, store)
     assert tags["kernels"] == ("native" if native_available else "pytorch")
     cache = Path(tags["reference_cache"])
     assert cache.is_file() and cache.parent == root / "data-default" / "reference"
-    assert run.data.params["method._target_"] == "bayesx.mcmc.aehmc.AEHMC"
+    assert run.data.params["method._target_"] == "bayesx.methods.mcmc.aehmc.AEHMC"
 
 
 def test_aehmc_logs_the_autoencoder_and_draws(aehmc_runs, store, tmp_path):

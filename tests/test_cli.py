@@ -24,10 +24,10 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from cli_helpers import all_runs, call, error_line, isolated_store
 from mlflow.tracking import MlflowClient
 
 import bayesx
-from cli_helpers import all_runs, call, error_line, isolated_store
 from bayesx.data import registry
 
 REPO = Path(bayesx.__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ def test_run_records_a_finished_run(method, method_runs, store):
     assert params["method.num_draws"] == str(NUM_DRAWS)
     assert params["method.num_warmup"] == str(NUM_WARMUP)
     assert params["n_chains"] == str(N_CHAINS)  # from experiment=quick
-    assert params["method._target_"] == f"bayesx.mcmc.methods.{method.upper()}"
+    assert params["method._target_"] == f"bayesx.methods.mcmc.{method}.{method.upper()}"
     assert params["data._target_"] == "bayesx.data.digits.load_digits"
     assert params["tracking.uri"] == uri
 
@@ -132,7 +132,7 @@ def test_run_logs_config_draws_and_plots(method, method_runs, store, tmp_path):
     local = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path)))
     config = yaml.safe_load((local / "config.yaml").read_text())
     assert config["method"]["num_draws"] == NUM_DRAWS and config["n_chains"] == N_CHAINS
-    assert config["method"]["_target_"] == f"bayesx.mcmc.methods.{method.upper()}"
+    assert config["method"]["_target_"] == f"bayesx.methods.mcmc.{method}.{method.upper()}"
 
     idata = az.from_netcdf(str(local / "draws.nc"))
     (name,) = list(idata.posterior.data_vars)
@@ -313,14 +313,14 @@ def test_cfg_job_prints_the_config_and_records_nothing(tmp_path, monkeypatch):
     code, out, err = call(["run", "--cfg", "job", "method=nuts", "experiment=quick"])
     assert code == 0, err
     config = yaml.safe_load(out)
-    assert config["method"]["_target_"] == "bayesx.mcmc.methods.NUTS"
+    assert config["method"]["_target_"] == "bayesx.methods.mcmc.nuts.NUTS"
     assert "max_tree_depth" in config["method"]
     assert config["n_chains"] == 2 and config["method"]["num_draws"] == 200  # experiment=quick applies
     # flags may come after overrides too
     code, out, err = call(["run", "method=rwm", "--cfg", "job", "n_chains=3"])
     assert code == 0, err
     config = yaml.safe_load(out)
-    assert config["method"]["_target_"] == "bayesx.mcmc.methods.RWM" and config["n_chains"] == 3
+    assert config["method"]["_target_"] == "bayesx.methods.mcmc.rwm.RWM" and config["n_chains"] == 3
     assert not db.exists() or all_runs(f"sqlite:///{db}") == []
     assert not (tmp_path / "mlartifacts").exists()
 

@@ -13,10 +13,12 @@ import pytest
 import torch
 
 from bayesx.diagnostics.convergence import ess_per_coordinate
-from bayesx.mcmc import hmc, nuts
-from bayesx.mcmc.integrators import PhaseState, leapfrog, leapfrog_trajectory
-from bayesx.mcmc.methods import HMC, NUTS, RWM
-from bayesx.mcmc.metric import identity_metric, make_metric
+from bayesx.kernels import hmc, nuts
+from bayesx.kernels.integrators import PhaseState, leapfrog, leapfrog_trajectory
+from bayesx.kernels.metric import identity_metric, make_metric
+from bayesx.methods.mcmc.hmc import HMC
+from bayesx.methods.mcmc.nuts import NUTS
+from bayesx.methods.mcmc.rwm import RWM
 from bayesx.targets.gaussian import Gaussian
 
 Z_MAX = 4.5

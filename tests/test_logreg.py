@@ -11,7 +11,9 @@ from bayesx.data.classification import ClassificationData
 from bayesx.data.synthetic import load_synthetic
 from bayesx.diagnostics.convergence import ess_per_coordinate
 from bayesx.errors import BayesxError
-from bayesx.mcmc.methods import HMC, NUTS, RWM
+from bayesx.methods.mcmc.hmc import HMC
+from bayesx.methods.mcmc.nuts import NUTS
+from bayesx.methods.mcmc.rwm import RWM
 from bayesx.targets.logreg import LogisticRegression
 
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from bayesx.data.digits import load_digits
-from bayesx.mcmc import latent
-from bayesx.mcmc.integrators import PhaseState, leapfrog_trajectory
-from bayesx.mcmc.methods import HMC, NUTS
-from bayesx.mcmc.metric import make_metric
+from bayesx.kernels import latent_hmc as latent
+from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
+from bayesx.kernels.metric import make_metric
+from bayesx.methods.mcmc.hmc import HMC
+from bayesx.methods.mcmc.nuts import NUTS
 from bayesx.native import build
 from bayesx.native import logistic as native
 from bayesx.nn.autoencoder import AutoEncoder, initialize

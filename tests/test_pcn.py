@@ -15,17 +15,18 @@ import math
 import numpy as np
 import pytest
 import torch
+from cli_helpers import assert_rejected, isolated_store, run_ok
 from mlflow.tracking import MlflowClient
 
 from bayesx.data.classification import ClassificationData
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
-from bayesx.mcmc import aepcn, pcn
-from bayesx.mcmc.aepcn import AEPCN
-from bayesx.mcmc.methods import PCN
+from bayesx.kernels import latent_pcn, pcn
+from bayesx.methods.mcmc import aepcn
+from bayesx.methods.mcmc.aepcn import AEPCN
+from bayesx.methods.mcmc.pcn import PCN
 from bayesx.targets.base import TargetBase
 from bayesx.targets.logreg import LogisticRegression
-from cli_helpers import assert_rejected, isolated_store, run_ok
 
 Z_LIMIT = 4.0
 
@@ -289,7 +290,7 @@ def test_aepcn_reference_is_the_prior_pulled_back(toy):
     draws = toy.sample_prior(200, g)
     method = AEPCN(latent_dim=toy.dim, ae="pca")
     space, _, _ = method._fit(toy, draws, g)
-    ref = aepcn.LatentReference(space, toy)
+    ref = latent_pcn.LatentReference(space, toy)
     basis = space.scale[:, None] * space.ae.W
     torch.testing.assert_close(space.decode_position(ref.mean[None])[0], torch.zeros(toy.dim, dtype=torch.float64),
                                atol=1e-10, rtol=0)
@@ -304,7 +305,7 @@ def test_aepcn_reference_is_the_prior_pulled_back(toy):
 
 
 def test_negative_control_aepcn_with_a_wrong_reference_mean_is_caught(toy, monkeypatch):
-    class Shifted(aepcn.LatentReference):
+    class Shifted(latent_pcn.LatentReference):
         def __init__(self, space, target):
             super().__init__(space, target)
             self.mean = self.mean + 2.0  # proposals now revert to the wrong centre
@@ -409,7 +410,7 @@ def check_elliptic_run(uri: str, run, method: str) -> None:
 def test_pcn_on_the_elliptic_model_end_to_end(store, pcn_run, data_dir):
     root, uri = store
     check_elliptic_run(uri, pcn_run, "pcn")
-    assert pcn_run.data.params["method._target_"] == "bayesx.mcmc.methods.PCN"
+    assert pcn_run.data.params["method._target_"] == "bayesx.methods.mcmc.pcn.PCN"
     assert pcn_run.data.params["model.mesh"] == "4"
     assert list((data_dir / "elliptic").glob("prior-chol-81-*.npy"))  # the prior factor went to the temp cache
 

@@ -17,16 +17,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from cli_helpers import all_runs, assert_rejected, isolated_store, run_ok
 from mlflow.tracking import MlflowClient
 from torch import nn
 
 from bayesx.data import registry
 from bayesx.data.images import load_images
 from bayesx.errors import BayesxError
+from bayesx.methods.vae.hvi import HVI, RMHVI
+from bayesx.methods.vae.trainer import VAE
 from bayesx.vae import bounds, evaluate, riemann
-from bayesx.vae.methods import HVI, RMHVI, VAE
 from bayesx.vae.model import VAEModel, standard_normal_log_density
-from cli_helpers import all_runs, assert_rejected, isolated_store, run_ok
 
 F64 = torch.float64
 Z_LIMIT = 4.0  # Monte Carlo checks: at most this many standard errors
@@ -608,7 +609,7 @@ def test_conv_arch_trains_on_mnist(store):
 def test_hvi_options_are_checked_when_the_method_is_built(cls, options, needle):
     """Bad bound settings stop when the method is built (before any run is recorded), not at fit time."""
     from bayesx.errors import BayesxError
-    from bayesx.vae import methods
+    from bayesx.methods.vae import hvi as methods
 
     with pytest.raises(BayesxError, match=needle):
         getattr(methods, cls)(**options)

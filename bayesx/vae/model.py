@@ -3,7 +3,7 @@
     p(z) = N(0, I),   p(x | z) = prod_pixels Bernoulli(x; sigmoid(decoder(z)))   (x binary or in [0, 1])
     q(z | x) = N(mu(x), diag exp(log_var(x)))
 
-A method of the ``method`` group (vae, hvi, rmhvi, dppvae; ``bayesx.vae.methods``) trains it.
+A method of the ``method`` group (vae, hvi, rmhvi, dppvae; ``bayesx.methods.vae``) trains it.
 """
 
 from __future__ import annotations

@@ -49,7 +49,9 @@ def reference_moments(target, key_parts: dict, cache_dir: Path, num_warmup: int 
     if path.exists():
         saved = np.load(path)
         return Reference(saved["mean"], saved["sd"], float(saved["ess_bulk_min"]), path, 0.0)
-    from bayesx.mcmc.methods import NUTS  # the reference is a product run like any other
+    from bayesx.methods.mcmc.nuts import (
+        NUTS,  # the reference is a product run like any other
+    )
 
     start = time.perf_counter()
     gen = torch.Generator(device=target.device).manual_seed(seed)

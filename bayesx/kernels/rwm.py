@@ -13,8 +13,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.mcmc.common import uniform, where_rows
-from bayesx.mcmc.metric import Metric, scale_noise
+from bayesx.kernels.common import uniform, where_rows
+from bayesx.kernels.metric import Metric, scale_noise
 
 
 class RWMState(NamedTuple):

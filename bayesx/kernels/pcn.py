@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.mcmc.common import uniform, where_rows
+from bayesx.kernels.common import uniform, where_rows
 
 MAX_H = 4.0
 

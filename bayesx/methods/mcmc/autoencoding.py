@@ -1,5 +1,7 @@
-"""AE-HMC as a method of the runner: pre-sample with HMC, train an auto-encoder, sample in its
-latent space (``bayesx.mcmc.latent``), each stage timed.
+"""The three stages every latent-space method shares (Deep MCMC, Shahbaba et al.): pre-sample, train an
+auto-encoder, sample in its latent space; each stage timed.
+
+latent space (``bayesx.kernels.latent_hmc``), each stage timed.
 
     presample_time_s   HMC warm-up and the pre-sample draws (001: ~1000 draws, ~10% of a run)
     train_time_s       auto-encoder training on the standardized pre-samples
@@ -15,14 +17,18 @@ from pathlib import Path
 
 import torch
 
-from bayesx import plots
 from bayesx.errors import BayesxError, RunInterrupted
-from bayesx.mcmc import latent
-from bayesx.mcmc.adaptation import bracket_step_size
-from bayesx.mcmc.driver import MCMCMethod
-from bayesx.mcmc.methods import HMC
-from bayesx.nn.autoencoder import ARCHITECTURES, AutoEncoder, TrainReport, TrainSettings, pca_error_curve, split, \
-    train_autoencoder
+from bayesx.kernels import latent_hmc as latent
+from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.nn.autoencoder import (
+    ARCHITECTURES,
+    AutoEncoder,
+    TrainReport,
+    TrainSettings,
+    pca_error_curve,
+    split,
+    train_autoencoder,
+)
 from bayesx.result import Result
 
 AUTO_GROWTH = 1.25  # latent_dim=auto: grow the PCA-chosen size by this factor while the trained AE misses recon_tol
@@ -36,29 +42,6 @@ def settings_or_error(cls, options: dict, where: str):
     if unknown:
         raise BayesxError(f"{where} does not take the option '{unknown[0]}'; its options are {', '.join(sorted(known))}")
     return cls(**options)
-
-
-class LatentSampler(MCMCMethod):
-    """The third stage: the shared driver with the latent kernel; warm-up adapts the step size only."""
-
-    kernel = latent
-    name = "aehmc"
-
-    def __init__(self, space: latent.LatentSpace, num_steps: int, volume_correction: bool, energy_at_start: str,
-                 **kwargs):
-        super().__init__(mass="identity", init="prior", **kwargs)
-        self.space, self.num_steps = space, num_steps
-        self.volume_correction, self.energy_at_start = volume_correction, energy_at_start
-
-    def make_params(self, step_size, metric=None):
-        return latent.LatentParams(step_size, self.space, self.num_steps, self.volume_correction, self.energy_at_start)
-
-    def search_step_size(self, state, target, metric, gen, guess):
-        def one_step_accept(eps: float) -> float:
-            params = latent.LatentParams(eps, self.space, 1, self.volume_correction, self.energy_at_start)
-            return float(latent.step(state, target, params, gen)[1].accept_prob.mean())
-
-        return bracket_step_size(one_step_accept, guess)
 
 
 class AutoEncodingMethod:
@@ -237,64 +220,3 @@ class AutoEncodingMethod:
 
     def _extra_artifacts(self, result, space, presamples, step_size, gen, folder) -> None:
         pass
-
-
-class AEHMC(AutoEncodingMethod):
-    """Auto-encoding HMC (001 Alg. 1); see ``conf/method/aehmc.yaml`` for every option.
-
-    energy_at_start    reconstructed | original (see bayesx.mcmc.latent)
-    volume_correction  multiply the acceptance ratio by the Gram volume ratio (001 eq. 5-6);
-                       false is the "approximate Bayes" variant of 001 sec. 3.3
-    """
-
-    name = "aehmc"
-
-    def __init__(self, num_steps: int = 50, energy_at_start: str = "reconstructed",
-                 trajectory_plot: bool | None = None, **kwargs):
-        if energy_at_start not in latent.ENERGY_AT_START:
-            raise BayesxError(f"method.energy_at_start must be one of {', '.join(latent.ENERGY_AT_START)}, "
-                              f"got '{energy_at_start}'")
-        if not (isinstance(num_steps, int) and num_steps >= 1):
-            raise BayesxError(f"method.num_steps must be >= 1, got {num_steps}")
-        if not (trajectory_plot is None or isinstance(trajectory_plot, bool)):
-            raise BayesxError(f"method.trajectory_plot must be true or false or null, got {trajectory_plot!r}")
-        self.num_steps, self.energy_at_start, self.trajectory_plot = num_steps, energy_at_start, trajectory_plot
-        super().__init__(**kwargs)
-
-    def make_presampler(self, **kwargs) -> HMC:
-        return HMC(**{"num_steps": self.num_steps, **kwargs})
-
-    def latent_sampler(self, space, target) -> LatentSampler:
-        return LatentSampler(space, self.num_steps, self.volume_correction, self.energy_at_start,
-                             **self.sampler_settings)
-
-    def _record_training(self, result, report, choice) -> None:
-        super()._record_training(result, report, choice)
-        result.tags["energy_at_start"] = self.energy_at_start
-
-    def _extra_artifacts(self, result, space, presamples, step_size, gen, folder) -> None:
-        ae = space.ae
-        wanted = self.trajectory_plot if self.trajectory_plot is not None else (ae.latent_dim == 2 and space.dim <= 3)
-        if wanted and ae.latent_dim >= 2 and space.dim >= 2:
-            figure = trajectory_figure(space, presamples, step_size, self.num_steps, gen, folder / "trajectory.png")
-            result.artifacts.setdefault("plots", []).append(figure)
-
-
-def trajectory_figure(space: latent.LatentSpace, presamples: torch.Tensor, step_size: float, num_steps: int,
-                      gen: torch.Generator, path: Path) -> Path:
-    """001 Figure 2: pre-samples and one latent leapfrog trajectory, in the latent plane and mapped
-    back to the first (up to three) original coordinates."""
-    with torch.no_grad():
-        q = presamples[-1:]
-        z, _ = space.encode_position(q)
-        noise = torch.randn(q.shape, generator=gen, dtype=q.dtype, device=q.device)
-        p, _ = space.encode_noise(noise)
-        potential, grad = space.potential_and_grad(z)
-        points = [z]
-        for _ in range(num_steps):
-            z, p, potential, grad, _, _ = latent.latent_leapfrog(space, z, p, step_size, 1, potential, grad)
-            points.append(z)
-        path_latent = torch.cat(points)
-        latent_pre, _ = space.encode_position(presamples)
-        return plots.latent_trajectory(latent_pre.cpu().numpy(), path_latent.cpu().numpy(),
-                                       presamples.cpu().numpy(), space.decode_position(path_latent).cpu().numpy(), path)

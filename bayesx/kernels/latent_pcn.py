@@ -1,8 +1,8 @@
 """AE-pCN (001 sec. 4.2): the pCN proposal made in an auto-encoder's latent space, decoded and
 accepted in the original space. The stages (pCN pre-samples, training, timing) are those of AE-HMC
-(``bayesx.mcmc.aehmc.AutoEncodingMethod``).
+(``bayesx.methods.mcmc.autoencoding.AutoEncodingMethod``).
 
-The chain lives on the decoder's manifold q = psi(z) (bayesx.mcmc.latent.LatentSpace). Its target is
+The chain lives on the decoder's manifold q = psi(z) (bayesx.kernels.latent_hmc.LatentSpace). Its target is
 the posterior pulled back to the latent chart, pi_h(z) = exp(l(psi(z))) pi_0(psi(z)) vol(z), with
 vol(z) = det(J_psi^T J_psi)^(1/2). The latent reference measure is the prior restricted to the
 decoder's linearization at z = 0, q = m + B z (B = d psi / dz; exact for linear decoders):
@@ -31,12 +31,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.mcmc import pcn
-from bayesx.mcmc.aehmc import AutoEncodingMethod
-from bayesx.mcmc.common import where_rows
-from bayesx.mcmc.driver import MCMCMethod
-from bayesx.mcmc.latent import LatentSpace, gram_logdet
-from bayesx.mcmc.methods import PCN, CrankNicolsonStep, require_gaussian_prior
+from bayesx.kernels import pcn
+from bayesx.kernels.common import where_rows
+from bayesx.kernels.latent_hmc import LatentSpace, gram_logdet
 
 JITTER = 1e-10
 
@@ -120,40 +117,3 @@ def step(state: LatentPCNState, target, params: LatentPCNParams, gen: torch.Gene
                          where_rows(accepted, z_new, state.latent), torch.where(accepted, corr, state.correction))
     zeros = torch.zeros(accepted.shape[0], dtype=torch.long, device=accepted.device)
     return new, pcn.PCNInfo(accept_prob, accepted, failed, zeros, new.log_likelihood)
-
-
-class LatentPCNSampler(CrankNicolsonStep, MCMCMethod):
-    """The third stage of AE-pCN: the shared driver with the latent pCN kernel (h adapted in warm-up)."""
-
-    name = "aepcn"
-    uses_gradient = False
-
-    def __init__(self, space: LatentSpace, reference: LatentReference, volume_correction: bool, **kwargs):
-        super().__init__(mass="identity", init="prior", **kwargs)
-        self.space, self.reference, self.volume_correction = space, reference, volume_correction
-        self.kernel = make_kernel(self.make_params(1.0))
-
-    def make_params(self, step_size, metric=None):
-        return LatentPCNParams(min(step_size, pcn.MAX_H), self.space, self.reference, self.volume_correction)
-
-
-class AEPCN(AutoEncodingMethod):
-    """AE-pCN: pCN pre-samples, an auto-encoder, pCN in its latent space; see conf/method/aepcn.yaml."""
-
-    name = "aepcn"
-    presample_method = "pcn"
-
-    def __init__(self, latent_dim: int | str | None = 441, ae: str = "pca", target_accept: float = 0.25,
-                 min_presamples_per_latent: int = 2, **kwargs):
-        super().__init__(latent_dim=latent_dim, ae=ae, target_accept=target_accept,
-                         min_presamples_per_latent=min_presamples_per_latent, **kwargs)
-
-    def make_presampler(self, **kwargs) -> PCN:
-        return PCN(**kwargs)
-
-    def check(self, target, n_chains: int) -> None:
-        require_gaussian_prior(target, self.name, ("prior_log_prob", "prior_factor"))
-        super().check(target, n_chains)
-
-    def latent_sampler(self, space: LatentSpace, target) -> LatentPCNSampler:
-        return LatentPCNSampler(space, LatentReference(space, target), self.volume_correction, **self.sampler_settings)

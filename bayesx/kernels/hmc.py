@@ -13,9 +13,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.mcmc.common import DIVERGENCE_THRESHOLD, energy_error, uniform, where_rows
-from bayesx.mcmc.integrators import PhaseState, leapfrog_trajectory
-from bayesx.mcmc.metric import Metric, sample_momentum
+from bayesx.kernels.common import (
+    DIVERGENCE_THRESHOLD,
+    energy_error,
+    uniform,
+    where_rows,
+)
+from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
+from bayesx.kernels.metric import Metric, sample_momentum
 
 
 class HMCState(NamedTuple):

@@ -15,11 +15,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bayesx.adaptation.window import (
+    DualAveraging,
+    WarmupSchedule,
+    find_initial_step_size,
+    update_inverse_mass,
+)
 from bayesx.errors import BayesxError, RunInterrupted
-from bayesx.mcmc.adaptation import DualAveraging, WarmupSchedule, find_initial_step_size, update_inverse_mass
-from bayesx.mcmc.metric import Metric, identity_metric, make_metric
+from bayesx.kernels.metric import Metric, identity_metric, make_metric
+from bayesx.optimize import fit_laplace
 from bayesx.result import Result
-from bayesx.vi.laplace import fit_laplace
 
 MASS_CHOICES = ("diag", "dense", "identity")
 

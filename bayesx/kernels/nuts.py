@@ -26,10 +26,16 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.mcmc.common import DIVERGENCE_THRESHOLD, energy_error, select, uniform, where_rows
-from bayesx.mcmc.hmc import HMCState, init  # noqa: F401  (NUTS shares the HMC state and init)
-from bayesx.mcmc.integrators import PhaseState, leapfrog
-from bayesx.mcmc.metric import Metric, kinetic_energy, sample_momentum, velocity
+from bayesx.kernels.common import (
+    DIVERGENCE_THRESHOLD,
+    energy_error,
+    select,
+    uniform,
+    where_rows,
+)
+from bayesx.kernels.hmc import HMCState, init  # noqa: F401  (NUTS shares the HMC state and init)
+from bayesx.kernels.integrators import PhaseState, leapfrog
+from bayesx.kernels.metric import Metric, kinetic_energy, sample_momentum, velocity
 
 
 class NUTSInfo(NamedTuple):

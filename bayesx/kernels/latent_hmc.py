@@ -40,7 +40,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bayesx.mcmc.common import DIVERGENCE_THRESHOLD, energy_error, uniform, where_rows
+from bayesx.kernels.common import (
+    DIVERGENCE_THRESHOLD,
+    energy_error,
+    uniform,
+    where_rows,
+)
 from bayesx.native.logistic import fused_form, trajectory
 from bayesx.nn.autoencoder import AutoEncoder
 

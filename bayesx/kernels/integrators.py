@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from bayesx.mcmc.metric import Metric, kinetic_energy, velocity
+from bayesx.kernels.metric import Metric, kinetic_energy, velocity
 from bayesx.native.logistic import fused_form, trajectory
 
 

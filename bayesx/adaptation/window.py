@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bayesx.mcmc.common import energy_error
-from bayesx.mcmc.integrators import PhaseState, leapfrog
-from bayesx.mcmc.metric import Metric, kinetic_energy, sample_momentum
+from bayesx.kernels.common import energy_error
+from bayesx.kernels.integrators import PhaseState, leapfrog
+from bayesx.kernels.metric import Metric, kinetic_energy, sample_momentum
 
 
 class DualAveraging:

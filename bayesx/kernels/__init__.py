@@ -1,0 +1,1 @@
+"""Pure MCMC transition kernels and integrators: init/step functions over NamedTuple states."""

@@ -1,0 +1,1 @@
+"""Inference methods, one module each, grouped by family (see bayesx.methods.base)."""

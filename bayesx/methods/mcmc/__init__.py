@@ -1,0 +1,1 @@
+"""The sampler family: MCMC methods (HMC, NUTS, RWM, pCN, AE-HMC, AE-pCN)."""

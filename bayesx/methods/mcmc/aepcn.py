@@ -1,0 +1,47 @@
+"""AE-pCN as a method of the runner (Deep MCMC sec. 4.2; kernel: bayesx.kernels.latent_pcn)."""
+
+from __future__ import annotations
+
+from bayesx.kernels import pcn
+from bayesx.kernels.latent_hmc import LatentSpace
+from bayesx.kernels.latent_pcn import LatentPCNParams, LatentReference, make_kernel
+from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod
+from bayesx.methods.mcmc.pcn import PCN, CrankNicolsonStep, require_gaussian_prior
+from bayesx.methods.mcmc.sampler import MCMCMethod
+
+
+class LatentPCNSampler(CrankNicolsonStep, MCMCMethod):
+    """The third stage of AE-pCN: the shared driver with the latent pCN kernel (h adapted in warm-up)."""
+
+    name = "aepcn"
+    uses_gradient = False
+
+    def __init__(self, space: LatentSpace, reference: LatentReference, volume_correction: bool, **kwargs):
+        super().__init__(mass="identity", init="prior", **kwargs)
+        self.space, self.reference, self.volume_correction = space, reference, volume_correction
+        self.kernel = make_kernel(self.make_params(1.0))
+
+    def make_params(self, step_size, metric=None):
+        return LatentPCNParams(min(step_size, pcn.MAX_H), self.space, self.reference, self.volume_correction)
+
+
+class AEPCN(AutoEncodingMethod):
+    """AE-pCN: pCN pre-samples, an auto-encoder, pCN in its latent space; see conf/method/aepcn.yaml."""
+
+    name = "aepcn"
+    presample_method = "pcn"
+
+    def __init__(self, latent_dim: int | str | None = 441, ae: str = "pca", target_accept: float = 0.25,
+                 min_presamples_per_latent: int = 2, **kwargs):
+        super().__init__(latent_dim=latent_dim, ae=ae, target_accept=target_accept,
+                         min_presamples_per_latent=min_presamples_per_latent, **kwargs)
+
+    def make_presampler(self, **kwargs) -> PCN:
+        return PCN(**kwargs)
+
+    def check(self, target, n_chains: int) -> None:
+        require_gaussian_prior(target, self.name, ("prior_log_prob", "prior_factor"))
+        super().check(target, n_chains)
+
+    def latent_sampler(self, space: LatentSpace, target) -> LatentPCNSampler:
+        return LatentPCNSampler(space, LatentReference(space, target), self.volume_correction, **self.sampler_settings)

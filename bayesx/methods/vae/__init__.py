@@ -1,0 +1,1 @@
+"""The trainer family: VAE training methods (vae, hvi, rmhvi, dppvae)."""

@@ -1,0 +1,1 @@
+"""The approximation family: variational and other fitted approximations q."""
