@@ -138,8 +138,17 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 # --- bayesx compare ---------------------------------------------------------------------------------
-SUMMARY_METRICS = ["test_accuracy", "test_lpd", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max",
-                   "accept_rate", "n_divergent", "sampling_time_s", "wall_time_s"]
+COMPARE_TAG = "compare_metrics"  # each run names its own key metrics (the runner asks the method's family)
+
+
+def compare_columns(df) -> list[str]:
+    """The union, in first-seen order, of the key metrics the runs name in their compare_metrics tag."""
+    columns: list[str] = []
+    for names in df.get(f"tags.{COMPARE_TAG}", []):
+        for name in (names.split(",") if isinstance(names, str) and names else []):
+            if name not in columns and f"metrics.{name}" in df:
+                columns.append(name)
+    return columns
 
 
 def compare_table(df, sort: str | None, ascending: bool):
@@ -156,7 +165,7 @@ def compare_table(df, sort: str | None, ascending: bool):
         "seed": df.get("tags.seed"),
         "parent": df.get("tags.mlflow.parentRunId", pd.Series([None] * len(df))).fillna("").str[:8],
     })
-    metric_cols = [m for m in SUMMARY_METRICS if f"metrics.{m}" in df]
+    metric_cols = compare_columns(df)
     if sort and sort not in metric_cols:
         if f"metrics.{sort}" not in df:
             known = sorted(c[len("metrics."):] for c in df.columns if c.startswith("metrics."))

@@ -35,6 +35,19 @@ def all_group_choices() -> dict[str, list[str]]:
     return {g: group_choices(g) for g in GROUPS}
 
 
+def methods_of_family(family: str) -> list[str]:
+    """The ``method`` choices whose class belongs to ``family`` (sampler, approximation, trainer)."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    names = []
+    for name in group_choices("method"):
+        target = OmegaConf.load(conf_dir() / "method" / f"{name}.yaml").get("_target_")
+        if target is not None and get_class(str(target)).family == family:
+            names.append(name)
+    return names
+
+
 def _suggest(word: str, options: list[str]) -> str:
     close = difflib.get_close_matches(word, options, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""

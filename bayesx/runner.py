@@ -7,7 +7,6 @@ run_job(cfg):  validate -> build data, target, method -> seed -> open an MLflow 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import re
 import signal
 import subprocess
@@ -26,8 +25,9 @@ from bayesx import reference
 from bayesx.data.registry import data_dir
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
-from bayesx.native.logistic import fused_form
+from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.result import Result
+from bayesx.targets.base import Capabilities, Evaluation
 from bayesx.tracking import Tracker
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -170,18 +170,29 @@ def sigterm_as_interrupt():
 DEFAULT_DATA = "synthetic"  # conf/config.yaml's data default
 
 
-def apply_data_default(cfg: DictConfig, choices: dict[str, str], task_overrides: list[str]) -> None:
-    """Models may name their own data default (``default_data``, e.g. the VAE's mnist); it applies
-    when the data group was left at the global default by both the command line and the experiment."""
+def capabilities_of(model_cfg: DictConfig) -> Capabilities:
+    """The model class's declared capabilities, read before the model is built (its data depend on them)."""
     from hydra.utils import get_class
+
+    try:
+        cls = get_class(str(model_cfg._target_))
+    except Exception as exc:
+        raise BayesxError(f"cannot find the model class '{model_cfg._target_}': {str(exc).splitlines()[0]}") from None
+    caps = getattr(cls, "capabilities", None)  # the one check of a class we did not write: a user's model
+    if not isinstance(caps, Capabilities):
+        raise BayesxError(f"the model class {cls.__name__} declares no capabilities; derive it from "
+                          f"bayesx.targets.base.TargetBase (see ARCHITECTURE.md, 'Adding a target')")
+    return caps
+
+
+def apply_data_default(cfg: DictConfig, choices: dict[str, str], task_overrides: list[str]) -> None:
+    """Models may name their own data default (``capabilities.default_data``, e.g. the VAE's mnist); it
+    applies when the data group was left at the global default by both the command line and the experiment."""
     from omegaconf import open_dict
 
     from bayesx.config import conf_dir
 
-    try:
-        name = getattr(get_class(str(cfg.model._target_)), "default_data", None)
-    except Exception:
-        return
+    name = capabilities_of(cfg.model).default_data
     keys = [o.split("=")[0].lstrip("+~") for o in task_overrides]
     if name and choices.get("data") == DEFAULT_DATA and "data" not in keys:
         data_cfg = OmegaConf.load(conf_dir() / "data" / f"{name}.yaml")
@@ -199,80 +210,37 @@ def apply_data_default(cfg: DictConfig, choices: dict[str, str], task_overrides:
 _ABSENT = object()
 
 
-def model_uses_data(model_cfg: DictConfig) -> bool:
-    """False for models that make their own observations (a class attribute ``uses_data = False``)."""
-    from hydra.utils import get_class
-
-    try:
-        return bool(getattr(get_class(str(model_cfg._target_)), "uses_data", True))
-    except Exception:
-        return True
-
-
-# --- metrics --------------------------------------------------------------------------------------
-def evaluate(target, result: Result) -> dict[str, float]:
-    """target.evaluate on the draws, handing over the sampler's per-draw statistics where it takes them."""
-    if "sample_stats" in inspect.signature(target.evaluate).parameters:
-        return target.evaluate(result.draws, sample_stats=result.sample_stats)
-    return target.evaluate(result.draws)
+# --- summary and reference -----------------------------------------------------------------------
+def summary_keys(method: Method, evaluation: Evaluation, metrics: dict[str, float]) -> list[str]:
+    """What the run's summary shows (and `bayesx compare` tabulates): the target's evaluation, the ESS
+    of its per-draw quantities, the family's (and method's) key metrics, the posterior error against
+    a reference, the wall time."""
+    keys = list(evaluation.metrics)
+    keys += [f"ess_{name}" + ("_min" if np.ndim(values) > 2 else "") for name, values in evaluation.quantities.items()]
+    keys += [k for k in method.summary_keys if k not in keys]
+    keys += sorted(k for k in metrics if k.startswith("posterior_") and k not in keys)
+    keys.append("wall_time_s")
+    return [k for k in keys if k in metrics]
 
 
-def mcmc_metrics(result: Result) -> dict[str, float]:
-    """ESS, R-hat and the ESS rates of MCMC draws, named as in DESIGN.md."""
-    if result.draws is None:
-        return {}
-    out = convergence.summarize(result.draws.numpy())
-    sampling = result.timings.get("sampling_time_s", 0.0)
-    if "ess_bulk_min" in out and sampling > 0:
-        out["ess_bulk_min_per_s"] = out["ess_bulk_min"] / sampling
-    grads = result.metrics.get("n_grad_evals", 0.0)
-    if "ess_bulk_min" in out and grads > 0:
-        out["ess_bulk_min_per_grad"] = out["ess_bulk_min"] / grads
-    return out
-
-
-RHAT_LIMIT = 1.01
-
-
-def health_warnings(metrics: dict[str, float]) -> list[str]:
-    """Plain-language warnings about convergence and sampler health (Vehtari et al. 2021 for R-hat)."""
-    out = []
-    rhat = metrics.get("rhat_max", float("nan"))
-    if rhat == rhat and rhat > RHAT_LIMIT:
-        out.append(f"rhat_max = {rhat:.3g} > {RHAT_LIMIT}: the chains disagree; draw more (method.num_draws, "
-                   "method.num_warmup) or use a better-adapted sampler (method=nuts method.mass=dense)")
-    if metrics.get("n_divergent", 0) > 0:
-        out.append(f"{metrics['n_divergent']:.0f} divergent transitions: the draws may be biased; "
-                   "raise method.target_accept (e.g. 0.95)")
-    if metrics.get("n_max_tree_depth", 0) > 0:
-        out.append(f"{metrics['n_max_tree_depth']:.0f} NUTS transitions hit max_tree_depth; "
-                   "raise method.max_tree_depth or try method.mass=dense")
-    return out
-
-
-def print_summary(title: str, metrics: dict[str, float], status: str, warnings: list[str] | None = None) -> None:
-    keys = ["test_elbo", "test_nll", "train_elbo", "epochs", "time_per_epoch_s", "eval_time_s",
-            "test_accuracy", "test_lpd", "log_likelihood", "field_rel_err", "ess_log_likelihood", "latent_dim", "recon_err", "presample_time_s", "train_time_s", "ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate",
-            "step_size", "time_per_iter_s", "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s", "wall_time_s"]
-    shown = [k for k in keys if k in metrics] + sorted(k for k in metrics if k.startswith("posterior_"))
+def print_summary(title: str, metrics: dict[str, float], keys: list[str], status: str, warnings: list[str]) -> None:
     print(f"\n{title}  [{status}]")
-    for k in shown:
-        v = metrics[k]
-        print(f"  {k:<22} {v:>14.4g}")
-    for warning in warnings if warnings is not None else health_warnings(metrics):
+    for k in keys:
+        print(f"  {k:<22} {metrics[k]:>14.4g}")
+    for warning in warnings:
         print(f"  warning: {warning}")
 
 
-def wants_reference(cfg: DictConfig, method, model_name: str, target=None) -> bool:
-    """reference.enabled: true/false, or null for auto: on for latent-space methods on models whose
-    exact moments are unknown (the Gaussian test targets report their exact errors themselves) and
-    where a NUTS run is affordable (targets may opt out with ``reference_by_default = False``)."""
+def wants_reference(cfg: DictConfig, method: Method, target) -> bool:
+    """reference.enabled: true/false, or null for auto: on for methods whose draws are approximate,
+    on targets whose exact moments are unknown and where a NUTS run is affordable (both declared in
+    the target's capabilities)."""
     enabled = cfg.reference.enabled
     if not (enabled is None or isinstance(enabled, bool)):
         raise BayesxError(f"reference.enabled must be true, false or null (auto), got {enabled!r}")
     if enabled is None:
-        affordable = getattr(target, "reference_by_default", True)
-        return getattr(method, "approximate_draws", False) and model_name != "gaussian" and affordable
+        caps = target.capabilities
+        return method.approximate_draws and caps.posterior and not caps.exact_moments and caps.reference_affordable
     return bool(enabled)
 
 
@@ -290,7 +258,7 @@ def reference_key(cfg: DictConfig) -> dict:
 
 
 def reference_error(cfg: DictConfig, target, result: Result) -> dict[str, float]:
-    """posterior_mean_err / posterior_sd_err against a cached NUTS run (diagnostics.reference)."""
+    """posterior_mean_err / posterior_sd_err against a cached NUTS run (bayesx.reference)."""
     ref_cfg = OmegaConf.to_container(cfg.reference, resolve=True)
     ref_cfg.pop("enabled", None)
     ref = reference.reference_moments(target, reference_key(cfg), data_dir() / "reference", progress=cfg.progress,
@@ -312,31 +280,28 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     check_run_settings(cfg)
     device, dtype = resolve_device(cfg.device)
     model_name = choices.get("model", "model")
-    data = build(cfg.data, "data") if model_uses_data(cfg.model) else None
+    data = build(cfg.data, "data") if capabilities_of(cfg.model).uses_data else None
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
     method = build(cfg.method, "method")
-    trains = getattr(method, "trains_model", False)  # VAE methods fit the model instead of sampling from points
-    if not trains and not hasattr(target, "initial_point"):  # a model that is trained, not sampled (model=vae)
-        raise BayesxError(f"method={choices.get('method')} samples a posterior, but model={model_name} is trained: "
-                          f"use method=vae, hvi, rmhvi or dppvae")
-    if hasattr(method, "check"):  # settings that need the target (latent size, pre-sample count)
-        method.check(target, int(cfg.n_chains))
-    with_reference = wants_reference(cfg, method, model_name, target)
+    if not isinstance(method, Method):
+        raise BayesxError(f"method={choices.get('method')} builds a {type(method).__name__}, not a bayesx method; "
+                          f"derive it from a family in bayesx.methods.base (see ARCHITECTURE.md)")
+    n_chains = int(cfg.n_chains)
+    check_fits(method, target, choices.get("method", "?"), model_name)
+    method.check(target, n_chains)  # the method's own checks that need the target
+    with_reference = wants_reference(cfg, method, target)
     if with_reference:
         check_reference(cfg)
     gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
-    initial = None if trains else target.initial_point(int(cfg.n_chains), gen)
+    initial = method.initial_points(target, n_chains, gen)
 
     tracker = Tracker(str(cfg.tracking.uri), str(cfg.experiment_name), cfg.tracking.get("artifact_root"))
     data_name = choices.get("data", "") if data is not None else "none"
     run_name = cfg.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{cfg.seed}"
     tags = {
-        "method": choices.get("method", ""), "model": model_name,
-        "data": data_name,
+        "method": choices.get("method", ""), "model": model_name, "family": method.family, "data": data_name,
         "device": str(device), "dtype": str(cfg.device.dtype), "torch_version": torch.__version__,
         "git_commit": git_commit(), "seed": str(cfg.seed), "n_chains": str(cfg.n_chains),
-        "ess_per_s_time": "sampling_time_s",
-        "kernels": "native" if initial is not None and fused_form(target, initial) is not None else "pytorch",
         **{f"target.{k}": v for k, v in target.describe().items()},
     }
     # SIGTERM is caught from before the run exists until it is closed, so a run is never left RUNNING
@@ -344,16 +309,13 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
         run.log_params(flatten(cfg))
         run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        if trains:
-            result = method.fit(target, gen, progress=cfg.progress, artifact_dir=Path(tmp))
-        else:
-            extra = {"artifact_dir": Path(tmp)} if "artifact_dir" in inspect.signature(method.run).parameters else {}
-            result = method.run(target, initial, gen, progress=cfg.progress, **extra)
+        result = method.infer(target, RunInputs(initial, gen, cfg.progress, Path(tmp)))
         metrics = dict(result.metrics)
         metrics.update(result.timings)
-        metrics.update(mcmc_metrics(result))
-        if result.draws is not None and result.draws.shape[1] > 0:
-            metrics.update(evaluate(target, result))
+        has_draws = result.draws is not None and result.draws.shape[1] > 0
+        evaluation = target.evaluate(result.draws, result.sample_stats) if has_draws else Evaluation()
+        metrics.update(method.draw_metrics(result, evaluation))
+        metrics.update(evaluation.metrics)
         metrics["wall_time_s"] = time.perf_counter() - wall_start
         if with_reference and not result.interrupted and result.draws is not None:
             metrics.update(reference_error(cfg, target, result))
@@ -361,13 +323,16 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         run.log_metrics({k: v for k, v in metrics.items() if k not in stepped})
         for name, points in result.traces.items():
             run.log_series(name, points)
-        run.set_tags(result.tags)
-        log_artifacts(run, cfg, target, result, Path(tmp))
+        shown = summary_keys(method, evaluation, metrics)
+        compared = [k for k in [*evaluation.metrics, *method.compare_keys, "posterior_mean_err", "wall_time_s"]
+                    if k in metrics]
+        run.set_tags({**result.tags, "compare_metrics": ",".join(compared)})
+        log_artifacts(run, cfg, method, target, result, evaluation, Path(tmp))
         status = "KILLED" if result.interrupted else "FINISHED"
-        warnings = result.warnings + health_warnings(metrics)
+        warnings = result.warnings + method.warnings(metrics)
         if warnings:
             run.set_tags({"health_warnings": " | ".join(warnings)})
-        print_summary(f"{run_name} (run {run.run_id})", metrics, status, warnings)
+        print_summary(f"{run_name} (run {run.run_id})", metrics, shown, status, warnings)
         if result.error is not None:  # recorded above with what the method had; the run ends FAILED
             raise BayesxError(result.error)
         if result.interrupted:
@@ -375,30 +340,28 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     return metrics
 
 
-def log_artifacts(run, cfg: DictConfig, target, result: Result, tmp: Path) -> None:
-    if result.draws is not None and result.draws.shape[1] > 0:
-        log_draws(run, cfg, target, result, tmp)
-    if hasattr(target, "write_artifacts"):  # model-specific files: its data, fields, ...
-        for folder, paths in target.write_artifacts(tmp).items():
-            for path in paths:
-                run.log_artifact(Path(path), folder)
-    for folder, paths in result.artifacts.items():
+def log_artifacts(run, cfg: DictConfig, method: Method, target, result: Result, evaluation: Evaluation,
+                  tmp: Path) -> None:
+    has_draws = result.draws is not None and result.draws.shape[1] > 0
+    if has_draws:
+        log_draws(run, cfg, method, target, result, tmp)
+    files = target.write_artifacts(tmp, result.draws if has_draws else None, evaluation)  # its data, fields, ...
+    for folder, paths in [*files.items(), *result.artifacts.items()]:
         for path in paths:
             run.log_artifact(Path(path), folder)
-    if "inverse_mass" in result.fitted:
-        path = tmp / "inverse_mass.npy"
-        np.save(path, result.fitted["inverse_mass"].numpy())
+    for name, value in result.fitted.items():  # e.g. the adapted inverse mass matrix
+        path = tmp / f"{name}.npy"
+        np.save(path, value.numpy())
         run.log_artifact(path)
 
 
-def log_draws(run, cfg: DictConfig, target, result: Result, tmp: Path) -> None:
+def log_draws(run, cfg: DictConfig, method: Method, target, result: Result, tmp: Path) -> None:
     draws = result.draws.numpy()
-    name = getattr(target, "param_name", "theta")
     if cfg.save_draws:
-        idata = convergence.to_inference_data(draws, result.sample_stats, name)
+        idata = convergence.to_inference_data(draws, result.sample_stats, target.param_name)
         path = tmp / "draws.nc"
         idata.to_netcdf(str(path), engine="h5netcdf")
         run.log_artifact(path)
     if cfg.plots.n_coords > 0:
-        coords = convergence.lowest_ess_coordinates(draws, int(cfg.plots.n_coords))
-        run.log_artifact(plots.trace_and_marginals(draws, coords, name, tmp / "trace.png"), "plots")
+        coords = method.plot_coordinates(draws, int(cfg.plots.n_coords))
+        run.log_artifact(plots.trace_and_marginals(draws, coords, target.param_name, tmp / "trace.png"), "plots")

@@ -118,7 +118,7 @@ def main() -> int:
             rows.append((name, description, None, f"skipped: {exc}; pip install -e '.[bench]'"))
             continue
         diag = summarize(out["draws"])
-        acc = evaluator.evaluate(torch.as_tensor(out["draws"]))["test_accuracy"]
+        acc = evaluator.evaluate(torch.as_tensor(out["draws"])).metrics["test_accuracy"]
         row = dict(wall=out["wall"], ess=diag["ess_bulk_min"], rhat=diag.get("rhat_max", float("nan")),
                    ess_s=diag["ess_bulk_min"] / out["wall"], grads=out["grads"], acc=acc,
                    div=out["divergent"], extra=out["extra"])

@@ -77,7 +77,7 @@ def summarize_run(name, target, result, ref, pre_sampling_s: float) -> dict:
     it, acc = running_accuracy(target, draws)
     out = {
         "method": name,
-        "test_accuracy": target.evaluate(result.draws)["test_accuracy"],
+        "test_accuracy": target.evaluate(result.draws).metrics["test_accuracy"],
         "sampling_time_s": sampling,
         "pipeline_time_s": pre_sampling_s + sampling,
         "time_per_iter_s": sampling / n_iter,

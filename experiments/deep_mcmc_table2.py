@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from bayesx.diagnostics import convergence
 from bayesx.methods.mcmc.aepcn import AEPCN
 from bayesx.methods.mcmc.hmc import HMC
 from bayesx.methods.mcmc.pcn import PCN
@@ -61,7 +62,8 @@ class SolveTimer:
 
 
 def summarize(name: str, model: EllipticInverse, result, seconds: float, solve_s: float, extra: dict) -> dict:
-    ev = model.evaluate(result.draws, sample_stats=result.sample_stats)
+    evaluation = model.evaluate(result.draws, sample_stats=result.sample_stats)
+    ev = {**evaluation.metrics, **convergence.quantity_ess(evaluation.quantities)}
     t = result.timings
     if "presample_time_s" in t:  # AE-pCN: pre-sampling (with its warm-up), training, latent warm-up
         before = t["presample_time_s"] + t["train_time_s"] + t["latent_warmup_time_s"]

@@ -261,5 +261,5 @@ def test_aehmc_end_to_end_on_digits_stays_accurate(logreg):
     for key in ("presample_time_s", "train_time_s", "sampling_time_s", "warmup_time_s"):
         assert result.timings[key] > 0
     assert 0.3 < result.metrics["accept_rate"] <= 1.0
-    assert logreg.evaluate(result.draws)["test_accuracy"] >= 0.99
+    assert logreg.evaluate(result.draws).metrics["test_accuracy"] >= 0.99
     assert math.isfinite(result.metrics["log_volume_mean"])

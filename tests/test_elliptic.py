@@ -16,6 +16,7 @@ import torch
 from skfem import BilinearForm, asm
 from skfem.helpers import dot, grad
 
+from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
 from bayesx.targets.elliptic import EllipticInverse, prior, problem
 from bayesx.targets.elliptic.fem import P2Space
@@ -364,50 +365,50 @@ def test_evaluate_uses_the_recorded_log_likelihood_exactly():
     model = EllipticInverse(mesh=MESH)
     draws = model.sample_prior(12, gen(8)).reshape(2, 6, model.dim)
     recorded = np.arange(12, dtype=np.float64).reshape(2, 6) - 100.0  # not the draws' likelihoods
-    out = model.evaluate(draws, sample_stats={"log_lik": recorded, "accepted": np.ones((2, 6), bool)})
+    evaluation = model.evaluate(draws, sample_stats={"log_lik": recorded, "accepted": np.ones((2, 6), bool)})
+    out = {**evaluation.metrics, **convergence.quantity_ess(evaluation.quantities)}  # as the sampler family reports
     assert {"log_likelihood", "ess_log_likelihood", "field_rel_err", "ess_field_min"} <= set(out)
     assert out["log_likelihood"] == float(recorded.mean())
     assert math.isfinite(out["ess_log_likelihood"]) and out["ess_log_likelihood"] > 0
     assert math.isfinite(out["ess_field_min"]) and out["ess_field_min"] > 0
-    np.testing.assert_array_equal(model.log_likelihood_trace, recorded)
-    assert model.log_likelihood_source == "every retained draw"
+    np.testing.assert_array_equal(evaluation.quantities["log_likelihood"], recorded)
+    assert evaluation.notes["log_likelihood"] == "every retained draw"
 
 
 def test_evaluate_computes_the_log_likelihood_when_not_recorded():
     model = EllipticInverse(mesh=MESH)
     draws = model.sample_prior(12, gen(9)).reshape(2, 6, model.dim)
-    out = model.evaluate(draws)
+    evaluation = model.evaluate(draws)
     expected = model.log_likelihood(draws.reshape(-1, model.dim)).mean()
-    assert out["log_likelihood"] == pytest.approx(float(expected), rel=1e-12)
-    assert "ess_log_likelihood" in out
+    assert evaluation.metrics["log_likelihood"] == pytest.approx(float(expected), rel=1e-12)
+    assert "ess_log_likelihood" in convergence.quantity_ess(evaluation.quantities)
     # with eval_draws=4 over 2 chains: the first and last draw of each chain; too few for an ESS
     thin = EllipticInverse(mesh=MESH, eval_draws=4)
-    out = thin.evaluate(draws)
+    evaluation = thin.evaluate(draws)
     expected = thin.log_likelihood(draws[:, [0, 5]].reshape(-1, model.dim)).mean()
-    assert out["log_likelihood"] == pytest.approx(float(expected), rel=1e-12)
-    assert "ess_log_likelihood" not in out
-    assert thin.log_likelihood_trace.shape == (2, 2)
+    assert evaluation.metrics["log_likelihood"] == pytest.approx(float(expected), rel=1e-12)
+    assert "ess_log_likelihood" not in convergence.quantity_ess(evaluation.quantities)
+    assert evaluation.quantities["log_likelihood"].shape == (2, 2)
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # constant draws: no R-hat
 def test_evaluate_field_error_and_posterior_moments():
     model = EllipticInverse(mesh=MESH)
     truth = torch.as_tensor(model.true_u).expand(2, 5, model.dim)
-    out = model.evaluate(truth + 0.0)
+    out = model.evaluate(truth + 0.0).metrics
     assert out["field_rel_err"] == pytest.approx(0.0, abs=1e-12)
-    np.testing.assert_allclose(model.posterior_mean, model.true_u)
-    np.testing.assert_allclose(model.posterior_sd, 0.0, atol=1e-12)
-    zero = model.evaluate(torch.zeros(2, 5, model.dim))
+    np.testing.assert_allclose(model.evaluate(truth + 0.0).quantities["field"][0, 0], model.true_u[model.field_probe_dofs()])
+    zero = model.evaluate(torch.zeros(2, 5, model.dim)).metrics
     assert zero["field_rel_err"] == pytest.approx(1.0)
     # whitened draws are mapped to fields first
     white = EllipticInverse(mesh=MESH, whiten=True)
     v = white.prior.whiten(torch.as_tensor(white.true_u))
-    assert white.evaluate(v.expand(2, 5, white.dim) + 0.0)["field_rel_err"] == pytest.approx(0.0, abs=1e-9)
+    assert white.evaluate(v.expand(2, 5, white.dim) + 0.0).metrics["field_rel_err"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_write_artifacts(tmp_path):
     model = EllipticInverse(mesh=MESH)
-    before = model.write_artifacts(tmp_path)
+    before = model.write_artifacts(tmp_path, None, None)
     assert [p.name for p in before["data"]] == ["observations.csv"]
     assert [p.name for p in before["plots"]] == ["true_field.png"]
     table = np.loadtxt(tmp_path / "observations.csv", delimiter=",", skiprows=1)
@@ -417,8 +418,8 @@ def test_write_artifacts(tmp_path):
     np.testing.assert_allclose(table[:, 2], model.clean, rtol=1e-9)
     np.testing.assert_allclose(table[:, 3], model.observations, rtol=1e-9)
 
-    model.evaluate(model.sample_prior(12, gen(10)).reshape(2, 6, model.dim))
-    after = model.write_artifacts(tmp_path)
+    draws = model.sample_prior(12, gen(10)).reshape(2, 6, model.dim)
+    after = model.write_artifacts(tmp_path, draws, model.evaluate(draws))
     assert sorted(p.name for p in after["plots"]) == ["log_likelihood_trace.png", "posterior_fields.png",
                                                      "true_field.png"]
     for path in after["plots"]:

@@ -60,7 +60,7 @@ def test_evaluate_on_known_draws():
                               np.array([1.0, 0.0]), "toy", "generated")
     target = LogisticRegression(data, prior_scale=1.0)
     draws = torch.tensor([[[10.0, -10.0]]], dtype=torch.float64)  # confident and right on both points
-    out = target.evaluate(draws)
+    out = target.evaluate(draws).metrics
     assert out["test_accuracy"] == 1.0
     assert out["test_lpd"] == pytest.approx(-np.log1p(np.exp(-10.0)), rel=1e-9)
 
@@ -98,8 +98,7 @@ def test_hmc_nuts_and_rwm_agree_within_monte_carlo_error(target):
 
 
 def test_health_warnings_name_the_problem_and_stay_quiet_when_healthy():
-    from bayesx.runner import health_warnings
-
+    health_warnings = NUTS().warnings  # the sampler family's warnings
     assert health_warnings({"rhat_max": 1.003, "n_divergent": 0.0, "n_max_tree_depth": 0.0}) == []
     found = health_warnings({"rhat_max": 1.2, "n_divergent": 3.0, "n_max_tree_depth": 5.0})
     assert len(found) == 3

@@ -25,7 +25,7 @@ from bayesx.kernels import latent_pcn, pcn
 from bayesx.methods.mcmc import aepcn
 from bayesx.methods.mcmc.aepcn import AEPCN
 from bayesx.methods.mcmc.pcn import PCN
-from bayesx.targets.base import TargetBase
+from bayesx.targets.base import Capabilities, TargetBase
 from bayesx.targets.logreg import LogisticRegression
 
 Z_LIMIT = 4.0
@@ -47,6 +47,8 @@ def gen(seed=0):
 # --- a conjugate toy: prior N(0, C), likelihood N(y; A q, s^2 I) ----------------------------------------------
 class LinearGaussian(TargetBase):
     """Posterior N(m, S) with S = (C^-1 + A^T A / s^2)^-1 and m = S A^T y / s^2, known exactly."""
+
+    capabilities = Capabilities(uses_data=False, gaussian_prior=True, exact_moments=True)
 
     def __init__(self, dim: int = 4, n_obs: int = 6, noise: float = 1.0, seed: int = 0):
         rng = np.random.default_rng(seed)
@@ -332,12 +334,13 @@ def test_pcn_needs_a_gaussian_prior_model():
     with pytest.raises(BayesxError, match="method=aepcn needs a model with a Gaussian prior"):
         AEPCN().check(target, 4)
 
-    class NoFactor(LinearGaussian):
-        prior_factor = None
+    class Undeclared(LinearGaussian):  # has the methods but does not declare them: the capability decides
+        capabilities = Capabilities(uses_data=False)
 
-    PCN().check(NoFactor(), 4)  # pCN needs no factor
-    with pytest.raises(BayesxError, match="lacks prior_factor"):
-        AEPCN(latent_dim=2).check(NoFactor(), 4)
+    PCN().check(LinearGaussian(), 4)
+    for method in (PCN(), AEPCN(latent_dim=2)):
+        with pytest.raises(BayesxError, match="Undeclared lacks log_likelihood, sample_prior, prior_log_prob"):
+            method.check(Undeclared(), 4)
 
 
 def test_pcn_and_aepcn_options_are_checked():

@@ -66,3 +66,17 @@ def to_inference_data(draws: np.ndarray, sample_stats: dict[str, np.ndarray], na
         stats["diverging"] = stats.pop("divergent").astype(bool)
     return az.from_dict(posterior={name: np.asarray(draws)}, sample_stats=stats or None,
                         dims={name: [f"{name}_dim"]})
+
+
+def quantity_ess(quantities: dict[str, np.ndarray]) -> dict[str, float]:
+    """Bulk ESS of per-draw quantities of interest: ``ess_<name>`` for (chains, draws) arrays,
+    ``ess_<name>_min`` (the smallest over k) for (chains, draws, k); none with fewer than 4 draws."""
+    out = {}
+    for name, values in quantities.items():
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim < 2 or values.shape[1] < 4:
+            continue
+        scalar = values.ndim == 2
+        ess = np.nanmin(ess_per_coordinate(values[:, :, None] if scalar else values, "bulk"))
+        out[f"ess_{name}" if scalar else f"ess_{name}_min"] = float(ess)
+    return out

@@ -16,7 +16,6 @@ from typing import NamedTuple
 from torch import Tensor
 
 from bayesx.kernels.metric import Metric, kinetic_energy, velocity
-from bayesx.native.logistic import fused_form, trajectory
 
 
 class PhaseState(NamedTuple):
@@ -41,13 +40,12 @@ def leapfrog_trajectory(state: PhaseState, step_size, num_steps: int, metric: Me
     state and the Hamiltonian H = -log pi(q) + K(p) at the start and at the end.
 
     Equal to ``num_steps`` calls of :func:`leapfrog` up to rounding, with one fewer vector update
-    per step; ``num_steps`` gradient evaluations. Targets with a fused kernel (logistic
-    regression on the CPU, bayesx.native) run the whole trajectory, energies included, in one call.
+    per step; ``num_steps`` gradient evaluations. A target with a fused kernel (``fused_trajectory``;
+    logistic regression on the CPU) runs the whole trajectory, energies included, in one call.
     """
-    form = fused_form(target, state.position)
-    if form is not None:
-        end = trajectory(form, state.position, state.momentum, step_size, num_steps, metric.inv_mass,
-                         state.grad, state.log_prob)
+    end = target.fused_trajectory(state.position, state.momentum, step_size, num_steps, metric.inv_mass,
+                                  state.grad, state.log_prob)
+    if end is not None:
         return PhaseState(end.position, end.momentum, end.log_prob, end.grad), end.start_energy, end.end_energy
     start_energy = -state.log_prob + kinetic_energy(metric, state.momentum)
     p = state.momentum + 0.5 * step_size * state.grad

@@ -46,7 +46,6 @@ from bayesx.kernels.common import (
     uniform,
     where_rows,
 )
-from bayesx.native.logistic import fused_form, trajectory
 from bayesx.nn.autoencoder import AutoEncoder
 
 ENERGY_AT_START = ("reconstructed", "original")
@@ -79,6 +78,11 @@ class LatentSpace:
         if not ae.nonlinear:  # every Jacobian is constant: the volume term is one number
             self.constant_log_volume = 0.5 * (gram_logdet(self.decoder_gram_q) + gram_logdet(self.decoder_gram_p)
                                               + gram_logdet(self.encoder_gram_q) + gram_logdet(self.encoder_gram_p))
+
+    def kernel_name(self, z: Tensor) -> str:
+        """Which implementation runs the latent trajectories (the run's ``kernels`` tag): the restricted
+        density's fused kernel for linear maps, PyTorch for nonlinear ones."""
+        return "pytorch" if self.ae.nonlinear else self.restricted.kernel_name(z)
 
     # --- maps between the spaces (batched over chains) --------------------------------------------
     def encode_position(self, q: Tensor) -> tuple[Tensor, Tensor]:
@@ -181,13 +185,14 @@ def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, step_size: float, 
 
     For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so on a target with a fused
     kernel (logistic regression on the CPU) the trajectory, with the energies at both ends, is one
-    call of bayesx.native."""
-    form = None if space.ae.nonlinear else fused_form(space.restricted, z)
-    if form is not None:
+    fused call of the restricted density (its ``fused_trajectory``)."""
+    if not space.ae.nonlinear:
         known = grad_u is not None
-        end = trajectory(form, z, p, step_size, num_steps, space.kinetic_gram,
-                         -grad_u if known else None, -potential if known else None)
-        return LatentTrajectory(end.position, end.momentum, -end.log_prob, -end.grad, end.start_energy, end.end_energy)
+        end = space.restricted.fused_trajectory(z, p, step_size, num_steps, space.kinetic_gram,
+                                                -grad_u if known else None, -potential if known else None)
+        if end is not None:
+            return LatentTrajectory(end.position, end.momentum, -end.log_prob, -end.grad, end.start_energy,
+                                    end.end_energy)
     if grad_u is None:
         potential, grad_u = space.potential_and_grad(z)
     start_energy = potential + space.kinetic(p)

@@ -108,15 +108,6 @@ def supports(form: LogisticForm, position: Tensor) -> bool:
     return available(position.dtype)
 
 
-def fused_form(density, position: Tensor) -> LogisticForm | None:
-    """The density's :class:`LogisticForm` when it has one and the native kernels can run on it."""
-    form_of = getattr(density, "logistic_form", None)
-    if form_of is None:
-        return None
-    form = form_of()
-    return form if supports(form, position) else None
-
-
 def _ptr(t: Tensor | None):
     return None if t is None else t.data_ptr()
 

@@ -1,37 +1,91 @@
-"""The target interface: a log density over a flat parameter vector, batched over chains."""
+"""The target contract: a log density over a flat parameter vector, batched over chains.
+
+A target class declares what it can do once, in :class:`Capabilities`; the runner and the methods
+read that declaration and never probe for attributes. :class:`TargetBase` gives every target the
+whole interface with defaults (autograd gradients, uniform initial points, the generic leapfrog
+trajectory, no evaluation, no artifacts), so a new target writes ``log_prob`` and what it does
+better than the default.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
 
 
-@runtime_checkable
-class Target(Protocol):
-    dim: int
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target class can do, declared as a class attribute ``capabilities``.
 
-    def log_prob(self, q: Tensor) -> Tensor:
-        """q (..., dim) -> log density (...), differentiable."""
+    posterior             it has a log density to sample or approximate (False: a model that is
+                          trained, such as the VAE; only trainer methods take it)
+    uses_data             it is built from the ``data`` group (False: it makes its own observations)
+    default_data          the ``data`` choice used when neither the command line nor an experiment
+                          names one (None: the global default)
+    gaussian_prior        log pi = l(q) + log N(q; 0, C) with ``log_likelihood``, ``sample_prior``,
+                          ``prior_log_prob`` and ``prior_factor`` (what pCN-type methods need)
+    exact_moments         ``evaluate`` reports errors against exactly known moments, so no reference
+                          posterior run is needed
+    reference_affordable  a NUTS reference run is cheap enough to make by default for methods whose
+                          draws are approximate
+    """
 
-    def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
-        """Log density and its gradient with respect to q."""
-
-    def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
-        """Starting positions (n_chains, dim)."""
-
-    def evaluate(self, draws: Tensor) -> dict[str, float]:
-        """Model-specific metrics of posterior draws (chains, draws, dim)."""
+    posterior: bool = True
+    uses_data: bool = True
+    default_data: str | None = None
+    gaussian_prior: bool = False
+    exact_moments: bool = False
+    reference_affordable: bool = True
 
 
-class TargetBase:
-    """Defaults shared by targets: autograd gradients, uniform initial points, no evaluation.
+@dataclass
+class Evaluation:
+    """What a target says about a set of draws (chains, draws, dim).
 
-    Subclasses set ``dim``, ``dtype``, ``device`` and implement ``log_prob``; they override
-    ``log_prob_and_grad`` where an analytic gradient is cheaper than autograd.
+    metrics     model-specific scalars (test_accuracy, field_rel_err, ...)
+    quantities  per-draw quantities of interest, (chains, draws) or (chains, draws, k); the sampler
+                family reports their ESS as ``ess_<name>`` (``ess_<name>_min`` when k > 1)
+    notes       how a quantity was computed, shown beside it in plots
+    """
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    quantities: dict[str, np.ndarray] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+class ModelBase:
+    """What the runner needs of every model, sampled or trained: its capabilities, tags, evaluation
+    of draws and files. Trained models (the VAE) derive from this alone."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def evaluate(self, draws: Tensor, sample_stats: dict[str, np.ndarray] | None = None) -> Evaluation:
+        """Model-specific metrics of draws (chains, draws, dim); ``sample_stats`` are the sampler's
+        per-draw statistics where a sampler made the draws."""
+        return Evaluation()
+
+    def write_artifacts(self, folder: Path, draws: Tensor | None, evaluation: Evaluation | None) -> dict[str, list[Path]]:
+        """Model-specific files of a run (its data, field plots): artifact sub-folder -> paths."""
+        return {}
+
+    def describe(self) -> dict[str, str]:
+        """Tags describing the model (data set, sizes) for the tracker."""
+        return {}
+
+
+class TargetBase(ModelBase):
+    """The target interface with its defaults.
+
+    Subclasses set ``dim``, ``dtype``, ``device`` and implement ``log_prob`` (q (..., dim) -> (...),
+    differentiable); they override ``log_prob_and_grad`` where an analytic gradient is cheaper than
+    autograd and ``fused_trajectory`` where a fused kernel runs whole trajectories faster.
     """
 
     dim: int
@@ -50,12 +104,20 @@ class TargetBase:
             (grad,) = torch.autograd.grad(lp.sum(), q)
         return lp.detach(), grad
 
+    def fused_trajectory(self, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
+                         grad: Tensor | None = None, log_prob: Tensor | None = None):
+        """A whole leapfrog trajectory in one fused call, or None where this target has no such kernel
+        for these chains (then bayesx.kernels.integrators runs its PyTorch loop). A target with a fused
+        kernel returns the end state and H at both ends (see bayesx.native.logistic.Trajectory)."""
+        return None
+
+    def kernel_name(self, position: Tensor) -> str:
+        """Which implementation evaluates this target for these chains (the run's ``kernels`` tag)."""
+        return "pytorch"
+
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         u = torch.rand((n_chains, self.dim), generator=gen, dtype=self.dtype, device=self.device)
         return self.init_scale * (2.0 * u - 1.0)
-
-    def evaluate(self, draws: Tensor) -> dict[str, float]:
-        return {}
 
     def restrict(self, offset: Tensor, basis: Tensor):
         """This density on the affine subspace q = offset + B u (see targets.restriction)."""
@@ -66,6 +128,10 @@ class TargetBase:
     def describe(self) -> dict[str, str]:
         """Tags describing the target (data set, sizes) for the tracker."""
         return {"dim": str(self.dim)}
+
+
+GAUSSIAN_PRIOR_API = ("log_likelihood", "sample_prior", "prior_log_prob", "prior_factor")
+"""What a target with ``capabilities.gaussian_prior`` provides (see bayesx.targets.elliptic)."""
 
 
 def check_positive(name: str, value: float, fix: str) -> float:

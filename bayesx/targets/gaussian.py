@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
-from bayesx.targets.base import TargetBase
+from bayesx.targets.base import Capabilities, Evaluation, TargetBase
 
 
 class Gaussian(TargetBase):
@@ -20,6 +20,7 @@ class Gaussian(TargetBase):
           scaled      Sigma = diag(scales^2), scales log-spaced over [1/condition, 1] (badly scaled)
     """
 
+    capabilities = Capabilities(uses_data=False, exact_moments=True)
     param_name = "x"
 
     def __init__(self, dim: int = 10, kind: str = "isotropic", rho: float = 0.9, condition: float = 100.0,
@@ -60,13 +61,13 @@ class Gaussian(TargetBase):
         pd = d @ self.precision
         return -0.5 * (pd * d).sum(-1), -pd
 
-    def evaluate(self, draws: Tensor) -> dict[str, float]:
+    def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
         """Largest error of the posterior mean and sd, in units of the true sd."""
         flat = draws.reshape(-1, self.dim).to(self.dtype)
         sd = self.cov.diagonal().sqrt().cpu()
         mean_err = ((flat.mean(0) - self.mean.cpu()).abs() / sd).max()
         sd_err = ((flat.std(0) - sd).abs() / sd).max()
-        return {"posterior_mean_err_max": float(mean_err), "posterior_sd_err_max": float(sd_err)}
+        return Evaluation({"posterior_mean_err_max": float(mean_err), "posterior_sd_err_max": float(sd_err)})
 
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "gaussian_kind": self.kind}

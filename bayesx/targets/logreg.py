@@ -19,10 +19,33 @@ from torch import Tensor
 from bayesx.data.classification import ClassificationData
 from bayesx.native import logistic as native
 from bayesx.native.logistic import LogisticForm
-from bayesx.targets.base import TargetBase, check_positive
+from bayesx.targets.base import Evaluation, TargetBase, check_positive
+from bayesx.targets.restriction import AffineRestriction
 
 
-class LogisticRegression(TargetBase):
+class FusedLogistic:
+    """The native kernel of a density in logistic form (bayesx.native.logistic), for CPU chains where
+    it runs (``native.supports``: CPU tensors, the library built, not many chains on a large design).
+    The density provides its form (``logistic_form``)."""
+
+    def logistic_form(self) -> LogisticForm:
+        raise NotImplementedError
+
+    def _native(self, q: Tensor) -> bool:
+        """Whether the native kernel runs for these chains (never under autograd or for one point)."""
+        return q.dim() == 2 and not q.requires_grad and native.supports(self.logistic_form(), q)
+
+    def fused_trajectory(self, position, momentum, step_size, num_steps, inv_mass, grad=None, log_prob=None):
+        if not self._native(position):
+            return None
+        return native.trajectory(self.logistic_form(), position, momentum, step_size, num_steps, inv_mass, grad,
+                                 log_prob)
+
+    def kernel_name(self, position: Tensor) -> str:
+        return "native" if self._native(position) else "pytorch"
+
+
+class LogisticRegression(FusedLogistic, TargetBase):
     param_name = "beta"
 
     def __init__(self, data: ClassificationData, prior_scale: float = 10.0, intercept: bool = False,
@@ -51,9 +74,8 @@ class LogisticRegression(TargetBase):
         return log_lik - 0.5 * self._inv_var * (q * q).sum(-1)
 
     def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
-        form = _native_form(self, q)
-        if form is not None:
-            return native.log_prob_and_grad(form, q)
+        if self._native(q):
+            return native.log_prob_and_grad(self.logistic_form(), q)
         logits = q @ self.x_train.T
         log_lik = (self.y_train * logits - F.softplus(logits)).sum(-1)
         lp = log_lik - 0.5 * self._inv_var * (q * q).sum(-1)
@@ -77,38 +99,24 @@ class LogisticRegression(TargetBase):
         eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
         return -(self.x_train.T * weights) @ self.x_train - self._inv_var * eye
 
-    def predictive_probability(self, draws: Tensor, x: Tensor | None = None) -> Tensor:
-        """P(y = 1 | x, data) averaged over draws (..., dim) -> (n,)."""
-        x = self.x_test if x is None else x
-        flat = draws.reshape(-1, self.dim).to(device=self.device, dtype=self.dtype)
-        return torch.sigmoid(flat @ x.T).mean(0)
-
-    def evaluate(self, draws: Tensor) -> dict[str, float]:
+    def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
         """test_accuracy: thresholded posterior predictive; test_lpd: mean_i log mean_s p(y_i | beta_s)."""
         flat = draws.reshape(-1, self.dim).to(device=self.device, dtype=self.dtype)
         if flat.shape[0] == 0 or self.y_test.numel() == 0:
-            return {}
+            return Evaluation()
         logits = flat @ self.x_test.T  # (draws, n_test)
         log_p = -F.softplus(torch.where(self.y_test > 0.5, -logits, logits))  # log p(y_i | beta_s)
         lpd = torch.logsumexp(log_p, dim=0) - math.log(flat.shape[0])
         prob = torch.sigmoid(logits).mean(0)
         accuracy = ((prob > 0.5).to(self.dtype) == self.y_test).to(self.dtype).mean()
-        return {"test_accuracy": float(accuracy), "test_lpd": float(lpd.mean())}
+        return Evaluation({"test_accuracy": float(accuracy), "test_lpd": float(lpd.mean())})
 
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "n_train": str(self.x_train.shape[0]), "n_test": str(self.x_test.shape[0]),
                 "data_description": self.data.description, "data_source": self.data.source}
 
 
-def _native_form(density, q: Tensor) -> LogisticForm | None:
-    """The native kernel's form for a batch of chains on the CPU; None where PyTorch must run
-    (autograd through q, a single point, a GPU, or no compiler)."""
-    if q.dim() != 2 or q.requires_grad:
-        return None
-    return native.fused_form(density, q)
-
-
-class RestrictedLogisticRegression:
+class RestrictedLogisticRegression(FusedLogistic, AffineRestriction):
     """The posterior on q = a + B u, with the products precomputed (001 eq. 7, appendix A):
 
         logits = X a + (X B) u
@@ -119,8 +127,8 @@ class RestrictedLogisticRegression:
     """
 
     def __init__(self, model: LogisticRegression, offset: Tensor, basis: Tensor):
-        self.model, self.offset, self.basis = model, offset, basis
-        self.dim = basis.shape[1]
+        super().__init__(model, offset, basis)
+        self.model = model
         self.x_basis = model.x_train @ basis  # (n, h)
         self.x_offset = model.x_train @ offset  # (n,)
         self.gram = basis.T @ basis  # (h, h)
@@ -131,9 +139,6 @@ class RestrictedLogisticRegression:
         self.prior_shift = model._inv_var * self.basis_offset
         self._form: LogisticForm | None = None
 
-    def point(self, u: Tensor) -> Tensor:
-        return self.offset + u @ self.basis.T
-
     def logistic_form(self) -> LogisticForm:
         """A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2, constant -|a|^2 / (2 s^2)."""
         if self._form is None:
@@ -143,9 +148,8 @@ class RestrictedLogisticRegression:
         return self._form
 
     def log_prob_and_grad(self, u: Tensor) -> tuple[Tensor, Tensor]:
-        form = _native_form(self, u)
-        if form is not None:
-            return native.log_prob_and_grad(form, u)
+        if self._native(u):
+            return native.log_prob_and_grad(self.logistic_form(), u)
         m = self.model
         logits = self.x_offset + u @ self.x_basis.T
         log_lik = (m.y_train * logits - F.softplus(logits)).sum(-1)

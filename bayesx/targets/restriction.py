@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from bayesx.targets.base import TargetBase
 
-class AffineRestriction:
+
+class AffineRestriction(TargetBase):
     """pi(offset + u B^T) for u (chains, h); autograd-free given the target's gradient."""
 
     def __init__(self, target, offset: Tensor, basis: Tensor):
         self.target, self.offset, self.basis = target, offset, basis
-        self.dim = basis.shape[1]
+        self.dim, self.dtype, self.device = basis.shape[1], basis.dtype, basis.device
 
     def point(self, u: Tensor) -> Tensor:
         return self.offset + u @ self.basis.T

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesx.errors import BayesxError
+from bayesx.targets.base import Capabilities, ModelBase
 from bayesx.vae import nets
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -36,11 +37,10 @@ def bernoulli_log_likelihood(x: Tensor, logits: Tensor) -> Tensor:
     return -F.binary_cross_entropy_with_logits(logits, x, reduction="none").flatten(-3).sum(-1)
 
 
-class VAEModel(nn.Module):
+class VAEModel(ModelBase, nn.Module):
     """Encoder and decoder of one architecture preset on one image data set (``conf/model/vae.yaml``)."""
 
-    uses_data = True
-    default_data = "mnist"  # used when the command line and the experiment leave data at its global default
+    capabilities = Capabilities(posterior=False, default_data="mnist")  # trained, not sampled
 
     def __init__(self, data, arch: str = "fc", latent_dim: int | None = None, enc_hidden: list[int] | None = None,
                  dec_hidden: list[int] | None = None, channels: list[int] | None = None, fc_units: int | None = None,

@@ -34,6 +34,10 @@ class LatentSampler(MCMCMethod):
         self.space, self.num_steps = space, num_steps
         self.volume_correction, self.energy_at_start = volume_correction, energy_at_start
 
+    def kernel_name(self, target, position: torch.Tensor) -> str:
+        z = torch.zeros(position.shape[0], self.space.latent_dim, dtype=position.dtype, device=position.device)
+        return self.space.kernel_name(z)
+
     def make_params(self, step_size, metric=None):
         return latent.LatentParams(step_size, self.space, self.num_steps, self.volume_correction, self.energy_at_start)
 

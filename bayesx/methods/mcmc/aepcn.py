@@ -14,7 +14,6 @@ class LatentPCNSampler(CrankNicolsonStep, MCMCMethod):
     """The third stage of AE-pCN: the shared driver with the latent pCN kernel (h adapted in warm-up)."""
 
     name = "aepcn"
-    uses_gradient = False
 
     def __init__(self, space: LatentSpace, reference: LatentReference, volume_correction: bool, **kwargs):
         super().__init__(mass="identity", init="prior", **kwargs)
@@ -40,7 +39,7 @@ class AEPCN(AutoEncodingMethod):
         return PCN(**kwargs)
 
     def check(self, target, n_chains: int) -> None:
-        require_gaussian_prior(target, self.name, ("prior_log_prob", "prior_factor"))
+        require_gaussian_prior(target, self.name)
         super().check(target, n_chains)
 
     def latent_sampler(self, space: LatentSpace, target) -> LatentPCNSampler:

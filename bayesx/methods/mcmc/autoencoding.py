@@ -19,6 +19,7 @@ import torch
 
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels import latent_hmc as latent
+from bayesx.methods.base import Sampler
 from bayesx.methods.mcmc.sampler import MCMCMethod
 from bayesx.nn.autoencoder import (
     ARCHITECTURES,
@@ -44,7 +45,7 @@ def settings_or_error(cls, options: dict, where: str):
     return cls(**options)
 
 
-class AutoEncodingMethod:
+class AutoEncodingMethod(Sampler):
     """The three stages every latent-space method shares (pre-sample, train, sample in the latent
     space), each timed; subclasses say which sampler pre-samples and which samples the latent space.
 
@@ -56,6 +57,7 @@ class AutoEncodingMethod:
     """
 
     name = "latent"
+    summary_keys = ("latent_dim", "recon_err", "presample_time_s", "train_time_s", *Sampler.summary_keys)
     approximate_draws = True  # with latent_dim < D: the runner reports the error against a reference posterior
     presample_method = "hmc"  # named in error messages
 
@@ -158,6 +160,8 @@ class AutoEncodingMethod:
 
         result.draws, result.sample_stats, result.interrupted = sampled.draws, sampled.sample_stats, sampled.interrupted
         result.tags.update(sampled.tags)
+        stages = (pre.tags["kernels"], sampled.tags["kernels"])
+        result.tags["kernels"] = stages[0] if stages[0] == stages[1] else "presample={},sampling={}".format(*stages)
         result.metrics.update(sampled.metrics)
         result.metrics["n_grad_evals_presample"] = pre.metrics.get("n_grad_evals_warmup", 0.0) + pre.metrics.get(
             "n_grad_evals", 0.0)

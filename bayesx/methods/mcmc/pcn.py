@@ -6,6 +6,7 @@ from bayesx.adaptation.window import bracket_step_size
 from bayesx.errors import BayesxError
 from bayesx.kernels import pcn
 from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.targets.base import GAUSSIAN_PRIOR_API
 
 
 class CrankNicolsonStep:
@@ -31,7 +32,6 @@ class PCN(CrankNicolsonStep, MCMCMethod):
 
     kernel = pcn
     name = "pcn"
-    uses_gradient = False
 
     def __init__(self, target_accept: float = 0.25, noise_block: int = 64, **kwargs):
         if not (isinstance(noise_block, int) and noise_block >= 1):
@@ -43,18 +43,17 @@ class PCN(CrankNicolsonStep, MCMCMethod):
     def check(self, target, n_chains: int) -> None:
         require_gaussian_prior(target, self.name)
 
-    def run(self, target, initial_position, gen, progress=None):
+    def run(self, target, initial_position, gen, progress=None, artifact_dir=None):
         self._noise = pcn.PriorNoise(target, self.noise_block)
-        return super().run(target, initial_position, gen, progress)
+        return super().run(target, initial_position, gen, progress, artifact_dir)
 
     def make_params(self, step_size, metric=None):
         return pcn.PCNParams(min(step_size, pcn.MAX_H), self._noise)
 
 
-def require_gaussian_prior(target, method: str, also: tuple[str, ...] = ()) -> None:
-    """pCN-type methods need log_likelihood and prior draws; say which models have them."""
-    needed = ("log_likelihood", "sample_prior", *also)
-    missing = [name for name in needed if not callable(getattr(target, name, None))]
-    if missing:
+def require_gaussian_prior(target, method: str) -> None:
+    """pCN-type methods need a target declaring ``capabilities.gaussian_prior``; say which models have it."""
+    if not target.capabilities.gaussian_prior:
         raise BayesxError(f"method={method} needs a model with a Gaussian prior it can sample and a separate "
-                          f"log-likelihood ({type(target).__name__} lacks {', '.join(missing)}); use model=elliptic")
+                          f"log-likelihood ({type(target).__name__} lacks {', '.join(GAUSSIAN_PRIOR_API)}); "
+                          f"use model=elliptic")

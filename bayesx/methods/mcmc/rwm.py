@@ -13,7 +13,6 @@ class RWM(MCMCMethod):
 
     kernel = rwm
     name = "rwm"
-    uses_gradient = False
 
     def __init__(self, target_accept: float = 0.234, **kwargs):
         super().__init__(target_accept=target_accept, **kwargs)

@@ -23,13 +23,14 @@ from bayesx.adaptation.window import (
 )
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
+from bayesx.methods.base import Sampler
 from bayesx.optimize import fit_laplace
 from bayesx.result import Result
 
 MASS_CHOICES = ("diag", "dense", "identity")
 
 
-class MCMCMethod:
+class MCMCMethod(Sampler):
     """Configuration and driver for one MCMC method (built from the method config group).
 
     num_warmup      warm-up iterations (adaptation), discarded
@@ -46,7 +47,6 @@ class MCMCMethod:
 
     kernel: ModuleType
     name = "mcmc"
-    uses_gradient = True
 
     def __init__(
         self,
@@ -92,12 +92,18 @@ class MCMCMethod:
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
         return {}
 
+    def kernel_name(self, target, position: torch.Tensor) -> str:
+        """Which implementation evaluates the density this kernel moves on (the ``kernels`` tag)."""
+        return target.kernel_name(position)
+
     # --- the driver ------------------------------------------------------------------------------
-    def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None) -> Result:
+    def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
+            artifact_dir=None) -> Result:
         """Warm up and sample all chains from ``initial_position`` (chains, dim)."""
         n_chains, dim = initial_position.shape
         dense = self.mass == "dense"
         result = Result()
+        result.tags["kernels"] = self.kernel_name(target, initial_position)
         start = time.perf_counter()
         metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
         if self.init == "laplace":

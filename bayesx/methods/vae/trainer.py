@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.methods.base import Trainer
 from bayesx.result import Result
 from bayesx.vae import bounds, evaluate
 from bayesx.vae.model import VAEModel
@@ -48,11 +49,10 @@ class EvalSettings:
             raise BayesxError(f"eval.n_test must be an integer >= 1 or null (all), got {self.n_test!r}")
 
 
-class VariationalMethod:
+class VariationalMethod(Trainer):
     """Shared training loop; subclasses provide ``make_bound(model)``."""
 
     name = "vae"
-    trains_model = True  # the runner calls fit() instead of sampling from initial points
 
     def __init__(self, epochs: int | None = None, lr: float | None = None, batch_size: int | None = None,
                  lr_decay: float | None = None, lr_decay_every: int | None = None, test_every: int = 1,
@@ -76,12 +76,6 @@ class VariationalMethod:
 
     def make_bound(self, model: VAEModel) -> torch.nn.Module:
         return bounds.VAEBound()
-
-    def check(self, target, n_chains: int) -> None:
-        """Called by the runner before a run is recorded: these methods train a VAE and nothing else."""
-        if not isinstance(target, VAEModel):
-            raise BayesxError(f"method={self.name} trains a VAE; use model=vae (got the model "
-                              f"{type(target).__name__})")
 
     def settings(self, model: VAEModel) -> dict:
         return {k: (v if v is not None else TRAINING[model.arch][k]) for k, v in self.overrides.items()}

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from bayesx.data.registry import data_dir
 from bayesx.errors import BayesxError
-from bayesx.targets.base import TargetBase, check_positive
+from bayesx.targets.base import Capabilities, Evaluation, TargetBase, check_positive
 from bayesx.targets.elliptic import problem
 from bayesx.targets.elliptic.fem import P2Space
 from bayesx.targets.elliptic.prior import GaussianFieldPrior, cholesky_factor
@@ -37,8 +37,9 @@ FIELD_PROBES = np.array([[0.3, 0.3], [0.5, 0.5], [0.7, 0.3], [0.7, 0.7], [0.3, 0
 class EllipticInverse(TargetBase):
     """Posterior of the log-transmissivity field; see the module docstring and conf/model/elliptic.yaml."""
 
-    uses_data = False  # the model generates its own observations
-    reference_by_default = False  # NUTS costs up to 2^max_tree_depth PDE solves per draw: opt in with reference.enabled=true
+    # it makes its own observations; a NUTS reference costs up to 2^max_tree_depth PDE solves per draw (opt in
+    # with reference.enabled=true)
+    capabilities = Capabilities(uses_data=False, gaussian_prior=True, reference_affordable=False)
     param_name = "u"
 
     def __init__(self, data=None, mesh: int = 20, prior_sd: float = 1.25, prior_length: float = 0.0625,
@@ -197,23 +198,22 @@ class EllipticInverse(TargetBase):
         return {"dim": str(self.dim), "mesh": str(self.mesh), "elements": "P2", "n_obs": str(len(self.observations)),
                 "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(), "solver": self.solver}
 
+    def kernel_name(self, position: Tensor) -> str:
+        return "superlu" if self.solver == "sparse" else "torch-dense-lu"
+
     def field_probe_dofs(self) -> np.ndarray:
         """Indices of the dofs nearest FIELD_PROBES (their ESS is reported as ess_field_min)."""
         d = ((self.space.coords[None, :, :] - FIELD_PROBES[:, None, :]) ** 2).sum(-1)
         return d.argmin(1)
 
-    def evaluate(self, draws: Tensor, sample_stats: dict | None = None) -> dict[str, float]:
-        """log_likelihood (mean over retained draws; from the sampler's ``log_lik`` statistic when it recorded it, else on up
-        to eval_draws evenly thinned draws), its ESS, the field ESS at five probes, and the relative
-        L2 error of the posterior mean field against the true field."""
-        from bayesx.diagnostics import convergence
-
+    def evaluate(self, draws: Tensor, sample_stats: dict | None = None) -> Evaluation:
+        """field_rel_err, the relative L2 error of the posterior mean field against the true field, and
+        log_likelihood, the mean over retained draws (from the sampler's ``log_lik`` statistic when it
+        recorded it, else on up to eval_draws evenly thinned draws). The per-draw quantities are the
+        log-likelihood trace and the field at five probes (FIELD_PROBES): a sampler reports their ESS."""
         fields = self.field(draws.to(self.device, self.dtype)).cpu()
         mean = fields.mean((0, 1)).numpy()
-        self.posterior_mean, self.posterior_sd = mean, fields.reshape(-1, self.dim).std(0).numpy()
-        out = {"field_rel_err": self.space.l2_norm(mean - self.true_u) / self.space.l2_norm(self.true_u)}
-        probes = fields[:, :, self.field_probe_dofs()].numpy()
-        out["ess_field_min"] = convergence.summarize(probes).get("ess_bulk_min", float("nan"))
+        metrics = {"field_rel_err": self.space.l2_norm(mean - self.true_u) / self.space.l2_norm(self.true_u)}
         stats = sample_stats or {}
         if "log_lik" in stats:
             trace = np.asarray(stats["log_lik"], dtype=np.float64)
@@ -224,15 +224,14 @@ class EllipticInverse(TargetBase):
             thinned = draws[:, keep].reshape(-1, self.dim).to(self.device, self.dtype)
             trace = self.log_likelihood(thinned).cpu().numpy().reshape(n_chains, len(keep))
             source = f"{len(keep)} evenly spaced draws per chain"
-        self.log_likelihood_trace, self.log_likelihood_source = trace, source
-        out["log_likelihood"] = float(np.nanmean(trace))
-        if trace.shape[1] >= 4:
-            out["ess_log_likelihood"] = convergence.summarize(trace[:, :, None]).get("ess_bulk_min", float("nan"))
-        return out
+        metrics["log_likelihood"] = float(np.nanmean(trace))
+        quantities = {"field": fields[:, :, self.field_probe_dofs()].numpy(), "log_likelihood": trace}
+        return Evaluation(metrics, quantities, {"log_likelihood": source})
 
-    def write_artifacts(self, folder: Path) -> dict[str, list[Path]]:
-        """The observations (csv) and plots: true field with sensors (001 Fig. 4), posterior mean and sd
-        fields, and the log-likelihood trace (the last two after ``evaluate``)."""
+    def write_artifacts(self, folder: Path, draws: Tensor | None = None,
+                        evaluation: Evaluation | None = None) -> dict[str, list[Path]]:
+        """The observations (csv) and plots: true field with sensors (001 Fig. 4), and with draws the
+        posterior mean and sd fields and the log-likelihood trace of their evaluation."""
         from bayesx.targets.elliptic import plots
 
         folder = Path(folder)
@@ -241,8 +240,12 @@ class EllipticInverse(TargetBase):
         np.savetxt(table, np.column_stack([self.sensors, self.clean, self.observations]), delimiter=",",
                    header=header, comments="", fmt="%.10g")
         out = {"data": [table], "plots": [plots.true_field(self, folder / "true_field.png")]}
-        if getattr(self, "posterior_mean", None) is not None:
-            out["plots"].append(plots.posterior_fields(self, folder / "posterior_fields.png"))
-            out["plots"].append(plots.log_likelihood_trace(self.log_likelihood_trace, self.log_likelihood_source,
-                                                           folder / "log_likelihood_trace.png"))
+        if draws is not None and draws.shape[1] > 0:
+            fields = self.field(draws.to(self.device, self.dtype)).cpu().reshape(-1, self.dim)
+            out["plots"].append(plots.posterior_fields(self, fields.mean(0).numpy(), fields.std(0).numpy(),
+                                                       folder / "posterior_fields.png"))
+            if evaluation is not None and "log_likelihood" in evaluation.quantities:
+                out["plots"].append(plots.log_likelihood_trace(evaluation.quantities["log_likelihood"],
+                                                               evaluation.notes["log_likelihood"],
+                                                               folder / "log_likelihood_trace.png"))
         return out

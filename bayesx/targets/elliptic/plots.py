@@ -41,11 +41,12 @@ def true_field(model, path: Path) -> Path:
     return path
 
 
-def posterior_fields(model, path: Path) -> Path:
+def posterior_fields(model, mean: np.ndarray, sd: np.ndarray, path: Path) -> Path:
+    """The true field beside the posterior mean and standard deviation fields."""
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     _field(axes[0], model, model.true_u, "true field")
-    _field(axes[1], model, model.posterior_mean, "posterior mean")
-    _field(axes[2], model, model.posterior_sd, "posterior standard deviation", cmap="magma")
+    _field(axes[1], model, mean, "posterior mean")
+    _field(axes[2], model, sd, "posterior standard deviation", cmap="magma")
     for ax in axes:
         ax.plot(model.sensors[:, 0], model.sensors[:, 1], "w.", ms=4)
     fig.tight_layout()

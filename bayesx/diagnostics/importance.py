@@ -1,0 +1,54 @@
+"""Importance weights of a fitted approximation: ELBO, evidence and Pareto k-hat.
+
+For draws z_i ~ q and log weights l_i = log p(z_i) - log q(z_i), with p the target's unnormalized
+density and Z its normalizing constant:
+
+    elbo_final      = mean_i l_i                    <= log Z (Jensen)
+    log_evidence    = log mean_i exp(l_i)           (importance sampling, q as the proposal)
+    log_evidence_se = sd_i(w_i) / (sqrt(n) mean_i w_i),  w_i = exp(l_i - max l)  (delta method)
+    psis_khat       = the shape estimate of a generalized Pareto fit to the largest weights
+                      (Pareto smoothed importance sampling, Vehtari, Simpson, Gelman, Yao and Gabry),
+                      from ArviZ; k-hat > 0.7 means the weights' variance is effectively infinite.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+
+import numpy as np
+
+logging.getLogger("arviz").setLevel(logging.WARNING)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    import arviz as az
+
+
+def psis_khat(log_weights: np.ndarray) -> float:
+    """Pareto k-hat of the weights exp(log_weights) (NaN where it cannot be estimated)."""
+    finite = np.asarray(log_weights, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    if finite.size < 20:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(az.psislw(finite.copy(), reff=1.0)[1])
+
+
+def weight_summary(log_weights: np.ndarray) -> dict[str, float]:
+    """elbo_final, log_evidence, log_evidence_se and psis_khat of log weights (n,); a NaN log
+    weight (a density that failed) counts as a zero weight in the evidence and as NaN in the ELBO."""
+    lw = np.asarray(log_weights, dtype=np.float64).reshape(-1)
+    n = lw.size
+    usable = np.nan_to_num(lw, nan=-np.inf)
+    top = np.max(usable) if n else -np.inf
+    if not np.isfinite(top):
+        return {"elbo_final": float(np.mean(lw)) if n else float("nan"), "log_evidence": float("nan"),
+                "log_evidence_se": float("nan"), "psis_khat": float("nan")}
+    w = np.exp(usable - top)
+    mean_w = w.mean()
+    return {"elbo_final": float(np.mean(lw)),
+            "log_evidence": float(top + math.log(mean_w)),
+            "log_evidence_se": float(w.std(ddof=1) / (math.sqrt(n) * mean_w)) if n > 1 else float("nan"),
+            "psis_khat": psis_khat(lw)}

@@ -1,0 +1,171 @@
+"""Gaussian VI (``method=vi``), the first approximation method, against known answers.
+
+On a Gaussian target N(m, Sigma) with precision P = Sigma^-1:
+- full-rank VI is exact: q = N(m, Sigma);
+- mean-field VI has the exact mean and the variances 1 / P_jj (Bishop 2006, sec. 10.1.2), smaller
+  than Sigma_jj where the target is correlated (the negative control: they are not the marginals);
+- the unnormalized log density -1/2 (z - m)^T P (z - m) has log Z = dim/2 log 2 pi + 1/2 log det Sigma,
+  which the importance-sampled evidence must recover within its standard error, and which the ELBO
+  must not exceed.
+The tolerances come from the optimizer's noise at the end of the fit (Adam on a Monte Carlo
+objective), checked at 5% of an sd, and from the reported standard error for the evidence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from cli_helpers import isolated_store, run_ok
+
+from bayesx.diagnostics.importance import weight_summary
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.gaussian import GaussianQ, GaussianVI
+from bayesx.targets.gaussian import Gaussian
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def fit(target, family: str, seed: int = 0, **options):
+    method = GaussianVI(family=family, **{"num_steps": 4000, "num_mc": 32, "lr": 0.02, "tol": 0.0, **options})
+    g = gen(seed)
+    result = method.infer(target, RunInputs(method.initial_points(target, 4, g), g, progress=False))
+    return result
+
+
+def log_normalizer(target: Gaussian) -> float:
+    return 0.5 * target.dim * math.log(2 * math.pi) + 0.5 * float(torch.logdet(target.cov))
+
+
+@pytest.fixture(scope="module")
+def correlated():
+    return Gaussian(dim=5, kind="correlated", rho=0.8)
+
+
+@pytest.fixture(scope="module")
+def meanfield_fit(correlated):
+    return fit(correlated, "meanfield")
+
+
+@pytest.fixture(scope="module")
+def fullrank_fit(correlated):
+    return fit(correlated, "fullrank")
+
+
+def test_meanfield_has_the_exact_mean_and_the_conditional_variances(correlated, meanfield_fit):
+    mean, sd = meanfield_fit.fitted["q_mean"], meanfield_fit.fitted["q_scale"]
+    conditional_sd = 1.0 / correlated.precision.diagonal().sqrt()
+    assert (mean.abs() / conditional_sd).max() < 0.05
+    assert ((sd - conditional_sd).abs() / conditional_sd).max() < 0.05
+    # negative control: the mean-field sds are not the marginal sds (1 here), by far
+    assert ((sd - 1.0).abs()).min() > 0.3
+
+
+def test_fullrank_recovers_the_covariance(correlated, fullrank_fit):
+    q = GaussianQ(fullrank_fit.fitted["q_mean"], fullrank_fit.fitted["q_scale"])
+    sd = correlated.cov.diagonal().sqrt()
+    assert (q.mean.abs() / sd).max() < 0.05
+    err = (q.covariance() - correlated.cov).abs() / torch.outer(sd, sd)
+    assert err.max() < 0.05
+
+
+def test_evidence_elbo_and_khat_against_the_known_normalizer(correlated, meanfield_fit, fullrank_fit):
+    log_z = log_normalizer(correlated)
+    for result in (meanfield_fit, fullrank_fit):
+        m = result.metrics
+        assert m["elbo_final"] <= log_z + 0.01  # Jensen: the ELBO is a lower bound (up to its MC error)
+        assert abs(m["log_evidence"] - log_z) < 4 * m["log_evidence_se"] + 0.01
+    # the full-rank q is (nearly) the target: weights nearly constant, k-hat small, ELBO ~ log Z
+    assert fullrank_fit.metrics["psis_khat"] < 0.5
+    assert fullrank_fit.metrics["elbo_final"] == pytest.approx(log_z, abs=0.02)
+    # the mean-field q misses mass: the ELBO falls short by KL(q || p) > 0.5 nats here
+    assert meanfield_fit.metrics["elbo_final"] < log_z - 0.5
+
+
+def test_khat_flags_a_bad_approximation():
+    """Negative control for k-hat: mean-field q on a strongly correlated target (rho = 0.95, dim 10)
+    is far too narrow, so the importance weights are heavy-tailed."""
+    target = Gaussian(dim=10, kind="correlated", rho=0.95)
+    result = fit(target, "meanfield", num_steps=2000)
+    assert result.metrics["psis_khat"] > 0.7
+    assert GaussianVI().warnings(result.metrics)  # and the family says so
+
+
+def test_draws_are_iid_from_q_and_evaluated_as_one_chain(correlated, fullrank_fit):
+    draws = fullrank_fit.draws
+    assert draws.shape == (1, 1000, correlated.dim)
+    metrics = correlated.evaluate(draws).metrics
+    assert metrics["posterior_mean_err_max"] < 0.2 and metrics["posterior_sd_err_max"] < 0.15
+    assert fullrank_fit.traces["elbo"] and fullrank_fit.metrics["n_grad_evals"] == 4000 * 32
+
+
+def test_surrogate_gradient_matches_finite_differences(correlated):
+    """The reparameterized gradient of the surrogate equals the derivative of the Monte Carlo ELBO
+    (same eps) taken by central finite differences, for both families."""
+    eps = torch.randn(6, correlated.dim, generator=gen(3), dtype=torch.float64)
+    method = GaussianVI(family="fullrank")
+    for family in ("meanfield", "fullrank"):
+        method.gaussian_family = family
+        mean, raw = method._parameters(0.3 * torch.randn(2, correlated.dim, generator=gen(4), dtype=torch.float64))
+        with torch.no_grad():
+            noise = 0.1 * torch.randn(raw.shape, generator=gen(5), dtype=torch.float64)
+            raw.add_(noise.tril() if raw.dim() == 2 else noise)
+        surrogate, _ = method.surrogate_elbo(correlated, method._q(mean, raw), eps)
+        grads = torch.autograd.grad(surrogate, [mean, raw])
+
+        def estimate(m, r):
+            return float(method.surrogate_elbo(correlated, method._q(m, r), eps)[1])
+
+        h = 1e-6
+        for param, grad in zip((mean, raw), grads):
+            flat = param.detach().reshape(-1)
+            for i in range(0, flat.numel(), 3):
+                up, down = flat.clone(), flat.clone()
+                up[i] += h
+                down[i] -= h
+                args = [mean.detach(), raw.detach()]
+                index = 0 if param is mean else 1
+                args[index] = up.reshape(param.shape)
+                f_up = estimate(*args)
+                args[index] = down.reshape(param.shape)
+                f_down = estimate(*args)
+                assert grad.reshape(-1)[i].item() == pytest.approx((f_up - f_down) / (2 * h), rel=1e-5, abs=1e-6)
+
+
+def test_weight_summary_on_exact_weights():
+    """Constant log weights c: ELBO = evidence = c, zero standard error."""
+    out = weight_summary(np.full(100, -3.5))
+    assert out["elbo_final"] == pytest.approx(-3.5) and out["log_evidence"] == pytest.approx(-3.5)
+    assert out["log_evidence_se"] == pytest.approx(0.0, abs=1e-12)
+    nan = weight_summary(np.array([0.0, np.nan] * 20))
+    assert math.isnan(nan["elbo_final"]) and nan["log_evidence"] == pytest.approx(math.log(0.5))
+
+
+def test_bad_family_is_one_line():
+    from bayesx.errors import BayesxError
+
+    with pytest.raises(BayesxError, match="method.family must be one of meanfield, fullrank"):
+        GaussianVI(family="full")
+
+
+# --- the runner: the approximation family's metrics, never MCMC's ---------------------------------------
+def test_cli_records_an_approximation_run(tmp_path_factory):
+    with isolated_store(tmp_path_factory, "vi") as (_, uri):
+        run = run_ok(uri, ["run", "method=vi", "model=gaussian", "model.dim=4", "method.num_steps=600",
+                           "method.num_draws=400", "progress=false"])
+    metrics, tags = run.data.metrics, run.data.tags
+    assert tags["family"] == "approximation" and tags["q_family"] == "meanfield"
+    for key in ("elbo_final", "log_evidence", "log_evidence_se", "psis_khat", "fit_time_s",
+                "posterior_mean_err_max", "wall_time_s"):
+        assert key in metrics and math.isfinite(metrics[key]), key
+    for key in ("ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate"):
+        assert key not in metrics, key  # iid draws from q: no MCMC diagnostics
+    assert "elbo_final" in tags["compare_metrics"] and "ess_bulk_min" not in tags["compare_metrics"]
+    from mlflow.tracking import MlflowClient
+
+    history = MlflowClient(uri).get_metric_history(run.info.run_id, "elbo")
+    assert len(history) >= 2 and history[-1].step > history[0].step
