@@ -159,6 +159,11 @@ def test_sweep_over_autoencoders(store):
         assert child.data.metrics["latent_dim"] == 6
         assert all(m in child.data.metrics for m in REQUIRED_METRICS), sorted(child.data.metrics)
         assert "autoencoder/autoencoder.pt" in artifact_paths(uri, child, "autoencoder")
+    # the kernels tag names each stage truthfully: a tanh latent chain runs in PyTorch whatever HMC used
+    kernels = {c.data.tags["ae"]: c.data.tags["kernels"] for c in children}
+    stage = "native" if native_available else "pytorch"
+    assert kernels["pca"] == stage
+    assert kernels["tanh"] == ("presample=native,sampling=pytorch" if native_available else "pytorch")
 
 
 def test_deep_mcmc_fig2_preset(store):
