@@ -52,9 +52,8 @@ def bench_mesh(mesh: int, repeats: int, chains: int) -> dict[str, float]:
     block = torch.randn(64 * chains, model.dim, generator=gen, dtype=torch.float64)
     out["prior draw (64-iteration blocks)"] = median_ms(lambda: model.prior.color(block), max(3, repeats // 10)) / (
         64 * chains)
-    noise = pcn.PriorNoise(model, 64)
     state = pcn.init(q, model)
-    params = pcn.PCNParams(0.5, noise)
+    params = pcn.PCNParams(0.5, 64)
     holder = {"state": state}
 
     def one_iteration():

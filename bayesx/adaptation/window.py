@@ -32,7 +32,7 @@ from torch import Tensor
 
 from bayesx.kernels.common import energy_error
 from bayesx.kernels.integrators import PhaseState, leapfrog
-from bayesx.kernels.metric import Metric, kinetic_energy, sample_momentum
+from bayesx.kernels.metric import Metric, kinetic_energy, make_metric, sample_momentum
 
 
 class DualAveraging:
@@ -169,3 +169,63 @@ def bracket_step_size(one_step_accept, step_size: float, threshold: float = 0.8)
     if direction > 0:  # we overshot by one doubling
         step_size /= 2.0
     return step_size
+
+
+@dataclass
+class WarmupProgress:
+    """Where a warm-up stands: the chain's state, the step size, the metric and the gradient
+    evaluations so far (read by the caller also after an interrupt)."""
+
+    state: object
+    step_size: float
+    metric: Metric
+    grad_evals: int = 0
+
+
+@dataclass(frozen=True)
+class WindowAdaptation:
+    """Stan's warm-up wrapped around any kernel, in the shape of BlackJAX's window adaptation: the
+    kernel's ``step``, how its parameters are made from a step size and a metric, and how a starting
+    step size is searched are handed in; nothing is subclassed.
+
+    Every iteration feeds the mean acceptance statistic to dual averaging (if ``adapt_step_size``);
+    at the end of each slow window of ``schedule`` the metric is re-estimated from the window's
+    draws (``update_inverse_mass``), the step size searched again and dual averaging restarted.
+    After the last iteration the step size is dual averaging's averaged iterate.
+    """
+
+    step: object  # (state, target, params, gen) -> (state, info)
+    make_params: object  # (step_size, metric) -> params
+    search_step_size: object  # (state, metric, guess) -> step size
+    schedule: WarmupSchedule
+    target_accept: float
+    adapt_step_size: bool = True
+    dense: bool = False
+
+    def run(self, progress: WarmupProgress, target, gen, on_step=None) -> WarmupProgress:
+        """Run the schedule's iterations, updating ``progress`` as it goes; ``on_step(info, step_size,
+        iteration)`` after each (a progress bar)."""
+        controller = DualAveraging(progress.step_size, self.target_accept)
+        params = self.make_params(progress.step_size, progress.metric)
+        window_draws: list[Tensor] = []
+        for it in range(self.schedule.num_warmup):
+            progress.state, info = self.step(progress.state, target, params, gen)
+            progress.grad_evals += int(info.n_grad_evals.sum())
+            if self.adapt_step_size:
+                progress.step_size = controller.update(float(info.accept_prob.mean()))
+            window = self.schedule.window_at(it)
+            if window is not None:
+                window_draws.append(progress.state.position)
+                if it == window[1] - 1:
+                    progress.metric = make_metric(update_inverse_mass(torch.stack(window_draws, 1), progress.metric,
+                                                                      self.dense))
+                    window_draws = []
+                    if self.adapt_step_size:
+                        progress.step_size = self.search_step_size(progress.state, progress.metric, progress.step_size)
+                        controller.restart(progress.step_size)
+            params = self.make_params(progress.step_size, progress.metric)
+            if on_step is not None:
+                on_step(info, progress.step_size, it)
+        if self.adapt_step_size and self.schedule.num_warmup > 0:
+            progress.step_size = controller.final_step_size
+        return progress

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 import torch
@@ -11,6 +12,17 @@ DIVERGENCE_THRESHOLD = 1000.0
 """An energy error H(end) - H(start) above this (or not finite) marks a divergent transition, as in Stan."""
 
 T = TypeVar("T", bound=NamedTuple)
+
+
+class Kernel(NamedTuple):
+    """A transition kernel in BlackJAX's shape, for kernels built around fixed objects (a trained
+    auto-encoder's latent space): ``init(position, target) -> state``, ``step(state, target, params,
+    gen) -> (state, info)`` and ``log_density(state)``, what the chain tracks of the target. Kernels
+    with nothing to bind are modules with the same three functions (bayesx.kernels.hmc)."""
+
+    init: Callable
+    step: Callable
+    log_density: Callable
 
 
 def where_rows(mask: Tensor, new: Tensor, old: Tensor) -> Tensor:

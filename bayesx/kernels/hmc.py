@@ -48,6 +48,11 @@ def init(position: Tensor, target) -> HMCState:
     return HMCState(position, log_prob, grad)
 
 
+def log_density(state: HMCState) -> Tensor:
+    """The chain's log target density at its state (checked finite at the start)."""
+    return state.log_prob
+
+
 def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
     n_chains = state.position.shape[0]
     p0 = sample_momentum(params.metric, state.position.shape, gen)

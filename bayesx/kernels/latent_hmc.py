@@ -34,6 +34,7 @@ E1 diag(s^{-+2}) E1^T (h x h).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -41,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.kernels.common import (
+    Kernel,
     DIVERGENCE_THRESHOLD,
     energy_error,
     uniform,
@@ -159,7 +161,6 @@ class LatentInfo(NamedTuple):
 
 class LatentParams(NamedTuple):
     step_size: float
-    space: LatentSpace
     num_steps: int
     volume_correction: bool = True
     energy_at_start: str = "reconstructed"
@@ -167,6 +168,15 @@ class LatentParams(NamedTuple):
 
 def init(position: Tensor, target) -> LatentState:
     return LatentState(position, target.log_prob(position))
+
+
+def log_density(state: LatentState) -> Tensor:
+    return state.log_prob
+
+
+def make_kernel(space: LatentSpace) -> Kernel:
+    """The kernel on one trained auto-encoder's latent space (the space is built once, then fixed)."""
+    return Kernel(init, partial(step, space), log_density)
 
 
 class LatentTrajectory(NamedTuple):
@@ -206,8 +216,8 @@ def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, step_size: float, 
     return LatentTrajectory(z, p, potential, grad_u, start_energy, potential + space.kinetic(p))
 
 
-def step(state: LatentState, target, params: LatentParams, gen: torch.Generator) -> tuple[LatentState, LatentInfo]:
-    space = params.space
+def step(space: LatentSpace, state: LatentState, target, params: LatentParams,
+         gen: torch.Generator) -> tuple[LatentState, LatentInfo]:
     n_chains = state.position.shape[0]
     noise = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)
     z0, v_q = space.encode_position(state.position)

@@ -25,14 +25,14 @@ likelihood ratio alone (pCN's own rule) is exact on the manifold. For a tanh dec
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
+from functools import partial
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from bayesx.kernels import pcn
-from bayesx.kernels.common import where_rows
+from bayesx.kernels.common import Kernel, where_rows
 from bayesx.kernels.latent_hmc import LatentSpace, gram_logdet
 
 JITTER = 1e-10
@@ -74,6 +74,12 @@ class LatentPCNState(NamedTuple):
 
 class LatentPCNParams(NamedTuple):
     step_size: float  # h
+
+
+class LatentProposal(NamedTuple):
+    """What a latent pCN kernel is built around: the latent space, its reference measure, and whether
+    the acceptance ratio includes the prior and volume correction."""
+
     space: LatentSpace
     reference: LatentReference
     volume_correction: bool
@@ -87,33 +93,33 @@ def decoder_log_volume(space: LatentSpace, z: Tensor) -> Tensor:
     return 0.5 * gram_logdet(jac.mT @ space.decoder_gram_q @ jac)
 
 
-def correction(target, params: LatentPCNParams, z: Tensor, q: Tensor) -> Tensor:
-    if not (params.volume_correction and params.space.ae.nonlinear):  # constant for linear decoders
+def correction(target, proposal: LatentProposal, z: Tensor, q: Tensor) -> Tensor:
+    if not (proposal.volume_correction and proposal.space.ae.nonlinear):  # constant for linear decoders
         return torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
-    return target.prior_log_prob(q) + decoder_log_volume(params.space, z) - params.reference.log_density(z)
+    return target.prior_log_prob(q) + decoder_log_volume(proposal.space, z) - proposal.reference.log_density(z)
 
 
-def make_kernel(params_for_init: LatentPCNParams) -> SimpleNamespace:
-    """The kernel in the driver's shape (init, step); init projects the start onto the manifold."""
-
-    def init(position: Tensor, target) -> LatentPCNState:
-        z, _ = params_for_init.space.encode_position(position)
-        q = params_for_init.space.decode_position(z)
-        return LatentPCNState(q, target.log_likelihood(q), z, correction(target, params_for_init, z, q))
-
-    return SimpleNamespace(init=init, step=step)
+def init(proposal: LatentProposal, position: Tensor, target) -> LatentPCNState:
+    """Project the start onto the decoder's manifold, q = psi(phi(position))."""
+    z, _ = proposal.space.encode_position(position)
+    q = proposal.space.decode_position(z)
+    return LatentPCNState(q, target.log_likelihood(q), z, correction(target, proposal, z, q))
 
 
-def step(state: LatentPCNState, target, params: LatentPCNParams, gen: torch.Generator):
+def step(proposal: LatentProposal, state: LatentPCNState, target, params: LatentPCNParams, gen: torch.Generator):
     r = pcn.rho(params.step_size)
-    ref = params.reference
+    ref = proposal.reference
     z_new = ref.mean + r * (state.latent - ref.mean) + math.sqrt(1.0 - r * r) * ref.sample(state.latent.shape[0], gen)
-    q_new = params.space.decode_position(z_new)
+    q_new = proposal.space.decode_position(z_new)
     log_lik = target.log_likelihood(q_new)
-    corr = correction(target, params, z_new, q_new)
+    corr = correction(target, proposal, z_new, q_new)
     accept_prob, accepted, failed = pcn.metropolis(state.log_likelihood, log_lik, corr - state.correction, gen)
     new = LatentPCNState(where_rows(accepted, q_new, state.position),
                          torch.where(accepted, log_lik, state.log_likelihood),
                          where_rows(accepted, z_new, state.latent), torch.where(accepted, corr, state.correction))
     zeros = torch.zeros(accepted.shape[0], dtype=torch.long, device=accepted.device)
     return new, pcn.PCNInfo(accept_prob, accepted, failed, zeros, new.log_likelihood)
+
+
+def make_kernel(proposal: LatentProposal) -> Kernel:
+    return Kernel(partial(init, proposal), partial(step, proposal), pcn.log_density)

@@ -33,7 +33,7 @@ from bayesx.kernels.common import (
     uniform,
     where_rows,
 )
-from bayesx.kernels.hmc import HMCState, init  # noqa: F401  (NUTS shares the HMC state and init)
+from bayesx.kernels.hmc import HMCState, init, log_density  # noqa: F401  (NUTS shares HMC's state)
 from bayesx.kernels.integrators import PhaseState, leapfrog
 from bayesx.kernels.metric import Metric, kinetic_energy, sample_momentum, velocity
 

@@ -34,26 +34,28 @@ def rho(h: float) -> float:
     return (1.0 - h / 4.0) / (1.0 + h / 4.0)
 
 
-class PriorNoise:
-    """A stream of prior draws for n_chains, colored ``block`` iterations at a time."""
+class PriorNoise(NamedTuple):
+    """Prior draws made ``block`` iterations at a time, (block, chains, dim), and the next one to use."""
 
-    def __init__(self, target, block: int = 64):
-        self.target, self.block = target, block
-        self._buffer: Tensor | None = None
-        self._next = 0
+    draws: Tensor
+    next: int
 
-    def draw(self, n_chains: int, gen: torch.Generator) -> Tensor:
-        if self._buffer is None or self._next >= self._buffer.shape[0] or self._buffer.shape[1] != n_chains:
-            draws = self.target.sample_prior(self.block * n_chains, gen)
-            self._buffer, self._next = draws.reshape(self.block, n_chains, -1), 0
-        out = self._buffer[self._next]
-        self._next += 1
-        return out
+
+def empty_noise(position: Tensor) -> PriorNoise:
+    return PriorNoise(position.new_empty((0, *position.shape)), 0)
+
+
+def draw_noise(noise: PriorNoise, target, n_chains: int, block: int, gen: torch.Generator) -> tuple[Tensor, PriorNoise]:
+    """The next prior draw for every chain and the noise state after it; a new block when the last is used up."""
+    if noise.next >= noise.draws.shape[0] or noise.draws.shape[1] != n_chains:
+        noise = PriorNoise(target.sample_prior(block * n_chains, gen).reshape(block, n_chains, -1), 0)
+    return noise.draws[noise.next], PriorNoise(noise.draws, noise.next + 1)
 
 
 class PCNState(NamedTuple):
     position: Tensor  # (chains, dim)
     log_likelihood: Tensor  # (chains,)
+    noise: PriorNoise  # prior draws made ahead, in blocks
 
 
 class PCNInfo(NamedTuple):
@@ -66,11 +68,16 @@ class PCNInfo(NamedTuple):
 
 class PCNParams(NamedTuple):
     step_size: float  # h
-    noise: PriorNoise
+    noise_block: int = 64  # iterations of prior draws made at once
 
 
 def init(position: Tensor, target) -> PCNState:
-    return PCNState(position, target.log_likelihood(position))
+    return PCNState(position, target.log_likelihood(position), empty_noise(position))
+
+
+def log_density(state: PCNState) -> Tensor:
+    """What the chain tracks of the target: the log-likelihood (the prior is in the proposal)."""
+    return state.log_likelihood
 
 
 def metropolis(state_ll: Tensor, proposal_ll: Tensor, extra_log_ratio: Tensor | float, gen: torch.Generator):
@@ -84,11 +91,11 @@ def metropolis(state_ll: Tensor, proposal_ll: Tensor, extra_log_ratio: Tensor | 
 
 def step(state: PCNState, target, params: PCNParams, gen: torch.Generator) -> tuple[PCNState, PCNInfo]:
     r = rho(params.step_size)
-    xi = params.noise.draw(state.position.shape[0], gen)
+    xi, noise = draw_noise(state.noise, target, state.position.shape[0], params.noise_block, gen)
     proposal = r * state.position + math.sqrt(1.0 - r * r) * xi
     log_lik = target.log_likelihood(proposal)
     accept_prob, accepted, failed = metropolis(state.log_likelihood, log_lik, 0.0, gen)
     new = PCNState(where_rows(accepted, proposal, state.position),
-                   torch.where(accepted, log_lik, state.log_likelihood))
+                   torch.where(accepted, log_lik, state.log_likelihood), noise)
     zeros = torch.zeros(accepted.shape[0], dtype=torch.long, device=accepted.device)
     return new, PCNInfo(accept_prob, accepted, failed, zeros, new.log_likelihood)

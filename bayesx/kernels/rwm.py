@@ -38,6 +38,11 @@ def init(position: Tensor, target) -> RWMState:
     return RWMState(position, target.log_prob(position))
 
 
+def log_density(state: RWMState) -> Tensor:
+    """The chain's log target density at its state (checked finite at the start)."""
+    return state.log_prob
+
+
 def step(state: RWMState, target, params: RWMParams, gen: torch.Generator) -> tuple[RWMState, RWMInfo]:
     n_chains = state.position.shape[0]
     z = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)

@@ -25,13 +25,13 @@ from bayesx.methods.mcmc.sampler import MCMCMethod
 class LatentSampler(MCMCMethod):
     """The third stage: the shared driver with the latent kernel; warm-up adapts the step size only."""
 
-    kernel = latent
     name = "aehmc"
 
     def __init__(self, space: latent.LatentSpace, num_steps: int, volume_correction: bool, energy_at_start: str,
                  **kwargs):
         super().__init__(mass="identity", init="prior", **kwargs)
         self.space, self.num_steps = space, num_steps
+        self.kernel = latent.make_kernel(space)
         self.volume_correction, self.energy_at_start = volume_correction, energy_at_start
 
     def kernel_name(self, target, position: torch.Tensor) -> str:
@@ -39,12 +39,12 @@ class LatentSampler(MCMCMethod):
         return self.space.kernel_name(z)
 
     def make_params(self, step_size, metric=None):
-        return latent.LatentParams(step_size, self.space, self.num_steps, self.volume_correction, self.energy_at_start)
+        return latent.LatentParams(step_size, self.num_steps, self.volume_correction, self.energy_at_start)
 
     def search_step_size(self, state, target, metric, gen, guess):
         def one_step_accept(eps: float) -> float:
-            params = latent.LatentParams(eps, self.space, 1, self.volume_correction, self.energy_at_start)
-            return float(latent.step(state, target, params, gen)[1].accept_prob.mean())
+            params = latent.LatentParams(eps, 1, self.volume_correction, self.energy_at_start)
+            return float(self.kernel.step(state, target, params, gen)[1].accept_prob.mean())
 
         return bracket_step_size(one_step_accept, guess)
 

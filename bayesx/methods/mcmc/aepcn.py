@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bayesx.kernels import pcn
 from bayesx.kernels.latent_hmc import LatentSpace
-from bayesx.kernels.latent_pcn import LatentPCNParams, LatentReference, make_kernel
+from bayesx.kernels.latent_pcn import LatentPCNParams, LatentProposal, LatentReference, make_kernel
 from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod
 from bayesx.methods.mcmc.pcn import PCN, CrankNicolsonStep, require_gaussian_prior
 from bayesx.methods.mcmc.sampler import MCMCMethod
@@ -17,11 +17,10 @@ class LatentPCNSampler(CrankNicolsonStep, MCMCMethod):
 
     def __init__(self, space: LatentSpace, reference: LatentReference, volume_correction: bool, **kwargs):
         super().__init__(mass="identity", init="prior", **kwargs)
-        self.space, self.reference, self.volume_correction = space, reference, volume_correction
-        self.kernel = make_kernel(self.make_params(1.0))
+        self.kernel = make_kernel(LatentProposal(space, reference, volume_correction))
 
     def make_params(self, step_size, metric=None):
-        return LatentPCNParams(min(step_size, pcn.MAX_H), self.space, self.reference, self.volume_correction)
+        return LatentPCNParams(min(step_size, pcn.MAX_H))
 
 
 class AEPCN(AutoEncodingMethod):

@@ -38,17 +38,12 @@ class PCN(CrankNicolsonStep, MCMCMethod):
             raise BayesxError(f"method.noise_block must be an integer >= 1, got {noise_block!r}")
         super().__init__(target_accept=target_accept, mass="identity", **kwargs)
         self.noise_block = noise_block
-        self._noise = None
 
     def check(self, target, n_chains: int) -> None:
         require_gaussian_prior(target, self.name)
 
-    def run(self, target, initial_position, gen, progress=None, artifact_dir=None):
-        self._noise = pcn.PriorNoise(target, self.noise_block)
-        return super().run(target, initial_position, gen, progress, artifact_dir)
-
     def make_params(self, step_size, metric=None):
-        return pcn.PCNParams(min(step_size, pcn.MAX_H), self._noise)
+        return pcn.PCNParams(min(step_size, pcn.MAX_H), self.noise_block)
 
 
 def require_gaussian_prior(target, method: str) -> None:

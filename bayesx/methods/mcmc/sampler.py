@@ -1,9 +1,10 @@
-"""The shared MCMC driver: warm-up with adaptation, then sampling, for any init/step kernel.
+"""The shared MCMC driver: warm-up, then sampling, for any kernel with ``init``, ``step`` and
+``log_density`` (a module of bayesx.kernels, or a bayesx.kernels.common.Kernel).
 
-A method subclasses :class:`MCMCMethod`, names its kernel module (with ``init`` and ``step``)
-and says how to build the kernel's parameters from a step size and a metric; warm-up,
-collection of draws as (chains, draws, dim), progress reporting, timing and interruption are
-handled here once.
+A method subclasses :class:`MCMCMethod`, names its kernel and says how to build the kernel's
+parameters (plain values) from a step size and a metric. Warm-up is bayesx.adaptation's
+WindowAdaptation wrapped around the kernel from outside; collection of draws as (chains, draws,
+dim), progress reporting, timing and interruption are handled here once.
 """
 
 from __future__ import annotations
@@ -15,12 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bayesx.adaptation.window import (
-    DualAveraging,
-    WarmupSchedule,
-    find_initial_step_size,
-    update_inverse_mass,
-)
+from bayesx.adaptation.window import WarmupProgress, WarmupSchedule, WindowAdaptation, find_initial_step_size
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import Sampler
@@ -116,41 +112,24 @@ class MCMCMethod(Sampler):
                 return result
             result.timings["laplace_time_s"] = time.perf_counter() - start
         state = self.kernel.init(initial_position, target)
-        start_density = state.log_prob if hasattr(state, "log_prob") else state.log_likelihood  # pCN keeps l(q)
-        if not bool(torch.isfinite(start_density).all()):
+        if not bool(torch.isfinite(self.kernel.log_density(state)).all()):
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller model.init_scale")
         if self.step_size is not None:
             step_size = float(self.step_size)
         else:
             step_size = self.search_step_size(state, target, metric, gen, 1.0)
-        params = self.make_params(step_size, metric)
-        warmup_grad_evals = 0
+        adaptation = WindowAdaptation(self.kernel.step, self.make_params,
+                                      lambda s, m, guess: self.search_step_size(s, target, m, gen, guess),
+                                      self.schedule, self.target_accept, self.adapt_step_size, dense)
+        warm = WarmupProgress(state, step_size, metric)
         stats: dict[str, list[np.ndarray]] = {}
         kept = []
         stage = "warmup"
         bar = tqdm(total=self.num_warmup + self.num_draws * self.thin, desc=f"{self.name} warmup",
                    disable=None if progress is None else not progress, unit="it", leave=False)
         try:
-            controller = DualAveraging(step_size, self.target_accept)
-            window_draws: list[torch.Tensor] = []
-            for it in range(self.num_warmup):
-                state, info = self.kernel.step(state, target, params, gen)
-                warmup_grad_evals += int(info.n_grad_evals.sum())
-                if self.adapt_step_size:
-                    step_size = controller.update(float(info.accept_prob.mean()))
-                window = self.schedule.window_at(it)
-                if window is not None:
-                    window_draws.append(state.position)
-                    if it == window[1] - 1:
-                        metric = make_metric(update_inverse_mass(torch.stack(window_draws, 1), metric, dense))
-                        window_draws = []
-                        if self.adapt_step_size:
-                            step_size = self.search_step_size(state, target, metric, gen, step_size)
-                            controller.restart(step_size)
-                params = self.make_params(step_size, metric)
-                self._tick(bar, info, step_size, it)
-            if self.adapt_step_size and self.num_warmup > 0:
-                step_size = controller.final_step_size
+            adaptation.run(warm, target, gen, on_step=lambda info, eps, it: self._tick(bar, info, eps, it))
+            state, step_size, metric = warm.state, warm.step_size, warm.metric
             params = self.make_params(step_size, metric)
             result.timings["warmup_time_s"] = time.perf_counter() - start
 
@@ -166,6 +145,8 @@ class MCMCMethod(Sampler):
                 self._tick(bar, info, step_size, it)
         except (KeyboardInterrupt, RunInterrupted):
             result.interrupted = True
+            if stage == "warmup":
+                step_size, metric = warm.step_size, warm.metric
         finally:
             bar.close()
         end = time.perf_counter()
@@ -181,7 +162,7 @@ class MCMCMethod(Sampler):
         if kept:
             result.draws = torch.stack(kept, dim=1)
             result.sample_stats = {name: np.stack(values, axis=1) for name, values in stats.items()}
-        result.metrics.update(self._summaries(result.sample_stats, step_size, warmup_grad_evals))
+        result.metrics.update(self._summaries(result.sample_stats, step_size, warm.grad_evals))
         result.metrics.update(self.extra_metrics(result.sample_stats))
         result.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
         return result
