@@ -4,7 +4,7 @@ HVI's cost relative to the VAE (FC architecture, MNIST; CPU, and CUDA when avail
     python experiments/bench_vae.py                          # -> results/bench_vae.md
     python experiments/bench_vae.py --n-train 2000 --epochs 2 --devices cpu,cuda
 
-An "epoch" here is one pass over --n-train images in minibatches of 64 (the 003 setting); the time
+An "epoch" here is one pass over --n-train images in minibatches of 64 (the Zhang (2018) setting); the time
 is the median over --epochs epochs after one warm-up epoch.
 """
 

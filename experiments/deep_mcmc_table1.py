@@ -1,12 +1,12 @@
-"""Reproduce Table 1 of "Deep Markov Chain Monte Carlo" (001): HMC vs AE-HMC on Bayesian logistic
-regression, plus the thesis' chapter 3 figures (000: time per iteration and min ESS/s on the
+"""Reproduce Table 1 of "Deep Markov Chain Monte Carlo" (Deep MCMC): HMC vs AE-HMC on Bayesian logistic
+regression, plus the thesis' chapter 3 figures (Chen (2019): time per iteration and min ESS/s on the
 simulated data; predictive accuracy of the running posterior mean against wall time).
 
 For each data set, on the same posterior (prior N(0, 10^2), the product's data configs):
   HMC      the product's HMC: 50 leapfrog steps, diag metric, Laplace start, num_warmup + num_draws
-  AE-HMC   the product's AE-HMC (linear auto-encoder, latent size about D/10 as in 001): the same
+  AE-HMC   the product's AE-HMC (linear auto-encoder, latent size about D/10 as in Deep MCMC): the same
            HMC warm-up, 1000 pre-samples, training, latent step-size adaptation, num_draws iterations
-  AE-HMC approx  the same without the volume correction (001 sec. 3.3)
+  AE-HMC approx  the same without the volume correction (Deep MCMC sec. 3.3)
 and a NUTS reference posterior (cached under $BAYESX_DATA_DIR/reference) for posterior_mean_err
 and posterior_sd_err. The paper's speed-up compares the same number of iterations after a warm-up
 both methods pay; the whole-pipeline speed-up adds warm-up, pre-sampling and training.
@@ -42,7 +42,7 @@ from bayesx.runner import build, reference_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# 001 Table 1: (D, HMC time s, HMC accuracy, d, AE-HMC time s, AE-HMC accuracy, speed-up)
+# Deep MCMC Table 1: (D, HMC time s, HMC accuracy, d, AE-HMC time s, AE-HMC accuracy, speed-up)
 PUBLISHED = {
     "synthetic": (500, 11077.8, 0.82, 50, 3471.8, 0.82, 3.2),
     "cnae9": (856, 3793.3, 0.983, 85, 1083.0, 0.983, 3.5),
@@ -155,7 +155,7 @@ def write_markdown(rows: list[dict], skipped: dict[str, str], args, path: Path, 
                 f"{'' if is_hmc else format(run.get('recon_err', float('nan')), '.3f')} |")
     for name, why in skipped.items():
         lines.append(f"| {name} | {PUBLISHED[name][0]} | | not run: {why} | | | | | | | | | | |")
-    lines += ["", "Published times (001, Stan + Keras, their machine): " + "; ".join(
+    lines += ["", "Published times (Deep MCMC, Stan + Keras, their machine): " + "; ".join(
         f"{k} HMC {v[1]:,.1f} s, AE-HMC {v[4]:,.1f} s" for k, v in PUBLISHED.items()) + ".", "",
         "Stage times (s) per AE-HMC run:", "",
         "| data | method | presample (incl. warm-up) | train | latent warm-up | sampling |", "|---|---|---|---|---|---|"]
@@ -166,8 +166,8 @@ def write_markdown(rows: list[dict], skipped: dict[str, str], args, path: Path, 
     synth = next((r for r in rows if r["data"] == "synthetic"), None)
     if synth is not None:
         hmc, ae = synth["runs"][0], next(r for r in synth["runs"] if r["method"] == "AE-HMC tanh")
-        lines += ["", "Thesis ch. 3 (000), simulated logistic regression, tanh auto-encoder 500-100-50-100-500 "
-                  "(published in brackets; their data variant differs, see SPEC section 2):", "",
+        lines += ["", "Thesis ch. 3 (Chen (2019)), simulated logistic regression, tanh auto-encoder 500-100-50-100-500 "
+                  "(published in brackets; their data variant differs and is not public):", "",
                   "| method | time per iteration s | min ESS/s |", "|---|---|---|",
                   f"| HMC | {hmc['time_per_iter_s']:.4f} ({THESIS_CH3['hmc']['time_per_iter']}) | "
                   f"{hmc['ess_bulk_min_per_s']:.2f} ({THESIS_CH3['hmc']['min_ess_per_s']}) |",

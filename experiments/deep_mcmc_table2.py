@@ -1,4 +1,4 @@
-"""Reproduce Table 2 of "Deep Markov Chain Monte Carlo" (001 sec. 4.2): pCN vs AE-pCN on the
+"""Reproduce Table 2 of "Deep Markov Chain Monte Carlo" (Deep MCMC sec. 4.2): pCN vs AE-pCN on the
 elliptic-PDE inverse problem, plus an HMC row with the adjoint gradient (not in the paper).
 
 For each mesh (20 x 20 -> 1681 unknowns, 40 x 40 -> 6561), on the same posterior (model=elliptic):
@@ -33,7 +33,7 @@ from bayesx.methods.mcmc.hmc import HMC
 from bayesx.methods.mcmc.pcn import PCN
 from bayesx.targets.elliptic import EllipticInverse
 
-PUBLISHED = {  # 001 Table 2: seconds and log-likelihood, same number of iterations
+PUBLISHED = {  # Deep MCMC Table 2: seconds and log-likelihood, same number of iterations
     20: {"pCN": (4368.7, -7.47), "AE-pCN": (1008.6, -7.906), "speed_up": 4.3},
     40: {"pCN": (15719.7, -7.46), "AE-pCN": (1038.3, -7.915), "speed_up": 15.1},
 }

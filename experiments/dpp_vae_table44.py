@@ -1,4 +1,4 @@
-"""DPP-VAE vs VAE on imbalanced two-class data: Table 4.4 and Figure 4.2 of the thesis (000 ch. 4).
+"""DPP-VAE vs VAE on imbalanced two-class data: Table 4.4 and Figure 4.2 of the thesis (Chen (2019) ch. 4).
 
 For each imbalance ratio (major:minor) both models are trained on the same imbalanced training set;
 then
@@ -136,13 +136,13 @@ def main() -> None:
     fig.savefig(figure, dpi=110)
     plt.close(fig)
 
-    lines = ["# DPP-VAE vs VAE on imbalanced two-class data (000 Table 4.4, Figure 4.2)", "",
+    lines = ["# DPP-VAE vs VAE on imbalanced two-class data (Chen (2019) Table 4.4, Figure 4.2)", "",
              f"Command: `python experiments/dpp_vae_table44.py {' '.join(sys.argv[1:])}`".rstrip(), "",
              f"Machine: {platform.machine()}, torch {torch.__version__}, {args.threads} threads. Total "
              f"{seconds / 60:.1f} min. Data: {args.data}, classes {classes[0]} (major) vs {classes[1]} (minor), "
              f"balanced test {args.n_test} + {args.n_test}; seeds {args.seeds} (mean ± sd over seeds); arch {args.arch}, z = 20, {args.epochs} epochs, batch "
              f"{args.batch}. Minor-class classifier: logistic regression on pixels trained on {clf_n} balanced "
-             f"images, test accuracy {clf_acc:.3f}. Published: MNIST 0 vs 1, 5000 images (000 Table 4.4).", "",
+             f"images, test accuracy {clf_acc:.3f}. Published: MNIST 0 vs 1, 5000 images (Chen (2019) Table 4.4).", "",
              f"| ratio | training images | minor share in training (published) | VAE generated of {args.samples} (published) | "
              "DPP-VAE generated (published) | latent-mean accuracy VAE / DPP-VAE |", "|---|---|---|---|---|---|"]
     for r in rows:

@@ -1,4 +1,4 @@
-"""Reproduce Tables 5.1, 5.2, 5.3, 5.5 and 5.6 of 003 (VAE vs HVI vs RMHVI) on the data available
+"""Reproduce Tables 5.1, 5.2, 5.3, 5.5 and 5.6 of Zhang (2018) (VAE vs HVI vs RMHVI) on the data available
 here, with the published numbers beside ours.
 
     python experiments/hvi_tables.py --table 5.1 --epochs 10      # -> results/hvi_table_5_1.md
@@ -11,7 +11,7 @@ The paper trains on full binarized MNIST (60,000 images) for 50 (FC) or 300 (con
 CPU has the vendored 10,000-digit subset (8,000 train / 2,000 test by default), so our numbers are
 from fewer images and epochs and are not directly comparable: the orderings are what we check.
 ``test_nll`` is the importance-sampling estimate -log p(x) with --eval-k samples on --eval-n-test
-test images (003: 1000 samples, all test images).
+test images (Zhang (2018): 1000 samples, all test images).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from bayesx.methods.vae.hvi import HVI, RMHVI
 from bayesx.methods.vae.trainer import VAE
 from bayesx.vae.model import VAEModel
 
-PUBLISHED = {  # 003: (test ELBO, log-likelihood); None where not published
+PUBLISHED = {  # Zhang (2018): (test ELBO, log-likelihood); None where not published
     "5.1": {"VAE": (-121.26, None), "HVI 1": (-104.96, -101.24), "HVI 4": (-104.52, -103.97),
             "HVI 8": (-104.10, -103.60)},
     "5.2": {"HVI 8, z=5": (-128.13, None), "HVI 8, z=10": (-106.98, None), "HVI 8, z=20": (-104.10, None)},
@@ -119,13 +119,13 @@ def main() -> None:
               f"{m.get('time_per_epoch_s'):.1f} s/epoch", flush=True)
     seconds = time.perf_counter() - start
     published = PUBLISHED[args.table]
-    lines = [f"# 003 Table {args.table}: test ELBO and importance-sampled log-likelihood", "",
+    lines = [f"# Zhang (2018) Table {args.table}: test ELBO and importance-sampled log-likelihood", "",
              f"Command: `python experiments/hvi_tables.py {' '.join(sys.argv[1:])}`".rstrip(), "",
              f"Machine: {platform.machine()}, torch {torch.__version__}, {args.threads} threads, {args.device}, float32. "
              f"Total {seconds / 60:.1f} min.", "",
              f"Data: {data_note}; {len(data.x_train)} training images ({data.binarize} binarization), "
              f"{args.eval_n_test} test images for the log-likelihood with k = {args.eval_k}. "
-             f"{args.epochs} epochs (003: 50 FC / 300 conv on 60,000 images), other settings as in 003.", "",
+             f"{args.epochs} epochs (Zhang (2018): 50 FC / 300 conv on 60,000 images), other settings as in Zhang (2018).", "",
              "| model | test ELBO (published) | test log-likelihood (published) | train ELBO | s / epoch |",
              "|---|---|---|---|---|"]
     for r in rows:

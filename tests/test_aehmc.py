@@ -138,7 +138,7 @@ def test_latent_gradient_matches_finite_differences(logreg):
 
 
 def brute_force_log_volume(space, q, p, z_end, p_end):
-    """1/2 log of the four Gram determinants of 001 eq. 6, from autograd Jacobians of the full maps."""
+    """1/2 log of the four Gram determinants of Deep MCMC eq. 6, from autograd Jacobians of the full maps."""
     jac = torch.autograd.functional.jacobian
     dq = jac(lambda z: space.decode_position(z), z_end)  # (D, d): tall
     dp = jac(lambda z: space.decode_momentum(z), p_end)

@@ -580,7 +580,7 @@ def test_architecture_sizes_are_overridable():
 
 
 def test_conv_cifar_pipeline_on_generated_cifar10_files(store):
-    """003 Table 5.5's pipeline end to end: CIFAR-10 python-format files (generated here: no network),
+    """Zhang (2018) Table 5.5's pipeline end to end: CIFAR-10 python-format files (generated here: no network),
     data=cifar10, arch=conv_cifar, HVI with 4 leapfrog steps."""
     from bayesx.data.cifar10 import write_cifar10_batches
 

@@ -37,7 +37,7 @@ from bayesx.errors import BayesxError
 NAMES = ("mnist", "fashion_mnist", "cifar10")
 SOURCES = {"mnist": ("auto", "vendored", "full"), "fashion_mnist": ("auto", "full"), "cifar10": ("auto", "full")}
 BINARIZE = ("stochastic", "fixed", "none")
-#: Test images per class of the balanced test set with ``imbalance`` (000 ch. 4: 500 + 500).
+#: Test images per class of the balanced test set with ``imbalance`` (Chen (2019) ch. 4: 500 + 500).
 DEFAULT_TEST_PER_CLASS = 500
 
 # Independent seeded streams, so that e.g. the binarize option never changes which images are drawn.
@@ -206,7 +206,7 @@ def _imbalanced_train_rows(rng, labels, major: int, minor: int, ratio: float, n_
 
     With ``n_train``: n_minor = max(1, round(n_train / (ratio + 1))) and n_major = round(ratio * n_minor),
     so the ratio (and the minor share 1 / (ratio + 1)) is exact and the total is within ratio / 2 of
-    n_train (5000 at 100:1 -> 5000 + 50, as in 000 ch. 4); if n_train < ratio + 1, one minor image and
+    n_train (5000 at 100:1 -> 5000 + 50, as in Chen (2019) ch. 4); if n_train < ratio + 1, one minor image and
     n_train - 1 major ones. Without: as many as available keeping the ratio.
     """
     major_rows, minor_rows = np.flatnonzero(labels == major), np.flatnonzero(labels == minor)

@@ -8,25 +8,25 @@ momentum p_v ~ N(0, M) with M^-1 = diag(s^2) by its own scale 1/s:
 
 One iteration draws p_v, encodes q_h = phi_q(q_v), p_h = phi_p(p_v), runs L leapfrog steps on
 
-    U_h(q_h) = U(psi_q(q_h))              (001 eq. 2)
-    K_h(p_h) = K(psi_p(p_h)) = |W g(p_h)|^2 / 2   (001 eq. 1 and 3; non-quadratic for tanh maps)
+    U_h(q_h) = U(psi_q(q_h))              (Deep MCMC eq. 2)
+    K_h(p_h) = K(psi_p(p_h)) = |W g(p_h)|^2 / 2   (Deep MCMC eq. 1 and 3; non-quadratic for tanh maps)
 
 and decodes q_v* = psi_q(q_h*), p_v* = psi_p(p_h*). The proposal is accepted with probability
-min(1, exp(H_start - H(q_v*, p_v*)) * V), where V is the Gram-determinant volume ratio of 001
-eq. 5-6 (``volume_correction``; V = 1 is the "approximate Bayes" variant of 001 sec. 3.3):
+min(1, exp(H_start - H(q_v*, p_v*)) * V), where V is the Gram-determinant volume ratio of Deep MCMC
+eq. 5-6 (``volume_correction``; V = 1 is the "approximate Bayes" variant of Deep MCMC sec. 3.3):
 
     log V = 1/2 [ log det G(dpsi_q(q_h*)) + log det G(dpsi_p(p_h*))
                 + log det G(dphi_q(q_v))^T + log det G(dphi_p(p_v))^T ]
 
 with G(J) = J^T J for the tall decoder Jacobians and J J^T for the wide encoder ones (a k-volume,
-SPEC errata). H_start is H(q_v, p_v) in the original space (``energy_at_start="original"``, 001
+a correction of the printed formula). H_start is H(q_v, p_v) in the original space (``energy_at_start="original"``, Deep MCMC
 Alg. 1 as printed) or H at the reconstructed point (psi_q(q_h), psi_p(p_h))
 (``"reconstructed"``, the default). With latent_dim < D the printed form compares a full
 D-dimensional momentum with a decoded d-dimensional one, so its acceptance carries a drift of about
 (D - d)/2 nats and step-size adaptation runs away; the reconstructed form is the latent chain's own
 energy error. The two coincide when psi = phi^-1, where the sampler is exact.
 
-All products with the D-dimensional maps are precomputed once (001 eq. 7): the target is restricted
+All products with the D-dimensional maps are precomputed once (Deep MCMC eq. 7): the target is restricted
 to the decoder's last linear layer, q = m + (s W) u with u = g(z), so a latent gradient costs
 O(n h) for logistic regression; the Gram matrices fold in W^T diag(s^{+-2}) W and
 E1 diag(s^{-+2}) E1^T (h x h).
@@ -108,7 +108,7 @@ class LatentSpace:
 
     # --- the latent Hamiltonian -----------------------------------------------------------------------
     def potential_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        """U_h(z) = -log pi(psi_q(z)) and its gradient J_g^T grad_u (001 eq. 2)."""
+        """U_h(z) = -log pi(psi_q(z)) and its gradient J_g^T grad_u (Deep MCMC eq. 2)."""
         u, jac = self.ae.g_and_jacobian(z)
         log_prob, grad_u = self.restricted.log_prob_and_grad(u)
         grad = -grad_u if jac is None else -torch.einsum("ch,chd->cd", grad_u, jac)
@@ -121,7 +121,7 @@ class LatentSpace:
         return grad_u if jac is None else torch.einsum("ch,chd->cd", grad_u, jac)
 
     def kinetic(self, p: Tensor) -> Tensor:
-        """K_h(p) = |W g(p)|^2 / 2 (001 eq. 1); its gradient J_g^T W^T W g drives ``drift`` (eq. 3)."""
+        """K_h(p) = |W g(p)|^2 / 2 (Deep MCMC eq. 1); its gradient J_g^T W^T W g drives ``drift`` (eq. 3)."""
         u = self.ae.g(p)
         return 0.5 * (u * (u @ self.kinetic_gram)).sum(-1)
 
@@ -133,7 +133,7 @@ class LatentSpace:
         return z + step_size * torch.einsum("ch,chd->cd", u @ self.kinetic_gram, jac)
 
     def log_volume(self, v_q: Tensor, v_p: Tensor, z_end: Tensor, p_end: Tensor) -> Tensor:
-        """log V of 001 eq. 5-6 for each chain (see the module docstring)."""
+        """log V of Deep MCMC eq. 5-6 for each chain (see the module docstring)."""
         if not self.ae.nonlinear:
             return self.constant_log_volume.expand(z_end.shape[0])
         _, jq = self.ae.g_and_jacobian(z_end)
@@ -190,7 +190,7 @@ class LatentTrajectory(NamedTuple):
 
 def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, step_size: float, num_steps: int,
                     potential: Tensor | None = None, grad_u: Tensor | None = None) -> LatentTrajectory:
-    """num_steps leapfrog steps on U_h + K_h from (z, p); the position update uses grad K_h (001
+    """num_steps leapfrog steps on U_h + K_h from (z, p); the position update uses grad K_h (Deep MCMC
     Alg. 1). U_h(z) and its gradient are evaluated first unless given (both or neither).
 
     For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so on a target with a fused

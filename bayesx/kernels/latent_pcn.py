@@ -1,4 +1,4 @@
-"""AE-pCN (001 sec. 4.2): the pCN proposal made in an auto-encoder's latent space, decoded and
+"""AE-pCN (Deep MCMC sec. 4.2): the pCN proposal made in an auto-encoder's latent space, decoded and
 accepted in the original space. The stages (pCN pre-samples, training, timing) are those of AE-HMC
 (``bayesx.methods.mcmc.autoencoding.AutoEncodingMethod``).
 
@@ -19,7 +19,7 @@ The proposal is reversible with respect to N(mu, P^-1), so the exact acceptance 
 
 For a linear (or PCA) decoder c is constant: the reference is exactly the restricted prior, and the
 likelihood ratio alone (pCN's own rule) is exact on the manifold. For a tanh decoder c varies;
-``volume_correction: true`` includes it, false drops it (approximate, as 001 sec. 3.3).
+``volume_correction: true`` includes it, false drops it (approximate, as Deep MCMC sec. 3.3).
 """
 
 from __future__ import annotations

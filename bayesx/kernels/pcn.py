@@ -1,4 +1,4 @@
-"""Preconditioned Crank-Nicolson (Cotter, Roberts, Stuart and White 2013; 001 sec. 4.2).
+"""Preconditioned Crank-Nicolson (Cotter, Roberts, Stuart and White 2013; Deep MCMC sec. 4.2).
 
 For a posterior pi(q) proportional to exp(l(q)) N(q; 0, C):
 

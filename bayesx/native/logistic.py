@@ -6,7 +6,7 @@ Both samplers of Deep MCMC Table 1 spend their time in leapfrog steps on a densi
     grad      = A^T (y - sigmoid(l)) - P u - b,
 
 HMC on logistic regression with A = X, c = 0, P = I / s^2, b = 0, and AE-HMC's latent chain with
-A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2 (the decoder q = a + B u, 001 eq. 7). At the
+A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2 (the decoder q = a + B u, Deep MCMC eq. 7). At the
 sizes of that table (n = 288, k = 6 to 64, four chains) a PyTorch step is a handful of tiny kernels
 whose dispatch costs more than their arithmetic, so :func:`trajectory` runs all L steps of every
 chain in one C call (logistic_leapfrog.h), with the same arithmetic as the PyTorch path up to

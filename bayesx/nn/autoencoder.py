@@ -6,10 +6,10 @@ Inputs are standardized draws x in R^D; codes are z in R^d. Every architecture s
     decoder  x^ = W g(z)        W: (D, h),    g small (R^d -> R^h)
 
 so the two large matrices touch the D-dimensional space only once; the latent sampler folds them
-into precomputed products (001 eq. 7) and a latent gradient costs O(n h) rather than O(n D).
+into precomputed products (Deep MCMC eq. 7) and a latent gradient costs O(n h) rather than O(n D).
 
-    linear  f, g identities: z = E1 x, x^ = W z          (001: three fully connected linear layers)
-    tanh    f(v) = E2 tanh(v), g(z) = tanh(W1 z)         (000 ch. 3: D -> h -> d -> h -> D, tanh
+    linear  f, g identities: z = E1 x, x^ = W z          (Deep MCMC: three fully connected linear layers)
+    tanh    f(v) = E2 tanh(v), g(z) = tanh(W1 z)         (Chen (2019) ch. 3: D -> h -> d -> h -> D, tanh
             hidden layers, linear code and output)
     pca     linear with E1 = V^T, W = V, V the top-d principal directions (an exact projection)
 

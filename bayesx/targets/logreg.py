@@ -117,7 +117,7 @@ class LogisticRegression(FusedLogistic, TargetBase):
 
 
 class RestrictedLogisticRegression(FusedLogistic, AffineRestriction):
-    """The posterior on q = a + B u, with the products precomputed (001 eq. 7, appendix A):
+    """The posterior on q = a + B u, with the products precomputed (Deep MCMC eq. 7, appendix A):
 
         logits = X a + (X B) u
         |q|^2  = |a|^2 + 2 (B^T a)^T u + u^T (B^T B) u

@@ -10,22 +10,22 @@ VAE (Kingma and Welling 2014), z ~ q(z | x):
     log w = log p(x, z) - log q(z | x)
     training uses E_q log p(x | z) - KL(q(z | x) || N(0, I)) (the KL in closed form)
 
-HVI (Salimans, Kingma and Welling 2015; 003 alg. 3), z_0 ~ q(z_0 | x), then for t = 1..T:
+HVI (Salimans, Kingma and Welling 2015; Zhang (2018) alg. 3), z_0 ~ q(z_0 | x), then for t = 1..T:
 v'_t ~ q_t(v' | x), (z_t, v_t) = L leapfrog steps of H(z, v) = -log p(x, z) + |v|^2 / 2 from
 (z_{t-1}, v'_t) with a learned per-dimension step size eps_t in [0.001, 0.5]; no accept/reject,
 gradients flow through the integrator. Leapfrog is volume preserving, so
 
     log w = log p(x, z_T) - log q(z_0 | x) + sum_t [log r_t(v_t | x, z_t) - log q_t(v'_t | x)]
 
-(equal to SPEC's telescoped form). q_t and r_t are diagonal Gaussians from small networks.
+(equal to the telescoped form of the sum). q_t and r_t are diagonal Gaussians from small networks.
 
-DPP-VAE (000 ch. 4) replaces the N(0, I) prior of the minibatch's latents by a k-DPP with k = N
+DPP-VAE (Chen (2019) ch. 4) replaces the N(0, I) prior of the minibatch's latents by a k-DPP with k = N
 (bayesx.vae.dpp): the minibatch objective is sum_n [log p(x_n | z_n) - log q(z_n | x_n)] + log p(Z),
 shared out as log p(Z) / N per example. Single images have no DPP prior; their importance weights
 use N(0, I) (the decoder is sampled from N(0, I) too), so a DPP-VAE's test_nll is that of its
 decoder under the standard normal prior.
 
-RMHVI (003 alg. 4-5) replaces the leapfrog by the generalized leapfrog with the diagonal Monte
+RMHVI (Zhang (2018) alg. 4-5) replaces the leapfrog by the generalized leapfrog with the diagonal Monte
 Carlo Fisher metric G(z) (bayesx.vae.riemann) and draws the momentum v'_t ~ N(0, G(z_{t-1})); the
 reverse model r_t stays learned. The same bound holds (the map is symplectic).
 """
@@ -141,7 +141,7 @@ class HVIBound(nn.Module):
 
 class RMHVIBound(HVIBound):
     """Riemannian HVI: ``fisher_samples`` decoder samples for the metric, ``fixed_point_iters``
-    iterations for the implicit momentum half-step (one for the position, as in 003)."""
+    iterations for the implicit momentum half-step (one for the position, as in Zhang (2018))."""
 
     name = "rmhvi"
 

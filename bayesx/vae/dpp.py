@@ -1,4 +1,4 @@
-r"""The k-DPP balancing prior of DPP-VAE (thesis 000, chapter 4; SPEC section 5).
+r"""The k-DPP balancing prior of DPP-VAE (Chen (2019), chapter 4).
 
 Model
 -----
@@ -21,10 +21,10 @@ thesis uses alpha, rho, sigma = 1000, 1, 1 (note that rho_d and sigma_d are *var
 This ``p(Z)`` is the density of the unordered set {z_1..z_N} (Janossy density): its integral over
 R^(N x D) is N!, because int det(L_Z) dz_1..dz_N = N! e_N(lambda). ``ordered=True`` subtracts
 log N! and gives the density of the ordered tuple (the minibatch tensor), which integrates to one;
-the constant changes no gradient. The default follows the thesis and SPEC (``ordered=False``).
+the constant changes no gradient. The default follows the thesis (``ordered=False``).
 
 A k-DPP is invariant to scaling L by a constant c (det(L_Z) and e_N(lambda) both scale by c^N), so
-alpha cancels exactly from p(Z); it is kept because the thesis and SPEC state it, and because it
+alpha cancels exactly from p(Z); it is kept because the thesis state it, and because it
 fixes the scale of the intermediate numbers.
 
 Eigenvalues (the symbols the thesis leaves undefined)
@@ -49,7 +49,7 @@ eigenvalues of the kernel k under the measure mu (psi_n = q phi_n). For the qual
 q_d^2 = (pi rho_d)^(-1/2) N(x; 0, rho_d/2): a Gaussian of variance rho_d/2 with total mass
 (pi rho_d)^(-1/2), and the Gaussian kernel of length-scale variance sigma_d under N(0, rho_d/2)
 has exactly the spectrum a_d r_d^(n-1) above (a_d / (1 - r_d) = 1: the probability-measure
-spectrum of a kernel with k(x, x) = 1 sums to one). Hence, for the L the SPEC writes,
+spectrum of a kernel with k(x, x) = 1 sums to one). Hence, for the L of the quality function used here,
 
     lambda_n = alpha prod_d (pi rho_d)^(-1/2) a_d r_d^(n_d - 1).                  (*)
 

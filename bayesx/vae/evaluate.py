@@ -2,7 +2,7 @@
 
     test_elbo  mean over test images of the method's bound (one sample each)
     test_nll   -mean_i log (1/k) sum_j w_ij,  w_ij the method's importance weights for image i
-               (the log-mean-exp is taken in log space; 003 uses k = 1000)
+               (the log-mean-exp is taken in log space; Zhang (2018) uses k = 1000)
 
 The k samples are drawn in chunks so memory stays bounded: images are repeated ``chunk`` times
 and passed through the bound as one batch.

@@ -1,4 +1,4 @@
-"""Encoder, decoder and auxiliary networks of the VAE presets (003 sec. 5; SPEC sec. 4).
+"""Encoder, decoder and auxiliary networks of the VAE presets (Zhang (2018) sec. 5).
 
     fc          MNIST: encoder 2 x 300 softplus -> (mu, log var), z = 20; decoder 1 x 400 ReLU -> 784
                 Bernoulli logits; HVI's q_t(v'|x) and r_t(v|x,z): 1 x 300 softplus
@@ -157,7 +157,7 @@ class Auxiliary(nn.Module):
 
 def build_encoder_decoder(arch: str, image_shape, latent_dim: int, enc_hidden=None, dec_hidden=None, channels=None,
                           fc_units=None) -> tuple[nn.Module, nn.Module]:
-    """The preset's encoder and decoder; sizes left None take the preset's (003) values."""
+    """The preset's encoder and decoder; sizes left None take the preset's (Zhang (2018)) values."""
     if arch not in ARCHS:
         raise BayesxError(f"model.arch must be one of {', '.join(ARCHS)}, got '{arch}'")
     check_shape(arch, image_shape)

@@ -1,5 +1,5 @@
 """The generalized (Riemannian) leapfrog of RMHMC (Girolami and Calderhead 2011) with a diagonal
-metric, as RMHVI uses it (003 alg. 4-5).
+metric, as RMHVI uses it (Zhang (2018) alg. 4-5).
 
 With a position-dependent metric G(z) = diag(g(z)) the Hamiltonian is
 
@@ -16,7 +16,7 @@ metric, grad_z H = -grad log p(x, z) and both implicit equations are solved exac
 iteration: the step is the ordinary leapfrog with mass matrix G.
 
 The metric is the diagonal Fisher information of the decoder plus the prior's (the identity),
-estimated by Monte Carlo from ``n`` decoder samples x_s ~ p(x | z) (003: n = 5):
+estimated by Monte Carlo from ``n`` decoder samples x_s ~ p(x | z) (Zhang (2018): n = 5):
 
     g_d(z) = 1 + (1/n) sum_s (d/dz_d log p(x_s | z))^2
 """

@@ -1,7 +1,7 @@
 """AE-HMC as a method of the runner: pre-sample with HMC, train an auto-encoder, sample in its
 latent space (``bayesx.kernels.latent_hmc``), each stage timed.
 
-    presample_time_s   HMC warm-up and the pre-sample draws (001: ~1000 draws, ~10% of a run)
+    presample_time_s   HMC warm-up and the pre-sample draws (Deep MCMC: ~1000 draws, ~10% of a run)
     train_time_s       auto-encoder training on the standardized pre-samples
     warmup_time_s      HMC warm-up plus the latent sampler's step-size adaptation
     sampling_time_s    the retained AE-HMC iterations (what ESS per second divides by)
@@ -50,11 +50,11 @@ class LatentSampler(MCMCMethod):
 
 
 class AEHMC(AutoEncodingMethod):
-    """Auto-encoding HMC (001 Alg. 1); see ``conf/method/aehmc.yaml`` for every option.
+    """Auto-encoding HMC (Deep MCMC Alg. 1); see ``conf/method/aehmc.yaml`` for every option.
 
     energy_at_start    reconstructed | original (see bayesx.kernels.latent_hmc)
-    volume_correction  multiply the acceptance ratio by the Gram volume ratio (001 eq. 5-6);
-                       false is the "approximate Bayes" variant of 001 sec. 3.3
+    volume_correction  multiply the acceptance ratio by the Gram volume ratio (Deep MCMC eq. 5-6);
+                       false is the "approximate Bayes" variant of Deep MCMC sec. 3.3
     """
 
     name = "aehmc"
@@ -92,7 +92,7 @@ class AEHMC(AutoEncodingMethod):
 
 def trajectory_figure(space: latent.LatentSpace, presamples: torch.Tensor, step_size: float, num_steps: int,
                       gen: torch.Generator, path: Path) -> Path:
-    """001 Figure 2: pre-samples and one latent leapfrog trajectory, in the latent plane and mapped
+    """Deep MCMC Figure 2: pre-samples and one latent leapfrog trajectory, in the latent plane and mapped
     back to the first (up to three) original coordinates."""
     with torch.no_grad():
         q = presamples[-1:]

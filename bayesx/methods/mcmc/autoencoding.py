@@ -3,7 +3,7 @@ auto-encoder, sample in its latent space; each stage timed.
 
 latent space (``bayesx.kernels.latent_hmc``), each stage timed.
 
-    presample_time_s   HMC warm-up and the pre-sample draws (001: ~1000 draws, ~10% of a run)
+    presample_time_s   HMC warm-up and the pre-sample draws (Deep MCMC: ~1000 draws, ~10% of a run)
     train_time_s       auto-encoder training on the standardized pre-samples
     warmup_time_s      HMC warm-up plus the latent sampler's step-size adaptation
     sampling_time_s    the retained AE-HMC iterations (what ESS per second divides by)
@@ -49,7 +49,7 @@ class AutoEncodingMethod(Sampler):
     """The three stages every latent-space method shares (pre-sample, train, sample in the latent
     space), each timed; subclasses say which sampler pre-samples and which samples the latent space.
 
-    latent_dim         int, null (about D/10, as in 001) or "auto" (the smallest size whose
+    latent_dim         int, null (about D/10, as in Deep MCMC) or "auto" (the smallest size whose
                        validation reconstruction error is below recon_tol)
     ae                 linear | tanh | pca
     volume_correction  include the Jacobian (volume) terms in the acceptance ratio

@@ -10,7 +10,7 @@ from bayesx.vae.model import VAEModel
 
 
 class DPPVAE(VariationalMethod):
-    """DPP-VAE (000 ch. 4): the k-DPP balancing prior on each minibatch's latents (bayesx.vae.dpp)."""
+    """DPP-VAE (Chen (2019) ch. 4): the k-DPP balancing prior on each minibatch's latents (bayesx.vae.dpp)."""
 
     name = "dppvae"
 

@@ -28,7 +28,7 @@ class HVI(VariationalMethod):
 
 
 class RMHVI(HVI):
-    """Riemannian HVI (003 alg. 4-5): the generalized leapfrog with a diagonal Monte Carlo Fisher metric."""
+    """Riemannian HVI (Zhang (2018) alg. 4-5): the generalized leapfrog with a diagonal Monte Carlo Fisher metric."""
 
     name = "rmhvi"
 

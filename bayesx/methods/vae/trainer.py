@@ -4,7 +4,7 @@ A method builds its bound (bayesx.vae.bounds) for the model and trains both by A
 maximizing the mean bound. Per epoch it records the train and test ELBO (stepped metrics) and the
 epoch time; at the end the importance-sampling test_nll (``eval.k`` samples), sample and
 reconstruction grids and the weights. Optimizer settings left null take the architecture's
-published values (``TRAINING``, SPEC sec. 4).
+published values (``TRAINING``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from bayesx.result import Result
 from bayesx.vae import bounds, evaluate
 from bayesx.vae.model import VAEModel
 
-# 003 sec. 5: FC MNIST Adam 3e-3, x0.95 every 10 epochs, 50 epochs, batch 64; conv MNIST Adam 2e-4,
-# 300 epochs; conv CIFAR-10 Adam 1e-4 (003 gives no epoch count for CIFAR-10: 100 is our choice)
+# Zhang (2018) sec. 5: FC MNIST Adam 3e-3, x0.95 every 10 epochs, 50 epochs, batch 64; conv MNIST Adam 2e-4,
+# 300 epochs; conv CIFAR-10 Adam 1e-4 (Zhang (2018) gives no epoch count for CIFAR-10: 100 is our choice)
 TRAINING = {
     "fc": {"epochs": 50, "lr": 3e-3, "batch_size": 64, "lr_decay": 0.95, "lr_decay_every": 10},
     "conv": {"epochs": 300, "lr": 2e-4, "batch_size": 64, "lr_decay": 1.0, "lr_decay_every": 10},

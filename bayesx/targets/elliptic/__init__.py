@@ -1,4 +1,4 @@
-"""The elliptic-PDE inverse problem (001 sec. 4.2): P2 finite elements, prior, forward and adjoint."""
+"""The elliptic-PDE inverse problem (Deep MCMC sec. 4.2): P2 finite elements, prior, forward and adjoint."""
 
 from bayesx.targets.elliptic.model import EllipticInverse
 

@@ -1,4 +1,4 @@
-"""The elliptic-PDE inverse problem of 001 sec. 4.2 as a target of the runner (``model=elliptic``).
+"""The elliptic-PDE inverse problem of Deep MCMC sec. 4.2 as a target of the runner (``model=elliptic``).
 
 Infer the log-transmissivity u (P2 values at the dofs of a ``mesh`` x ``mesh`` grid) from 25 noisy
 pressure readings, -div(exp(u) grad p) = f, with
@@ -230,7 +230,7 @@ class EllipticInverse(TargetBase):
 
     def write_artifacts(self, folder: Path, draws: Tensor | None = None,
                         evaluation: Evaluation | None = None) -> dict[str, list[Path]]:
-        """The observations (csv) and plots: true field with sensors (001 Fig. 4), and with draws the
+        """The observations (csv) and plots: true field with sensors (Deep MCMC Fig. 4), and with draws the
         posterior mean and sd fields and the log-likelihood trace of their evaluation."""
         from bayesx.targets.elliptic import plots
 

@@ -28,7 +28,7 @@ def _field(ax, model, values, title, cmap="viridis"):
 
 
 def true_field(model, path: Path) -> Path:
-    """001 Figure 4: the true log-transmissivity and the observations at the 25 sensors."""
+    """Deep MCMC Figure 4: the true log-transmissivity and the observations at the 25 sensors."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     _field(axes[0], model, model.true_u, "true log-transmissivity u0")
     sc = axes[1].scatter(model.sensors[:, 0], model.sensors[:, 1], c=model.observations, s=140, cmap="coolwarm",

@@ -1,6 +1,6 @@
 """The Gaussian prior u ~ N(0, C) on the field's values at the degrees of freedom.
 
-    C_ij = sigma_u^2 exp(-|s_i - s_j| / (2 s0))      (the exponential kernel of 001 sec. 4.2)
+    C_ij = sigma_u^2 exp(-|s_i - s_j| / (2 s0))      (the exponential kernel of Deep MCMC sec. 4.2)
 
 C = L L^T is factorized once per (mesh, sigma_u, s0) and the factor cached on disk, so a run
 never factorizes more than once (6561 x 6561 on the 40 x 40 mesh: a few seconds, 344 MB).

@@ -1,4 +1,4 @@
-"""The published experiment's ingredients (001 sec. 4.2, from the authors' public code; SPEC sec. 3).
+"""The published experiment's ingredients (Deep MCMC sec. 4.2, from the authors' public code).
 
     f(s)  = sum_k w_k phi(|s - c_k|; 0.05),  phi(r; sd) = exp(-r^2 / (2 sd^2)) / (sqrt(2 pi) sd)
             c = (0.3,0.3), (0.7,0.3), (0.7,0.7), (0.3,0.7);  w = 2, -3, 3, -2
