@@ -33,7 +33,8 @@ import torch  # noqa: E402
 
 from bayesx.config import compose  # noqa: E402
 from bayesx.data.registry import data_dir  # noqa: E402
-from bayesx.diagnostics import convergence, reference  # noqa: E402
+from bayesx import reference  # noqa: E402
+from bayesx.diagnostics import convergence  # noqa: E402
 from bayesx.errors import BayesxError  # noqa: E402
 from bayesx.methods.mcmc.aehmc import AEHMC  # noqa: E402
 from bayesx.methods.mcmc.hmc import HMC  # noqa: E402

@@ -37,8 +37,8 @@ import torch  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 
 from bayesx.data.images import load_images  # noqa: E402
-from bayesx.kernels.latent_pcn import VAE  # noqa: E402
-from bayesx.methods.vae.dppvae import DPPVAE
+from bayesx.methods.vae.dppvae import DPPVAE  # noqa: E402
+from bayesx.methods.vae.trainer import VAE  # noqa: E402
 from bayesx.vae.model import VAEModel  # noqa: E402
 
 PUBLISHED = {10: (9.1, 7.2, 17.7), 100: (0.99, 1.21, 3.68), 1000: (0.0999, 0.0562, 0.9469)}  # % train, VAE, DPP-VAE
