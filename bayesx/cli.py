@@ -138,11 +138,10 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 # --- bayesx compare ---------------------------------------------------------------------------------
-COMPARE_TAG = "compare_metrics"  # each run names its own key metrics (the runner asks the method's family)
-
-
 def compare_columns(df) -> list[str]:
     """The union, in first-seen order, of the key metrics the runs name in their compare_metrics tag."""
+    from bayesx.tracking import COMPARE_TAG
+
     columns: list[str] = []
     for names in df.get(f"tags.{COMPARE_TAG}", []):
         for name in (names.split(",") if isinstance(names, str) and names else []):

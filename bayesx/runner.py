@@ -28,7 +28,7 @@ from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.result import Result
 from bayesx.targets.base import Capabilities, Evaluation
-from bayesx.tracking import Tracker
+from bayesx.tracking import COMPARE_TAG, Tracker
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -216,7 +216,7 @@ def summary_keys(method: Method, evaluation: Evaluation, metrics: dict[str, floa
     of its per-draw quantities, the family's (and method's) key metrics, the posterior error against
     a reference, the wall time."""
     keys = list(evaluation.metrics)
-    keys += [f"ess_{name}" + ("_min" if np.ndim(values) > 2 else "") for name, values in evaluation.quantities.items()]
+    keys += [convergence.quantity_ess_name(name, values) for name, values in evaluation.quantities.items()]
     keys += [k for k in method.summary_keys if k not in keys]
     keys += sorted(k for k in metrics if k.startswith("posterior_") and k not in keys)
     keys.append("wall_time_s")
@@ -326,7 +326,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         shown = summary_keys(method, evaluation, metrics)
         compared = [k for k in [*evaluation.metrics, *method.compare_keys, "posterior_mean_err", "wall_time_s"]
                     if k in metrics]
-        run.set_tags({**result.tags, "compare_metrics": ",".join(compared)})
+        run.set_tags({**result.tags, COMPARE_TAG: ",".join(compared)})
         log_artifacts(run, cfg, method, target, result, evaluation, Path(tmp))
         status = "KILLED" if result.interrupted else "FINISHED"
         warnings = result.warnings + method.warnings(metrics)

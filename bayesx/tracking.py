@@ -27,6 +27,7 @@ logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creatin
 logging.getLogger("alembic").setLevel(logging.WARNING)
 
 PARENT_TAG = "mlflow.parentRunId"
+COMPARE_TAG = "compare_metrics"  # each run names its key metrics for `bayesx compare` (its family's choice)
 MAX_PARAM_LENGTH = 6000
 
 

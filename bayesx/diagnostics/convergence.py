@@ -68,15 +68,19 @@ def to_inference_data(draws: np.ndarray, sample_stats: dict[str, np.ndarray], na
                         dims={name: [f"{name}_dim"]})
 
 
+def quantity_ess_name(name: str, values: np.ndarray) -> str:
+    """``ess_<name>`` for a scalar quantity (chains, draws), ``ess_<name>_min`` for (chains, draws, k)."""
+    return f"ess_{name}" if np.ndim(values) == 2 else f"ess_{name}_min"
+
+
 def quantity_ess(quantities: dict[str, np.ndarray]) -> dict[str, float]:
-    """Bulk ESS of per-draw quantities of interest: ``ess_<name>`` for (chains, draws) arrays,
-    ``ess_<name>_min`` (the smallest over k) for (chains, draws, k); none with fewer than 4 draws."""
+    """Bulk ESS of per-draw quantities of interest (the smallest over k for vector quantities), named
+    by :func:`quantity_ess_name`; none with fewer than 4 draws."""
     out = {}
     for name, values in quantities.items():
         values = np.asarray(values, dtype=np.float64)
         if values.ndim < 2 or values.shape[1] < 4:
             continue
-        scalar = values.ndim == 2
-        ess = np.nanmin(ess_per_coordinate(values[:, :, None] if scalar else values, "bulk"))
-        out[f"ess_{name}" if scalar else f"ess_{name}_min"] = float(ess)
+        ess = np.nanmin(ess_per_coordinate(values[:, :, None] if values.ndim == 2 else values, "bulk"))
+        out[quantity_ess_name(name, values)] = float(ess)
     return out

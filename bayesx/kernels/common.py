@@ -25,6 +25,12 @@ class Kernel(NamedTuple):
     log_density: Callable
 
 
+def log_density(state) -> Tensor:
+    """The chain's log target density at its state, for kernels whose state carries ``log_prob``
+    (checked finite at the start by the driver)."""
+    return state.log_prob
+
+
 def where_rows(mask: Tensor, new: Tensor, old: Tensor) -> Tensor:
     """Per-chain select: row c of the result is new[c] where mask[c], else old[c]."""
     return torch.where(mask.view(-1, *([1] * (new.dim() - 1))), new, old)

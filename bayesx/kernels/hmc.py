@@ -19,6 +19,7 @@ from bayesx.kernels.common import (
     uniform,
     where_rows,
 )
+from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
 from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
 from bayesx.kernels.metric import Metric, sample_momentum
 
@@ -46,11 +47,6 @@ class HMCParams(NamedTuple):
 def init(position: Tensor, target) -> HMCState:
     log_prob, grad = target.log_prob_and_grad(position)
     return HMCState(position, log_prob, grad)
-
-
-def log_density(state: HMCState) -> Tensor:
-    """The chain's log target density at its state (checked finite at the start)."""
-    return state.log_prob
 
 
 def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:

@@ -48,6 +48,7 @@ from bayesx.kernels.common import (
     uniform,
     where_rows,
 )
+from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
 from bayesx.nn.autoencoder import AutoEncoder
 
 ENERGY_AT_START = ("reconstructed", "original")
@@ -168,10 +169,6 @@ class LatentParams(NamedTuple):
 
 def init(position: Tensor, target) -> LatentState:
     return LatentState(position, target.log_prob(position))
-
-
-def log_density(state: LatentState) -> Tensor:
-    return state.log_prob
 
 
 def make_kernel(space: LatentSpace) -> Kernel:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from bayesx.kernels.common import uniform, where_rows
+from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
 from bayesx.kernels.metric import Metric, scale_noise
 
 
@@ -36,11 +37,6 @@ class RWMParams(NamedTuple):
 
 def init(position: Tensor, target) -> RWMState:
     return RWMState(position, target.log_prob(position))
-
-
-def log_density(state: RWMState) -> Tensor:
-    """The chain's log target density at its state (checked finite at the start)."""
-    return state.log_prob
 
 
 def step(state: RWMState, target, params: RWMParams, gen: torch.Generator) -> tuple[RWMState, RWMInfo]:

@@ -73,7 +73,8 @@ class Method(ABC):
         """Raise a BayesxError for settings that do not fit this target (before a run is recorded)."""
 
     def initial_points(self, target, n_chains: int, gen: torch.Generator) -> Tensor | None:
-        return None
+        """Starting points (chains, dim): the target's own (None for trainers)."""
+        return target.initial_point(n_chains, gen)
 
     @abstractmethod
     def infer(self, target, inputs: RunInputs) -> Result:
@@ -112,9 +113,6 @@ class Sampler(Method):
     summary_keys = ("ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate", "step_size", "time_per_iter_s",
                     "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s")
     compare_keys = ("ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate", "n_divergent", "sampling_time_s")
-
-    def initial_points(self, target, n_chains: int, gen: torch.Generator) -> Tensor:
-        return target.initial_point(n_chains, gen)
 
     @abstractmethod
     def run(self, target, initial_position: Tensor, gen: torch.Generator, progress: bool | None = None,
@@ -192,9 +190,6 @@ class Approximation(Method):
     def __init__(self, num_draws: int = 1000):
         self.num_draws = num_draws
 
-    def initial_points(self, target, n_chains: int, gen: torch.Generator) -> Tensor:
-        return target.initial_point(n_chains, gen)
-
     @abstractmethod
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
             progress: bool | None = None) -> FittedApproximation:
@@ -241,6 +236,9 @@ class Trainer(Method):
     summary_keys = ("test_elbo", "test_nll", "train_elbo", "epochs", "time_per_epoch_s", "eval_time_s",
                     "train_time_s")
     compare_keys = ("test_elbo", "test_nll", "train_time_s")
+
+    def initial_points(self, target, n_chains: int, gen: torch.Generator) -> None:
+        return None
 
     @abstractmethod
     def fit(self, model, gen: torch.Generator, progress: bool | None = None,

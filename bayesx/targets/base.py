@@ -53,11 +53,13 @@ class Evaluation:
     quantities  per-draw quantities of interest, (chains, draws) or (chains, draws, k); the sampler
                 family reports their ESS as ``ess_<name>`` (``ess_<name>_min`` when k > 1)
     notes       how a quantity was computed, shown beside it in plots
+    summaries   posterior summaries the target's own artifacts plot (e.g. the mean and sd fields)
     """
 
     metrics: dict[str, float] = field(default_factory=dict)
     quantities: dict[str, np.ndarray] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
+    summaries: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class ModelBase:

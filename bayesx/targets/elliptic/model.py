@@ -226,11 +226,12 @@ class EllipticInverse(TargetBase):
             source = f"{len(keep)} evenly spaced draws per chain"
         metrics["log_likelihood"] = float(np.nanmean(trace))
         quantities = {"field": fields[:, :, self.field_probe_dofs()].numpy(), "log_likelihood": trace}
-        return Evaluation(metrics, quantities, {"log_likelihood": source})
+        summaries = {"field_mean": mean, "field_sd": fields.reshape(-1, self.dim).std(0).numpy()}
+        return Evaluation(metrics, quantities, {"log_likelihood": source}, summaries)
 
     def write_artifacts(self, folder: Path, draws: Tensor | None = None,
                         evaluation: Evaluation | None = None) -> dict[str, list[Path]]:
-        """The observations (csv) and plots: true field with sensors (Deep MCMC Fig. 4), and with draws the
+        """The observations (csv) and plots: true field with sensors (Deep MCMC Fig. 4), and from an evaluation the
         posterior mean and sd fields and the log-likelihood trace of their evaluation."""
         from bayesx.targets.elliptic import plots
 
@@ -240,12 +241,10 @@ class EllipticInverse(TargetBase):
         np.savetxt(table, np.column_stack([self.sensors, self.clean, self.observations]), delimiter=",",
                    header=header, comments="", fmt="%.10g")
         out = {"data": [table], "plots": [plots.true_field(self, folder / "true_field.png")]}
-        if draws is not None and draws.shape[1] > 0:
-            fields = self.field(draws.to(self.device, self.dtype)).cpu().reshape(-1, self.dim)
-            out["plots"].append(plots.posterior_fields(self, fields.mean(0).numpy(), fields.std(0).numpy(),
-                                                       folder / "posterior_fields.png"))
-            if evaluation is not None and "log_likelihood" in evaluation.quantities:
-                out["plots"].append(plots.log_likelihood_trace(evaluation.quantities["log_likelihood"],
-                                                               evaluation.notes["log_likelihood"],
-                                                               folder / "log_likelihood_trace.png"))
+        if evaluation is not None and "field_mean" in evaluation.summaries:
+            out["plots"].append(plots.posterior_fields(self, evaluation.summaries["field_mean"],
+                                                       evaluation.summaries["field_sd"], folder / "posterior_fields.png"))
+            out["plots"].append(plots.log_likelihood_trace(evaluation.quantities["log_likelihood"],
+                                                           evaluation.notes["log_likelihood"],
+                                                           folder / "log_likelihood_trace.png"))
         return out
