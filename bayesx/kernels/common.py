@@ -46,5 +46,13 @@ def energy_error(h_new: Tensor, h_old: Tensor) -> Tensor:
     return torch.nan_to_num(h_new - h_old, nan=float("inf"))
 
 
+def metropolis_accept(log_ratio: Tensor, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """The Metropolis-Hastings decision for each chain's log acceptance ratio: the probability
+    min(1, exp(log_ratio)) and a uniform draw below it. A NaN ratio (a failed density) is a rejection."""
+    log_ratio = torch.nan_to_num(log_ratio, nan=-float("inf"))
+    accept_prob = torch.exp(torch.clamp(log_ratio, max=0.0))
+    return accept_prob, uniform(log_ratio.shape[0], log_ratio, gen) < accept_prob
+
+
 def uniform(n: int, like: Tensor, gen: torch.Generator) -> Tensor:
     return torch.rand(n, generator=gen, dtype=like.dtype, device=like.device)

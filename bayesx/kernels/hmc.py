@@ -16,7 +16,7 @@ from torch import Tensor
 from bayesx.kernels.common import (
     DIVERGENCE_THRESHOLD,
     energy_error,
-    uniform,
+    metropolis_accept,
     where_rows,
 )
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
@@ -55,8 +55,7 @@ def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tu
     start = PhaseState(state.position, p0, state.log_prob, state.grad)
     end, h0, h1 = leapfrog_trajectory(start, params.step_size, params.num_steps, params.metric, target)
     delta = energy_error(h1, h0)
-    accept_prob = torch.exp(torch.clamp(-delta, max=0.0))
-    accepted = uniform(n_chains, delta, gen) < accept_prob
+    accept_prob, accepted = metropolis_accept(-delta, gen)
     new_state = HMCState(
         where_rows(accepted, end.position, state.position),
         torch.where(accepted, end.log_prob, state.log_prob),

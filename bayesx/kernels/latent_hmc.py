@@ -45,7 +45,7 @@ from bayesx.kernels.common import (
     Kernel,
     DIVERGENCE_THRESHOLD,
     energy_error,
-    uniform,
+    metropolis_accept,
     where_rows,
 )
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
@@ -228,8 +228,7 @@ def step(space: LatentSpace, state: LatentState, target, params: LatentParams,
     log_volume = space.log_volume(v_q, v_p, end.position, end.momentum) if params.volume_correction else torch.zeros_like(h1)
     delta = energy_error(h1, h0) - log_volume
     delta = torch.nan_to_num(delta, nan=float("inf"))  # a NaN proposal is a rejection, counted below
-    accept_prob = torch.exp(torch.clamp(-delta, max=0.0))
-    accepted = uniform(n_chains, delta, gen) < accept_prob
+    accept_prob, accepted = metropolis_accept(-delta, gen)
     new_state = LatentState(where_rows(accepted, space.decode_position(end.position), state.position),
                             torch.where(accepted, -end.potential, state.log_prob))
     info = LatentInfo(

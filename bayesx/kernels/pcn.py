@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.kernels.common import uniform, where_rows
+from bayesx.kernels.common import metropolis_accept, where_rows
 
 MAX_H = 4.0
 
@@ -83,9 +83,7 @@ def log_density(state: PCNState) -> Tensor:
 def metropolis(state_ll: Tensor, proposal_ll: Tensor, extra_log_ratio: Tensor | float, gen: torch.Generator):
     """Accept probabilities and decisions for log ratios l* - l + extra; NaN counts as a rejection."""
     failed = torch.isnan(proposal_ll)
-    log_ratio = torch.nan_to_num(proposal_ll - state_ll + extra_log_ratio, nan=-math.inf)
-    accept_prob = torch.exp(torch.clamp(log_ratio, max=0.0))
-    accepted = uniform(state_ll.shape[0], log_ratio, gen) < accept_prob
+    accept_prob, accepted = metropolis_accept(proposal_ll - state_ll + extra_log_ratio, gen)
     return accept_prob, accepted, failed
 
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.kernels.common import uniform, where_rows
+from bayesx.kernels.common import metropolis_accept, where_rows
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
 from bayesx.kernels.metric import Metric, scale_noise
 
@@ -45,9 +45,7 @@ def step(state: RWMState, target, params: RWMParams, gen: torch.Generator) -> tu
     proposal = state.position + params.step_size * scale_noise(params.metric, z)
     log_prob = target.log_prob(proposal)
     failed = torch.isnan(log_prob)
-    log_ratio = torch.nan_to_num(log_prob - state.log_prob, nan=-float("inf"))
-    accept_prob = torch.exp(torch.clamp(log_ratio, max=0.0))
-    accepted = uniform(n_chains, log_ratio, gen) < accept_prob
+    accept_prob, accepted = metropolis_accept(log_prob - state.log_prob, gen)
     new_state = RWMState(
         where_rows(accepted, proposal, state.position), torch.where(accepted, log_prob, state.log_prob)
     )
