@@ -6,11 +6,10 @@ from bayesx.kernels import pcn
 from bayesx.kernels.latent_hmc import LatentSpace
 from bayesx.kernels.latent_pcn import LatentPCNParams, LatentProposal, LatentReference, make_kernel
 from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod
-from bayesx.methods.mcmc.pcn import PCN, CrankNicolsonStep, require_gaussian_prior
-from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.methods.mcmc.pcn import PCN, CrankNicolsonSampler, require_gaussian_prior
 
 
-class LatentPCNSampler(CrankNicolsonStep, MCMCMethod):
+class LatentPCNSampler(CrankNicolsonSampler):
     """The third stage of AE-pCN: the shared driver with the latent pCN kernel (h adapted in warm-up)."""
 
     name = "aepcn"

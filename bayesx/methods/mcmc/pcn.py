@@ -9,8 +9,8 @@ from bayesx.methods.mcmc.sampler import MCMCMethod
 from bayesx.targets.base import GAUSSIAN_PRIOR_API
 
 
-class CrankNicolsonStep:
-    """The step parameter h of pCN-type kernels (pCN, AE-pCN): capped at pcn.MAX_H (rho = 0),
+class CrankNicolsonSampler(MCMCMethod):
+    """The driver for pCN-type kernels (pCN, AE-pCN): the step parameter h, capped at pcn.MAX_H (rho = 0),
     reported with its rho, and searched by one-step acceptance before dual averaging."""
 
     def _summaries(self, stats, step_size, warmup_grad_evals):
@@ -26,7 +26,7 @@ class CrankNicolsonStep:
         return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.target_accept))
 
 
-class PCN(CrankNicolsonStep, MCMCMethod):
+class PCN(CrankNicolsonSampler):
     """Preconditioned Crank-Nicolson (bayesx.kernels.pcn) for models with a Gaussian prior it can
     sample; ``step_size`` is h (rho = (1 - h/4) / (1 + h/4)), adapted towards ``target_accept``."""
 
