@@ -65,3 +65,18 @@ def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
         raise BayesxError("the Hessian at the mode is not negative definite; use method.init=prior")
     cov = torch.cholesky_inverse(chol)
     return Laplace(mode, 0.5 * (cov + cov.T), float(lp[best]))
+
+
+def laplace_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
+    """MCMC's ``init=laplace``: starting points drawn from N(mode, H^-1) (one per row of ``start``)
+    and the starting inverse mass: H^-1 (mass=dense), its diagonal (diag) or ones (identity)."""
+    laplace = fit_laplace(target, start)
+    if mass == "dense":
+        inv_mass = laplace.cov
+    elif mass == "diag":
+        inv_mass = laplace.cov.diagonal().clone()
+    else:
+        inv_mass = torch.ones_like(laplace.mode)
+    chol = torch.linalg.cholesky(laplace.cov)
+    z = torch.randn(start.shape, generator=gen, dtype=chol.dtype, device=chol.device)
+    return laplace.mode + z @ chol.T, inv_mass

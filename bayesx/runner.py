@@ -7,18 +7,16 @@ run_job(cfg):  validate -> build data, target, method -> seed -> open an MLflow 
 from __future__ import annotations
 
 import contextlib
-import re
 import signal
 import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
 import torch
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from bayesx import reference
@@ -27,6 +25,8 @@ from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.result import Result
+from bayesx.run_settings import DeviceSettings, RunSettings
+from bayesx.settings import InvalidSetting, Settings, configure
 from bayesx.targets.base import Capabilities, Evaluation
 from bayesx.tracking import COMPARE_TAG, Tracker
 
@@ -34,97 +34,54 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 # --- building blocks ------------------------------------------------------------------------------
-def resolve_device(device_cfg: DictConfig) -> tuple[torch.device, torch.dtype]:
-    name = str(device_cfg.name)
-    if str(device_cfg.dtype) not in DTYPES:
-        raise BayesxError(f"device.dtype must be float32 or float64, got '{device_cfg.dtype}'")
+def resolve_device(device: DeviceSettings) -> tuple[torch.device, torch.dtype]:
+    name = device.name
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise BayesxError(f"device={name} was asked for but CUDA is not available to torch {torch.__version__}; use device=cpu")
     try:
-        device = torch.device(name)
+        resolved = torch.device(name)
     except RuntimeError as exc:
         raise BayesxError(f"unknown device '{name}'; use device=cpu or device=cuda") from exc
-    if device_cfg.get("num_threads"):
-        torch.set_num_threads(int(device_cfg.num_threads))
-    return device, DTYPES[str(device_cfg.dtype)]
+    if device.num_threads:
+        torch.set_num_threads(device.num_threads)
+    return resolved, DTYPES[device.dtype]
 
 
-def build(node: DictConfig, what: str, **kwargs):
-    """Instantiate ``node`` and call it with ``kwargs`` (live objects such as data sets, which
-    must not pass through OmegaConf); errors become one-line BayesxErrors naming the option."""
+def run_settings(cfg: DictConfig) -> tuple[RunSettings, DeviceSettings]:
+    """The run's top-level options and its device, checked (errors name the key)."""
+    top = {f.name: OmegaConf.select(cfg, f.name) for f in fields(RunSettings)}
+    top = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for k, v in top.items()}
+    return configure(RunSettings, top, ""), configure(DeviceSettings, options_of(cfg.device, "device"), "device")
+
+
+def build(node: DictConfig, group: str, **live):
+    """The object a config group names: its ``_target_``'s declared ``Settings`` checked against the
+    node's options (bayesx.settings: errors name ``<group>.<key>`` once), then ``_target_(settings=...,
+    **live)`` with the live objects (data sets, devices) that must not pass through OmegaConf."""
+    from hydra.utils import get_object
+
     try:
-        factory = instantiate(node, _convert_="all", _partial_=True)
-        return factory(**kwargs)
-    except BayesxError:
-        raise
-    except InstantiationException as exc:
-        cause = exc.__cause__ or exc
-        if isinstance(cause, BayesxError):
-            raise cause from None
-        raise _build_error(node, what, cause) from None
-    except TypeError as exc:
-        raise _build_error(node, what, exc) from None
+        factory = get_object(str(node._target_))
+    except Exception as exc:
+        raise BayesxError(f"cannot find {group}._target_ '{node._target_}': {str(exc).splitlines()[0]}") from None
+    schema = getattr(factory, "Settings", None)  # the one check of a class we may not have written
+    if not (isinstance(schema, type) and issubclass(schema, Settings)):
+        raise BayesxError(f"{node._target_} declares no Settings; give it a bayesx.settings.Settings dataclass "
+                          f"of its options (see ARCHITECTURE.md)")
+    settings = configure(schema, options_of(node, group), group)
+    return factory(settings=settings, **live)
+
+
+def options_of(node: DictConfig, group: str) -> dict:
+    """The node's options as plain Python values (interpolations resolved), without Hydra's keys."""
+    try:
+        options = OmegaConf.to_container(node, resolve=True)
     except Exception as exc:  # omegaconf resolution errors (e.g. a ??? value left unset)
-        text = str(exc).splitlines()[0]
-        if "Missing mandatory value" in str(exc):
-            key = str(exc).split("full_key:")[-1].split()[0] if "full_key:" in str(exc) else what
+        if "Missing mandatory value" in str(exc) and "full_key:" in str(exc):
+            key = str(exc).split("full_key:")[-1].split()[0]
             raise BayesxError(f"{key} must be set; add {key}=VALUE to the command line") from None
-        raise BayesxError(f"cannot build the {what}: {text}") from None
-
-
-def _build_error(node: DictConfig, what: str, exc: BaseException) -> BayesxError:
-    """One line for a failed construction: an unknown option, a wrongly typed one, or the cause."""
-    text = str(exc)
-    if isinstance(exc, TypeError) and "unexpected keyword argument" in text:
-        bad = text.split("'")[-2] if "'" in text else "?"
-        return BayesxError(f"{what} does not take the option '{bad}'; remove {what}.{bad} "
-                           f"(see `bayesx run --cfg job` for the options)")
-    first = text.splitlines()[0] if text.strip() else type(exc).__name__
-    return BayesxError(_wrong_type(node, what) or f"cannot build the {what}: {first}")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_run_settings(cfg: DictConfig) -> None:
-    if not _is_int(cfg.n_chains) or cfg.n_chains < 1:
-        raise BayesxError(f"n_chains must be an integer >= 1, got {cfg.n_chains}; set n_chains=4")
-    if not _is_int(cfg.seed) or cfg.seed < 0:
-        raise BayesxError(f"seed must be a non-negative integer, got {cfg.seed}")
-    n_coords = cfg.plots.n_coords
-    if not _is_int(n_coords) or n_coords < 0:
-        raise BayesxError(f"plots.n_coords must be an integer >= 0, got {n_coords}; set plots.n_coords=4 (0: no plots)")
-    if not isinstance(cfg.save_draws, bool):
-        raise BayesxError(f"save_draws must be true or false, got {cfg.save_draws}")
-    if cfg.progress is not None and not isinstance(cfg.progress, bool):
-        raise BayesxError(f"progress must be true, false or null, got {cfg.progress}")
-
-
-def _wrong_type(node: DictConfig, what: str) -> str | None:
-    """A one-line message naming an option given as text where the class expects a number."""
-    import inspect
-
-    from hydra.utils import get_method
-
-    try:
-        factory = get_method(str(node._target_))
-        callables = [c.__init__ for c in factory.__mro__] if inspect.isclass(factory) else [factory]
-        params = {}
-        for fn in reversed(callables):  # subclasses override their bases' defaults
-            with contextlib.suppress(TypeError, ValueError):
-                params.update(inspect.signature(fn).parameters)
-    except Exception:
-        return None
-    for key, value in node.items():
-        if not isinstance(value, str) or key not in params:
-            continue
-        default, annotation = params[key].default, str(params[key].annotation)
-        numeric_default = isinstance(default, (int, float)) and not isinstance(default, bool)
-        if numeric_default or re.search(r"\b(int|float)\b", annotation):
-            hint = f"set {what}.{key}={default} or similar" if numeric_default else f"set {what}.{key} to a number"
-            return f"{what}.{key} must be a number, got '{value}'; {hint}"
-    return None
+        raise BayesxError(f"cannot read the {group} options: {str(exc).splitlines()[0]}") from None
+    return {k: v for k, v in options.items() if not k.startswith("_")}
 
 
 def git_commit() -> str:
@@ -231,24 +188,15 @@ def print_summary(title: str, metrics: dict[str, float], keys: list[str], status
         print(f"  warning: {warning}")
 
 
-def wants_reference(cfg: DictConfig, method: Method, target) -> bool:
+def wants_reference(run: RunSettings, method: Method, target) -> bool:
     """reference.enabled: true/false, or null for auto: on for methods whose draws are approximate,
     on targets whose exact moments are unknown and where a NUTS run is affordable (both declared in
     the target's capabilities)."""
-    enabled = cfg.reference.enabled
-    if not (enabled is None or isinstance(enabled, bool)):
-        raise BayesxError(f"reference.enabled must be true, false or null (auto), got {enabled!r}")
+    enabled = run.reference.enabled
     if enabled is None:
         caps = target.capabilities
         return method.approximate_draws and caps.posterior and not caps.exact_moments and caps.reference_affordable
-    return bool(enabled)
-
-
-def check_reference(cfg: DictConfig) -> None:
-    ref = cfg.reference
-    for key, low in (("num_warmup", 0), ("num_draws", 4), ("n_chains", 1), ("max_tree_depth", 1), ("seed", 0)):
-        if not _is_int(ref.get(key)) or ref.get(key) < low:
-            raise BayesxError(f"reference.{key} must be an integer >= {low}, got {ref.get(key)!r}")
+    return enabled
 
 
 def reference_key(cfg: DictConfig) -> dict:
@@ -257,11 +205,11 @@ def reference_key(cfg: DictConfig) -> dict:
             "data": OmegaConf.to_container(cfg.data, resolve=True), "dtype": str(cfg.device.dtype)}
 
 
-def reference_error(cfg: DictConfig, target, result: Result) -> dict[str, float]:
+def reference_error(cfg: DictConfig, run: RunSettings, target, result: Result) -> dict[str, float]:
     """posterior_mean_err / posterior_sd_err against a cached NUTS run (bayesx.reference)."""
-    ref_cfg = OmegaConf.to_container(cfg.reference, resolve=True)
-    ref_cfg.pop("enabled", None)
-    ref = reference.reference_moments(target, reference_key(cfg), data_dir() / "reference", progress=cfg.progress,
+    ref_cfg = asdict(run.reference)
+    ref_cfg.pop("enabled")
+    ref = reference.reference_moments(target, reference_key(cfg), data_dir() / "reference", progress=run.progress,
                                       **ref_cfg)
     result.tags["reference_cache"] = str(ref.path)
     out = reference.posterior_error(result.draws.numpy(), ref)
@@ -277,8 +225,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     RunInterrupted / KeyboardInterrupt after recording a KILLED run with what it had.
     """
     wall_start = time.perf_counter()
-    check_run_settings(cfg)
-    device, dtype = resolve_device(cfg.device)
+    job, device_settings = run_settings(cfg)
+    device, dtype = resolve_device(device_settings)
     model_name = choices.get("model", "model")
     data = build(cfg.data, "data") if capabilities_of(cfg.model).uses_data else None
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
@@ -286,22 +234,23 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     if not isinstance(method, Method):
         raise BayesxError(f"method={choices.get('method')} builds a {type(method).__name__}, not a bayesx method; "
                           f"derive it from a family in bayesx.methods.base (see ARCHITECTURE.md)")
-    n_chains = int(cfg.n_chains)
+    n_chains = job.n_chains
     check_fits(method, target, choices.get("method", "?"), model_name)
-    method.check(target, n_chains)  # the method's own checks that need the target
-    with_reference = wants_reference(cfg, method, target)
-    if with_reference:
-        check_reference(cfg)
-    gen = torch.Generator(device=device).manual_seed(int(cfg.seed))
+    try:
+        method.check(target, n_chains)  # the method's own checks that need the target
+    except InvalidSetting as exc:
+        raise exc.as_error("method") from None
+    with_reference = wants_reference(job, method, target)
+    gen = torch.Generator(device=device).manual_seed(job.seed)
     initial = method.initial_points(target, n_chains, gen)
 
-    tracker = Tracker(str(cfg.tracking.uri), str(cfg.experiment_name), cfg.tracking.get("artifact_root"))
+    tracker = Tracker(str(cfg.tracking.uri), job.experiment_name, cfg.tracking.get("artifact_root"))
     data_name = choices.get("data", "") if data is not None else "none"
-    run_name = cfg.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{cfg.seed}"
+    run_name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
     tags = {
         "method": choices.get("method", ""), "model": model_name, "family": method.family, "data": data_name,
-        "device": str(device), "dtype": str(cfg.device.dtype), "torch_version": torch.__version__,
-        "git_commit": git_commit(), "seed": str(cfg.seed), "n_chains": str(cfg.n_chains),
+        "device": str(device), "dtype": device_settings.dtype, "torch_version": torch.__version__,
+        "git_commit": git_commit(), "seed": str(job.seed), "n_chains": str(job.n_chains),
         **{f"target.{k}": v for k, v in target.describe().items()},
     }
     # SIGTERM is caught from before the run exists until it is closed, so a run is never left RUNNING
@@ -309,7 +258,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
         run.log_params(flatten(cfg))
         run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        result = method.infer(target, RunInputs(initial, gen, cfg.progress, Path(tmp)))
+        result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp)))
         metrics = dict(result.metrics)
         metrics.update(result.timings)
         has_draws = result.draws is not None and result.draws.shape[1] > 0
@@ -318,7 +267,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         metrics.update(evaluation.metrics)
         metrics["wall_time_s"] = time.perf_counter() - wall_start
         if with_reference and not result.interrupted and result.draws is not None:
-            metrics.update(reference_error(cfg, target, result))
+            metrics.update(reference_error(cfg, job, target, result))
         stepped = {name for name, points in result.traces.items() if points}  # their last step is the final value
         run.log_metrics({k: v for k, v in metrics.items() if k not in stepped})
         for name, points in result.traces.items():
@@ -327,7 +276,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         compared = [k for k in [*evaluation.metrics, *method.compare_keys, "posterior_mean_err", "wall_time_s"]
                     if k in metrics]
         run.set_tags({**result.tags, COMPARE_TAG: ",".join(compared)})
-        log_artifacts(run, cfg, method, target, result, evaluation, Path(tmp))
+        log_artifacts(run, job, method, target, result, evaluation, Path(tmp))
         status = "KILLED" if result.interrupted else "FINISHED"
         warnings = result.warnings + method.warnings(metrics)
         if warnings:
@@ -340,11 +289,11 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     return metrics
 
 
-def log_artifacts(run, cfg: DictConfig, method: Method, target, result: Result, evaluation: Evaluation,
+def log_artifacts(run, job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation,
                   tmp: Path) -> None:
     has_draws = result.draws is not None and result.draws.shape[1] > 0
     if has_draws:
-        log_draws(run, cfg, method, target, result, tmp)
+        log_draws(run, job, method, target, result, tmp)
     files = target.write_artifacts(tmp, result.draws if has_draws else None, evaluation)  # its data, fields, ...
     for folder, paths in [*files.items(), *result.artifacts.items()]:
         for path in paths:
@@ -355,13 +304,13 @@ def log_artifacts(run, cfg: DictConfig, method: Method, target, result: Result, 
         run.log_artifact(path)
 
 
-def log_draws(run, cfg: DictConfig, method: Method, target, result: Result, tmp: Path) -> None:
+def log_draws(run, job: RunSettings, method: Method, target, result: Result, tmp: Path) -> None:
     draws = result.draws.numpy()
-    if cfg.save_draws:
+    if job.save_draws:
         idata = convergence.to_inference_data(draws, result.sample_stats, target.param_name)
         path = tmp / "draws.nc"
         idata.to_netcdf(str(path), engine="h5netcdf")
         run.log_artifact(path)
-    if cfg.plots.n_coords > 0:
-        coords = method.plot_coordinates(draws, int(cfg.plots.n_coords))
+    if job.plots.n_coords > 0:
+        coords = method.plot_coordinates(draws, job.plots.n_coords)
         run.log_artifact(plots.trace_and_marginals(draws, coords, target.param_name, tmp / "trace.png"), "plots")

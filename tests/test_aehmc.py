@@ -201,8 +201,7 @@ def test_invertible_linear_autoencoder_reproduces_gaussian_moments():
         ae.dec_out.weight.copy_(torch.linalg.inv(a))
     space = latent.LatentSpace(target, ae.requires_grad_(False), torch.zeros(dim), torch.tensor([1.5, 1.0, 0.7, 0.6]))
     assert float(space.constant_log_volume) == pytest.approx(0.0, abs=1e-10)
-    sampler = LatentSampler(space, num_steps=8, volume_correction=True, energy_at_start="original",
-                            num_warmup=300, num_draws=3000)
+    sampler = LatentSampler(space, latent.LatentParams(0.0, 8, True, "original"), num_warmup=300, num_draws=3000)
     result = sampler.run(target, target.initial_point(4, g), g, progress=False)
     draws = result.draws.numpy()
     flat = draws.reshape(-1, dim)
@@ -232,8 +231,7 @@ def test_negative_control_a_wrong_volume_term_is_caught():
             return 2.0 * (z_end * z_end).sum(-1) - 2.0 * (v_q * v_q).sum(-1)
 
     space.__class__ = Skewed
-    sampler = LatentSampler(space, num_steps=5, volume_correction=True, energy_at_start="original",
-                            num_warmup=200, num_draws=2000)
+    sampler = LatentSampler(space, latent.LatentParams(0.0, 5, True, "original"), num_warmup=200, num_draws=2000)
     g = gen(14)
     flat = sampler.run(target, target.initial_point(4, g), g, progress=False).draws.reshape(-1, dim).numpy()
     assert abs(flat.var(0).mean() - 1.0) > 0.3

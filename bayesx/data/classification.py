@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bayesx.data._checks import check_fraction, check_seed
 from bayesx.errors import BayesxError
 
 
@@ -135,8 +134,10 @@ def seeded_split(
     Each label value contributes ``round(test_fraction * count)`` rows to the test part; both parts
     are then shuffled. The same inputs and seed always give the same split.
     """
-    fraction = check_fraction(test_fraction)
-    rng = np.random.default_rng(check_seed(seed))
+    if not 0.0 < test_fraction < 1.0:
+        raise BayesxError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction!r}")
+    fraction = test_fraction
+    rng = np.random.default_rng(seed)
     x, y = np.asarray(x), np.asarray(y)
     if x.shape[0] != y.shape[0]:
         raise BayesxError(f"cannot split {x.shape[0]} feature rows with {y.shape[0]} labels; give one label per row")

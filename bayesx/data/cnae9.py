@@ -8,33 +8,30 @@ other 856 columns are integer word frequencies.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Annotated
 from pathlib import Path
 
 import numpy as np
 
 from bayesx.data import registry
-from bayesx.data._checks import _is_int, check_fraction, check_seed
 from bayesx.data.classification import ClassificationData, seeded_split
+from bayesx.data.options import SplitSettings, check_class_pair
 from bayesx.errors import BayesxError
+from bayesx.settings import Described, takes
 
 FILENAME = "CNAE-9.data"
 N_FEATURES = 856
 LABELS = range(1, 10)
 
 
-def _check_classes(classes: object, key: str = "data.classes") -> tuple[int, int]:
-    """Return ``classes`` as two distinct CNAE-9 labels 1-9 (any sequence, e.g. a Hydra ListConfig)."""
-    fix = f"set {key} to two distinct labels 1-9, e.g. {key}=[1,2]"
-    if isinstance(classes, (str, bytes)) or not isinstance(classes, Iterable):
-        raise BayesxError(f"{key} must be a pair of CNAE-9 labels, got {classes!r}; {fix}")
-    items = list(classes)
-    if len(items) != 2 or not all(_is_int(c) and int(c) in LABELS for c in items):
-        raise BayesxError(f"{key} must be two CNAE-9 labels 1-9, got {items!r}; {fix}")
-    first, second = int(items[0]), int(items[1])
-    if first == second:
-        raise BayesxError(f"{key} names the same label twice ({first}); {fix}")
-    return first, second
+@dataclass(frozen=True)
+class CNAE9Settings(SplitSettings):
+    classes: Annotated[tuple[int, ...], Described("two distinct CNAE-9 labels 1-9")] = (1, 2)
+    scale: bool = True  # counts / the largest training count
+
+    def check(self):
+        check_class_pair(self.classes, LABELS[0], LABELS[-1], "CNAE-9 labels")
 
 
 def _data_file() -> Path:
@@ -79,12 +76,8 @@ def _read(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return labels.astype(np.int64), table[:, 1:]
 
 
-def load_cnae9(
-    classes: tuple[int, int] = (1, 2),
-    test_fraction: float = 0.2,
-    seed: int = 0,
-    scale: bool = True,
-) -> ClassificationData:
+@takes(CNAE9Settings, "data")
+def load_cnae9(classes: tuple[int, int], test_fraction: float, seed: int, scale: bool) -> ClassificationData:
     """Return CNAE-9 class ``classes[0]`` (label 0) against ``classes[1]`` (label 1), 856 features.
 
     All 856 word-count columns are kept, constant ones included (the Deep MCMC paper's D = 856,
@@ -93,9 +86,7 @@ def load_cnae9(
     exceed 1) and zeros stay zeros; without it the raw counts are used. The split is stratified and
     seeded with ``seed``.
     """
-    first, second = _check_classes(classes)
-    fraction = check_fraction(test_fraction)
-    seed = check_seed(seed)
+    first, second = classes
     path = _data_file()
     labels, counts = _read(path)
     for label in (first, second):
@@ -106,7 +97,7 @@ def load_cnae9(
     keep = np.isin(labels, (first, second))
     x = counts[keep]
     y = (labels[keep] == second).astype(np.float64)
-    x_train, y_train, x_test, y_test = seeded_split(x, y, fraction, seed)
+    x_train, y_train, x_test, y_test = seeded_split(x, y, test_fraction, seed)
     scaling = "raw word counts"
     if scale:
         largest = float(x_train.max())

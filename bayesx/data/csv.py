@@ -6,14 +6,16 @@ problem with the file is reported as a one-line :class:`BayesxError` naming the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from bayesx.data._checks import check_fraction, check_seed
 from bayesx.data.classification import ClassificationData, seeded_split
+from bayesx.data.options import SplitSettings
 from bayesx.errors import BayesxError
+from bayesx.settings import takes
 
 MAX_NAMES_SHOWN = 10
 
@@ -98,20 +100,21 @@ def _standardize(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, n
     return (x_train - mean) / std, (x_test - mean) / std
 
 
-def load_csv(
-    path: str | None = None,
-    target: str | None = None,
-    test_fraction: float = 0.2,
-    seed: int = 0,
-    standardize: bool = True,
-) -> ClassificationData:
+@dataclass(frozen=True)
+class CSVSettings(SplitSettings):
+    path: Path | None = None  # the CSV file
+    target: str | None = None  # the 0/1 label column
+    standardize: bool = True  # features scaled by the training part's mean and sd
+
+
+@takes(CSVSettings, "data")
+def load_csv(path: Path | None, target: str | None, test_fraction: float, seed: int,
+             standardize: bool) -> ClassificationData:
     """Read ``path``, use column ``target`` (0/1) as labels and all other columns as features.
 
     Rows are split with a stratified, seeded split; with ``standardize`` the features are scaled
     with the training part's mean and standard deviation.
     """
-    fraction = check_fraction(test_fraction)
-    seed = check_seed(seed)
     resolved = _resolve_path(path)
     frame = _read_frame(resolved)
     frame.columns = [str(c) for c in frame.columns]
@@ -119,7 +122,7 @@ def load_csv(
     _check_values(frame, target, resolved)
     x = frame.drop(columns=[target]).to_numpy(dtype=np.float64)
     y = frame[target].to_numpy(dtype=np.float64)
-    x_train, y_train, x_test, y_test = seeded_split(x, y, fraction, seed)
+    x_train, y_train, x_test, y_test = seeded_split(x, y, test_fraction, seed)
     if standardize:
         x_train, x_test = _standardize(x_train, x_test)
     scaling = ", standardized with training mean/std" if standardize else ""

@@ -24,19 +24,19 @@ random subsets of that many images.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
 
 from bayesx.data import registry
-from bayesx.data._checks import check_choice, check_class_pair, check_float, check_fraction, check_int, check_seed
 from bayesx.data.classification import seeded_split
 from bayesx.data.idx import load_idx_dataset
+from bayesx.data.options import SplitSettings, check_class_pair
 from bayesx.errors import BayesxError
+from bayesx.settings import AtLeast, Described, InvalidSetting, takes
 
-NAMES = ("mnist", "fashion_mnist", "cifar10")
 SOURCES = {"mnist": ("auto", "vendored", "full"), "fashion_mnist": ("auto", "full"), "cifar10": ("auto", "full")}
-BINARIZE = ("stochastic", "fixed", "none")
 #: Test images per class of the balanced test set with ``imbalance`` (Chen (2019) ch. 4: 500 + 500).
 DEFAULT_TEST_PER_CLASS = 500
 
@@ -249,17 +249,29 @@ def _balanced_test_rows(rng, labels, classes: tuple[int, int], n_per_class: int 
 # ---------------------------------------------------------------------------------------- loader
 
 
-def load_images(
-    name: str = "mnist",
-    source: str = "auto",
-    binarize: str = "stochastic",
-    classes: list[int] | None = None,
-    imbalance: float | None = None,
-    n_train: int | None = None,
-    n_test: int | None = None,
-    test_fraction: float = 0.2,
-    seed: int = 0,
-) -> ImageData:
+@dataclass(frozen=True)
+class ImagesSettings(SplitSettings):
+    name: Literal["mnist", "fashion_mnist", "cifar10"] = "mnist"
+    source: Literal["auto", "vendored", "full"] = "auto"  # vendored exists only for mnist
+    binarize: Literal["stochastic", "fixed", "none"] = "stochastic"
+    classes: Annotated[tuple[int, ...] | None, Described("two distinct digits 0-9 [major, minor] or null")] = None
+    imbalance: Annotated[float | None, AtLeast(1.0)] = None  # training ratio major:minor (needs classes)
+    n_train: Annotated[int | None, AtLeast(1)] = None
+    n_test: Annotated[int | None, AtLeast(1)] = None
+
+    def check(self):
+        if self.source not in SOURCES[self.name]:
+            raise InvalidSetting("source", f"must be one of {', '.join(SOURCES[self.name])} for data.name={self.name}, "
+                                 f"got {self.source!r} (vendored exists only for mnist)")
+        if self.classes is not None:
+            check_class_pair(self.classes, 0, 9, "digits")
+        if self.imbalance is not None and self.classes is None:
+            raise InvalidSetting("imbalance", "needs data.classes=[major,minor]; set both, e.g. data.classes=[0,1]")
+
+
+@takes(ImagesSettings, "data")
+def load_images(name: str, source: str, binarize: str, classes: tuple[int, int] | None, imbalance: float | None,
+                n_train: int | None, n_test: int | None, test_fraction: float, seed: int) -> ImageData:
     """Load an image data set for the VAEs; see the module docstring for every option.
 
     ``n_test`` is the number of test images, except with ``imbalance``, where it is the number per
@@ -267,28 +279,7 @@ def load_images(
     the training ratio is exact and the total close to ``n_train`` (see
     :func:`_imbalanced_train_rows`). ``test_fraction`` only applies to the vendored MNIST subset.
     """
-    name = check_choice(name, "data.name", NAMES)
-    if source not in SOURCES[name]:
-        only = " (vendored exists only for mnist)" if source == "vendored" else ""
-        raise BayesxError(
-            f"data.source must be one of {', '.join(SOURCES[name])} for data.name={name}, got {source!r}{only}; "
-            "set data.source to one of those"
-        )
-    binarize = check_choice(binarize, "data.binarize", BINARIZE)
-    pair = None if classes is None else check_class_pair(classes)
-    ratio = None
-    if imbalance is not None:
-        if pair is None:
-            raise BayesxError("data.imbalance needs data.classes=[major,minor]; set both, e.g. data.classes=[0,1]")
-        ratio = check_float(imbalance, "data.imbalance")
-        if ratio < 1.0:
-            raise BayesxError(
-                f"data.imbalance is the ratio major:minor and must be >= 1, got {imbalance!r}; e.g. data.imbalance=10"
-            )
-    n_train = None if n_train is None else check_int(n_train, "data.n_train", minimum=1)
-    n_test = None if n_test is None else check_int(n_test, "data.n_test", minimum=1)
-    test_fraction = check_fraction(test_fraction)
-    seed = check_seed(seed)
+    pair, ratio = classes, imbalance
 
     if name == "mnist":
         x_train, y_train, x_test, y_test, origin = _load_mnist(source, test_fraction, seed)

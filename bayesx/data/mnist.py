@@ -7,16 +7,19 @@ and full MNIST (70,000 digits) once ``bayesx data fetch mnist`` has put it in th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from bayesx.data import registry
-from bayesx.data._checks import check_choice, check_class_pair, check_fraction, check_seed
 from bayesx.data.classification import ClassificationData, seeded_split
 from bayesx.data.idx import load_idx_dataset
+from bayesx.data.options import DigitPairSettings
 from bayesx.errors import BayesxError
+from bayesx.settings import takes
 
 SOURCES = ("auto", "vendored", "full")
 VENDORED_FILE = registry.EMBEDDED_DIR / "mnist10k.npz"
@@ -59,21 +62,20 @@ def _two_classes(images: np.ndarray, labels: np.ndarray, first: int, second: int
     return _to_features(images[keep]), (labels[keep] == second).astype(np.float64)
 
 
-def load_mnist01(
-    classes: tuple[int, int] = (0, 1),
-    test_fraction: float = 0.2,
-    seed: int = 0,
-    source: str = "auto",
-) -> ClassificationData:
+@dataclass(frozen=True)
+class MNIST01Settings(DigitPairSettings):
+    source: Literal["auto", "vendored", "full"] = "auto"
+
+
+@takes(MNIST01Settings, "data")
+def load_mnist01(classes: tuple[int, int], test_fraction: float, seed: int, source: str) -> ClassificationData:
     """MNIST digit ``classes[0]`` (label 0) against ``classes[1]`` (label 1), 784 pixels in [0, 1].
 
     The vendored digits are split with a stratified, seeded split of ``test_fraction``; full MNIST
     keeps its own split (training file -> train, t10k file -> test) and ignores ``test_fraction``.
     """
-    first, second = check_class_pair(classes)
-    fraction = check_fraction(test_fraction)
-    seed = check_seed(seed)
-    source = check_choice(source, "data.source", SOURCES)
+    first, second = classes
+    fraction = test_fraction
     full_dir = _full_dir(source)
     if full_dir is not None:
         train_images, train_labels, test_images, test_labels = load_idx_dataset(full_dir)
@@ -104,7 +106,8 @@ def load_mnist_images(source: str = "auto") -> tuple[np.ndarray, np.ndarray, str
     The vendored source gives its 10,000 digits (grouped by digit); full MNIST gives its training
     images followed by its test images (70,000).
     """
-    source = check_choice(source, "data.source", SOURCES)
+    if source not in SOURCES:
+        raise BayesxError(f"data.source must be one of {', '.join(SOURCES)}, got {source!r}")
     full_dir = _full_dir(source)
     if full_dir is not None:
         train_images, train_labels, test_images, test_labels = load_idx_dataset(full_dir)

@@ -9,39 +9,35 @@ Bernoulli(sigmoid(x . beta)). Everything comes from one NumPy Generator seeded w
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated
+
 import numpy as np
 from scipy.special import expit
 
-from bayesx.data._checks import check_float, check_int, check_seed
 from bayesx.data.classification import ClassificationData
-from bayesx.errors import BayesxError
+from bayesx.settings import AtLeast, Between, InvalidSetting, Settings, takes
 
 
-def make_synthetic(
-    seed: int = 0,
-    n_features: int = 500,
-    n_correlated: int = 50,
-    rho: float = 0.85,
-    n_rows: int = 700,
-    beta_scale: float = 1.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class SyntheticSettings(Settings):
+    seed: Annotated[int, AtLeast(0)] = 0
+    n_features: Annotated[int, AtLeast(1)] = 500
+    n_correlated: Annotated[int, AtLeast(0)] = 50
+    rho: Annotated[float, Between(0.0, 1.0)] = 0.85  # 0 < rho < 1
+    n_train: Annotated[int, AtLeast(1)] = 550
+    n_test: Annotated[int, AtLeast(1)] = 150
+    beta_scale: Annotated[float, AtLeast(0.0)] = 1.0  # true beta ~ U[-beta_scale, beta_scale]
+
+    def check(self):
+        if self.n_correlated > self.n_features:
+            raise InvalidSetting("n_correlated", f"({self.n_correlated}) is larger than data.n_features "
+                                 f"({self.n_features}); set it <= n_features")
+
+
+def make_synthetic(seed: int = 0, n_features: int = 500, n_correlated: int = 50, rho: float = 0.85,
+                   n_rows: int = 700, beta_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return (x, y, beta) for ``n_rows`` rows: features (n, p), labels 0/1 (n,), true beta (p,)."""
-    seed = check_seed(seed)
-    n_features = check_int(n_features, "data.n_features", minimum=1)
-    n_correlated = check_int(n_correlated, "data.n_correlated", minimum=0)
-    n_rows = check_int(n_rows, "data.n_rows", minimum=1)
-    rho = check_float(rho, "data.rho")
-    beta_scale = check_float(beta_scale, "data.beta_scale")
-    if n_correlated > n_features:
-        raise BayesxError(
-            f"data.n_correlated ({n_correlated}) is larger than data.n_features ({n_features}); "
-            "set data.n_correlated <= data.n_features"
-        )
-    if not 0.0 <= rho < 1.0:
-        raise BayesxError(f"data.rho must satisfy 0 <= rho < 1, got {rho}; set data.rho to e.g. 0.85")
-    if beta_scale < 0.0:
-        raise BayesxError(f"data.beta_scale must be >= 0, got {beta_scale}; set data.beta_scale to e.g. 1.0")
-
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n_rows, n_features))
     common = rng.standard_normal((n_rows, 1))
@@ -51,18 +47,10 @@ def make_synthetic(
     return x, y, beta
 
 
-def load_synthetic(
-    seed: int = 0,
-    n_features: int = 500,
-    n_correlated: int = 50,
-    rho: float = 0.85,
-    n_train: int = 550,
-    n_test: int = 150,
-    beta_scale: float = 1.0,
-) -> ClassificationData:
+@takes(SyntheticSettings, "data")
+def load_synthetic(seed: int, n_features: int, n_correlated: int, rho: float, n_train: int, n_test: int,
+                   beta_scale: float) -> ClassificationData:
     """Generate the synthetic set; the first ``n_train`` rows train, the next ``n_test`` test."""
-    n_train = check_int(n_train, "data.n_train", minimum=1)
-    n_test = check_int(n_test, "data.n_test", minimum=1)
     x, y, _ = make_synthetic(
         seed=seed,
         n_features=n_features,

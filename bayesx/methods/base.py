@@ -31,7 +31,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import Annotated, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -40,6 +40,7 @@ from torch import Tensor
 from bayesx.diagnostics import convergence, importance
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.result import Result
+from bayesx.settings import AtLeast, Settings, configure
 from bayesx.targets.base import Evaluation
 
 RHAT_LIMIT = 1.01
@@ -58,8 +59,14 @@ class RunInputs:
 
 
 class Method(ABC):
-    """A configured inference method (built from the ``method`` config group)."""
+    """A configured inference method (built from the ``method`` config group).
 
+    Its options are one :class:`bayesx.settings.Settings` dataclass, ``Settings``; the method is
+    built from checked values, ``Method(settings)`` or ``Method(**options)`` (checked on the way,
+    errors naming ``method.<key>``), and reads them from ``self.settings``.
+    """
+
+    Settings: ClassVar[type[Settings]] = Settings
     family: ClassVar[str]
     name: ClassVar[str] = "method"
     summary_keys: ClassVar[tuple[str, ...]] = ()
@@ -69,8 +76,12 @@ class Method(ABC):
     """True where the draws follow the posterior only approximately: the runner then compares them
     with a reference posterior by default (reference.enabled=null)."""
 
+    def __init__(self, settings: Settings | None = None, **options):
+        self.settings = configure(self.Settings, settings if settings is not None else options, "method")
+
     def check(self, target, n_chains: int) -> None:
-        """Raise a BayesxError for settings that do not fit this target (before a run is recorded)."""
+        """Settings that do not fit this target (before a run is recorded): raise
+        ``InvalidSetting(key, problem)`` (the runner names it ``method.<key>``) or a BayesxError."""
 
     def initial_points(self, target, n_chains: int, gen: torch.Generator) -> Tensor | None:
         """Starting points (chains, dim): the target's own (None for trainers)."""
@@ -169,6 +180,11 @@ class FittedApproximation(Protocol):
         """log q(z) for z (..., dim), normalized."""
 
 
+@dataclass(frozen=True)
+class ApproximationSettings(Settings):
+    num_draws: Annotated[int, AtLeast(1)] = 1000  # iid draws from the fitted q, weighed and evaluated
+
+
 class Approximation(Method):
     """A method that fits q; the family draws ``num_draws`` iid draws from it, weighs them by
     w = p(z) / q(z) and reports
@@ -187,8 +203,7 @@ class Approximation(Method):
     compare_keys = ("elbo_final", "log_evidence", "psis_khat", "fit_time_s")
     approximate_draws = True
 
-    def __init__(self, num_draws: int = 1000):
-        self.num_draws = num_draws
+    Settings = ApproximationSettings
 
     @abstractmethod
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
@@ -209,12 +224,12 @@ class Approximation(Method):
         if result.error is not None:
             return result
         with torch.no_grad():
-            z = q.sample(self.num_draws, inputs.gen)
+            z = q.sample(self.settings.num_draws, inputs.gen)
             log_weights = target.log_prob(z) - q.log_prob(z)
         result.metrics.update(importance.weight_summary(log_weights.double().cpu().numpy()))
         result.draws = z.detach().cpu()[None]
         result.tags.setdefault("stopped_during", "completed")
-        result.tags["draws_are"] = f"{self.num_draws} iid draws from the fitted q"
+        result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
         return result
 
     def warnings(self, metrics: dict[str, float]) -> list[str]:

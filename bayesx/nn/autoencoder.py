@@ -23,11 +23,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 from torch import Tensor, nn
 
 from bayesx.errors import BayesxError
+from bayesx.settings import AtLeast, Between, Positive, Settings
 
 ARCHITECTURES = ("linear", "tanh", "pca")
 
@@ -118,25 +120,17 @@ def pca_error_curve(x_train: Tensor, x_val: Tensor) -> Tensor:
     return curve.clamp(min=0.0)
 
 
-@dataclass
-class TrainSettings:
+@dataclass(frozen=True)
+class TrainSettings(Settings):
     """Auto-encoder training (``method.train``): Adam on the mean squared reconstruction error,
     a held-out validation split and early stopping on its loss."""
 
-    max_epochs: int = 500
-    batch_size: int = 128
-    lr: float = 1e-3
-    val_fraction: float = 0.2
-    patience: int = 25
-    max_recon_err: float = 0.98  # above this validation error the auto-encoder is useless: fail
-
-    def __post_init__(self):
-        if self.max_epochs < 1 or self.batch_size < 1 or self.patience < 1:
-            raise BayesxError("method.train.max_epochs, batch_size and patience must be >= 1")
-        if not self.lr > 0:
-            raise BayesxError(f"method.train.lr must be positive, got {self.lr}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise BayesxError(f"method.train.val_fraction must lie in (0, 1), got {self.val_fraction}")
+    max_epochs: Annotated[int, AtLeast(1)] = 500
+    batch_size: Annotated[int, AtLeast(1)] = 128
+    lr: Annotated[float, Positive()] = 1e-3
+    val_fraction: Annotated[float, Between(0.0, 1.0)] = 0.2
+    patience: Annotated[int, AtLeast(1)] = 25  # epochs without validation improvement before stopping
+    max_recon_err: Annotated[float, Positive()] = 0.98  # above this validation error the auto-encoder is useless
 
 
 @dataclass

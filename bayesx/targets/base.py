@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bayesx.errors import BayesxError
+from bayesx.settings import Settings, configure
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,13 @@ class ModelBase:
     of draws and files. Trained models (the VAE) derive from this alone."""
 
     capabilities: ClassVar[Capabilities] = Capabilities()
+    Settings: ClassVar[type[Settings]] = Settings
+    """The model's options (the ``model`` config group), a bayesx.settings dataclass."""
+
+    @classmethod
+    def configure(cls, settings: Settings | None, options: dict) -> Settings:
+        """The checked settings: given ones, or ``options`` checked (errors name ``model.<key>``)."""
+        return configure(cls.Settings, settings if settings is not None else options, "model")
 
     def evaluate(self, draws: Tensor, sample_stats: dict[str, np.ndarray] | None = None) -> Evaluation:
         """Model-specific metrics of draws (chains, draws, dim); ``sample_stats`` are the sampler's
@@ -134,9 +141,3 @@ class TargetBase(ModelBase):
 
 GAUSSIAN_PRIOR_API = ("log_likelihood", "sample_prior", "prior_log_prob", "prior_factor")
 """What a target with ``capabilities.gaussian_prior`` provides (see bayesx.targets.elliptic)."""
-
-
-def check_positive(name: str, value: float, fix: str) -> float:
-    if not (value > 0 and value == value and value != float("inf")):
-        raise BayesxError(f"{name} must be a positive number, got {value}; {fix}")
-    return float(value)

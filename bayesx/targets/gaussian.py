@@ -5,11 +5,28 @@ log pi(q) = -1/2 (q - m)^T P (q - m) + const, P = Sigma^{-1}; grad = -P (q - m).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
 import torch
 from torch import Tensor
 
-from bayesx.errors import BayesxError
+from bayesx.settings import AtLeast, InvalidSetting, Positive, Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase
+
+
+@dataclass(frozen=True)
+class GaussianSettings(Settings):
+    dim: Annotated[int, AtLeast(1)] = 10
+    kind: Literal["isotropic", "correlated", "scaled"] = "isotropic"
+    rho: float = 0.9  # the equicorrelation of kind=correlated
+    condition: Annotated[float, Positive()] = 100.0  # sds log-spaced over [1/condition, 1] for kind=scaled
+    mean: tuple[float, ...] | None = None  # null: zeros
+    cov: tuple[tuple[float, ...], ...] | None = None  # an explicit covariance overrides kind and dim
+
+    def check(self):
+        if self.cov is None and self.kind == "correlated" and not -1.0 / max(self.dim - 1, 1) < self.rho < 1.0:
+            raise InvalidSetting("rho", f"= {self.rho} does not give a valid equicorrelation matrix; use 0 <= rho < 1")
 
 
 class Gaussian(TargetBase):
@@ -20,37 +37,35 @@ class Gaussian(TargetBase):
           scaled      Sigma = diag(scales^2), scales log-spaced over [1/condition, 1] (badly scaled)
     """
 
+    Settings = GaussianSettings
     capabilities = Capabilities(uses_data=False, exact_moments=True)
     param_name = "x"
 
-    def __init__(self, dim: int = 10, kind: str = "isotropic", rho: float = 0.9, condition: float = 100.0,
-                 mean: list[float] | None = None, cov=None, data=None,
-                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64):
+    def __init__(self, settings: GaussianSettings | None = None, data=None, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float64, **options):
+        """``cov`` and ``mean`` may also be arrays or tensors (Python use)."""
+        arrays = {k: options.pop(k) for k in ("cov", "mean") if k in options and not _plain(options[k])}
+        cfg = self.configure(settings, options)
         self.device, self.dtype = torch.device(device), dtype
-        if cov is None:
-            if dim < 1:
-                raise BayesxError(f"model.dim must be >= 1, got {dim}")
-            cov = self._named_covariance(kind, dim, rho, condition)
+        cov = arrays.get("cov", cfg.cov)
+        cov = self._named_covariance(cfg.kind, cfg.dim, cfg.rho, cfg.condition) if cov is None else cov
         cov = torch.as_tensor(cov, dtype=dtype, device=self.device)
         self.dim = cov.shape[0]
+        mean = arrays.get("mean", cfg.mean)
         self.mean = torch.zeros(self.dim, dtype=dtype, device=self.device) if mean is None else \
             torch.as_tensor(mean, dtype=dtype, device=self.device)
         self.cov = cov
         self.precision = torch.linalg.inv(cov)
-        self.kind = kind
+        self.kind = cfg.kind
 
     @staticmethod
     def _named_covariance(kind: str, dim: int, rho: float, condition: float) -> Tensor:
         if kind == "isotropic":
             return torch.eye(dim, dtype=torch.float64)
         if kind == "correlated":
-            if not -1.0 / max(dim - 1, 1) < rho < 1.0:
-                raise BayesxError(f"model.rho={rho} does not give a valid equicorrelation matrix; use 0 <= rho < 1")
             return (1 - rho) * torch.eye(dim, dtype=torch.float64) + rho * torch.ones(dim, dim, dtype=torch.float64)
-        if kind == "scaled":
-            scales = torch.logspace(-torch.log10(torch.tensor(condition)).item(), 0.0, dim, dtype=torch.float64)
-            return torch.diag(scales**2)
-        raise BayesxError(f"model.kind must be isotropic, correlated or scaled, got '{kind}'")
+        scales = torch.logspace(-torch.log10(torch.tensor(condition)).item(), 0.0, dim, dtype=torch.float64)
+        return torch.diag(scales**2)
 
     def log_prob(self, q: Tensor) -> Tensor:
         d = q - self.mean
@@ -71,3 +86,8 @@ class Gaussian(TargetBase):
 
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "gaussian_kind": self.kind}
+
+
+def _plain(value) -> bool:
+    """Config-style values (None, numbers, nested lists); arrays and tensors are passed as they are."""
+    return value is None or isinstance(value, (int, float, list, tuple))

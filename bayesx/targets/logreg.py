@@ -11,6 +11,8 @@ so a gradient costs O(chains n dim) with no Python loop.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +21,8 @@ from torch import Tensor
 from bayesx.data.classification import ClassificationData
 from bayesx.native import logistic as native
 from bayesx.native.logistic import LogisticForm
-from bayesx.targets.base import Evaluation, TargetBase, check_positive
+from bayesx.settings import Positive, Settings
+from bayesx.targets.base import Evaluation, TargetBase
 from bayesx.targets.restriction import AffineRestriction
 
 
@@ -45,15 +48,23 @@ class FusedLogistic:
         return "native" if self._native(position) else "pytorch"
 
 
+@dataclass(frozen=True)
+class LogisticSettings(Settings):
+    prior_scale: Annotated[float, Positive()] = 10.0  # prior sd of each coefficient (the source's N(0, 10^2))
+    intercept: bool = False  # add a constant feature
+    init_scale: Annotated[float, Positive()] = 0.1  # chains start uniformly in [-init_scale, init_scale]^dim
+
+
 class LogisticRegression(FusedLogistic, TargetBase):
+    Settings = LogisticSettings
     param_name = "beta"
 
-    def __init__(self, data: ClassificationData, prior_scale: float = 10.0, intercept: bool = False,
-                 init_scale: float = 0.1, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64):
-        self.prior_scale = check_positive("model.prior_scale", prior_scale, "set model.prior_scale=10 (the source's value)")
-        self.init_scale = check_positive("model.init_scale", init_scale, "set model.init_scale=0.1")
+    def __init__(self, data: ClassificationData, settings: LogisticSettings | None = None,
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64, **options):
+        cfg = self.configure(settings, options)
+        self.prior_scale, self.init_scale, self.intercept = cfg.prior_scale, cfg.init_scale, cfg.intercept
         self.device, self.dtype = torch.device(device), dtype
-        self.data, self.intercept = data, intercept
+        self.data = data
         self.x_train = self._design(data.x_train)
         self.y_train = torch.as_tensor(data.y_train, dtype=dtype, device=self.device)
         self.x_test = self._design(data.x_test)

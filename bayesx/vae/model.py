@@ -9,12 +9,15 @@ A method of the ``method`` group (vae, hvi, rmhvi, dppvae; ``bayesx.methods.vae`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesx.errors import BayesxError
+from bayesx.settings import AtLeast, InvalidSetting, Settings
 from bayesx.targets.base import Capabilities, ModelBase
 from bayesx.vae import nets
 
@@ -37,33 +40,41 @@ def bernoulli_log_likelihood(x: Tensor, logits: Tensor) -> Tensor:
     return -F.binary_cross_entropy_with_logits(logits, x, reduction="none").flatten(-3).sum(-1)
 
 
+@dataclass(frozen=True)
+class VAEModelSettings(Settings):
+    arch: Literal["fc", "conv", "conv_cifar"] = "fc"
+    latent_dim: Annotated[int | None, AtLeast(1)] = None  # null: the preset's size
+    enc_hidden: Annotated[tuple[int, ...] | None, AtLeast(1)] = None  # fc encoder hidden sizes
+    dec_hidden: Annotated[tuple[int, ...] | None, AtLeast(1)] = None  # fc decoder hidden sizes
+    channels: Annotated[tuple[int, ...] | None, AtLeast(1)] = None  # conv channels
+    fc_units: Annotated[int | None, AtLeast(1)] = None  # conv fully connected width
+    precision: Literal["float32", "float64"] | None = "float32"  # null: device.dtype
+
+    def check(self):
+        for key in ("enc_hidden", "dec_hidden", "channels"):
+            if getattr(self, key) == ():
+                raise InvalidSetting(key, "must be a non-empty list of positive integers or null, got []")
+
+
 class VAEModel(ModelBase, nn.Module):
     """Encoder and decoder of one architecture preset on one image data set (``conf/model/vae.yaml``)."""
 
+    Settings = VAEModelSettings
     capabilities = Capabilities(posterior=False, default_data="mnist")  # trained, not sampled
 
-    def __init__(self, data, arch: str = "fc", latent_dim: int | None = None, enc_hidden: list[int] | None = None,
-                 dec_hidden: list[int] | None = None, channels: list[int] | None = None, fc_units: int | None = None,
-                 precision: str | None = "float32", device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32):
+    def __init__(self, data, settings: VAEModelSettings | None = None, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32, **options):
         super().__init__()
+        cfg = self.configure(settings, options)
         if data is None or not hasattr(data, "x_train") or getattr(data.x_train, "ndim", 0) != 4:
             raise BayesxError("model=vae needs image data (N, C, H, W): use data=mnist, data=fashion_mnist or "
                               "data=cifar10")
-        if arch not in nets.ARCHS:
-            raise BayesxError(f"model.arch must be one of {', '.join(nets.ARCHS)}, got '{arch}'")
-        latent_dim = nets.DEFAULT_LATENT[arch] if latent_dim is None else latent_dim
-        if not (isinstance(latent_dim, int) and not isinstance(latent_dim, bool) and latent_dim >= 1):
-            raise BayesxError(f"model.latent_dim must be an integer >= 1 or null, got {latent_dim!r}")
-        if precision is not None and precision not in PRECISIONS:
-            raise BayesxError(f"model.precision must be float32, float64 or null (device.dtype), got {precision!r}")
+        arch = cfg.arch
+        latent_dim = nets.DEFAULT_LATENT[arch] if cfg.latent_dim is None else cfg.latent_dim
         self.data, self.arch, self.latent_dim = data, arch, latent_dim
         self.image_shape = tuple(int(s) for s in data.x_train.shape[1:])
-        for key, sizes in (("enc_hidden", enc_hidden), ("dec_hidden", dec_hidden), ("channels", channels)):
-            if sizes is not None and not (len(sizes) >= 1 and all(isinstance(v, int) and v >= 1 for v in sizes)):
-                raise BayesxError(f"model.{key} must be a non-empty list of positive integers or null, got {sizes!r}")
-        if fc_units is not None and not (isinstance(fc_units, int) and fc_units >= 1):
-            raise BayesxError(f"model.fc_units must be a positive integer or null, got {fc_units!r}")
+        enc_hidden, dec_hidden, channels, fc_units = cfg.enc_hidden, cfg.dec_hidden, cfg.channels, cfg.fc_units
+        precision = cfg.precision
         self.encoder, self.decoder = nets.build_encoder_decoder(arch, self.image_shape, latent_dim, enc_hidden,
                                                                 dec_hidden, channels, fc_units)
         self.device = torch.device(device)

@@ -9,44 +9,61 @@ latent space (``bayesx.kernels.latent_hmc``), each stage timed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import torch
 
 from bayesx.adaptation.window import bracket_step_size
 from bayesx.diagnostics import plots
-from bayesx.errors import BayesxError
 from bayesx.kernels import latent_hmc as latent
-from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod
-from bayesx.methods.mcmc.hmc import HMC
+from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
+from bayesx.methods.mcmc.hmc import HMC, HMCSettings
 from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.settings import AtLeast
 
 
 class LatentSampler(MCMCMethod):
     """The third stage: the shared driver with the latent kernel; warm-up adapts the step size only."""
 
+    Settings = LatentSamplerSettings
     name = "aehmc"
 
-    def __init__(self, space: latent.LatentSpace, num_steps: int, volume_correction: bool, energy_at_start: str,
-                 **kwargs):
-        super().__init__(mass="identity", init="prior", **kwargs)
-        self.space, self.num_steps = space, num_steps
+    def __init__(self, space: latent.LatentSpace, kernel_params: latent.LatentParams,
+                 settings: LatentSamplerSettings | None = None, **options):
+        super().__init__(settings, **options)
+        self.space, self.kernel_params = space, kernel_params
         self.kernel = latent.make_kernel(space)
-        self.volume_correction, self.energy_at_start = volume_correction, energy_at_start
 
     def kernel_name(self, target, position: torch.Tensor) -> str:
         z = torch.zeros(position.shape[0], self.space.latent_dim, dtype=position.dtype, device=position.device)
         return self.space.kernel_name(z)
 
     def make_params(self, step_size, metric=None):
-        return latent.LatentParams(step_size, self.num_steps, self.volume_correction, self.energy_at_start)
+        return self.kernel_params._replace(step_size=step_size)
 
     def search_step_size(self, state, target, metric, gen, guess):
         def one_step_accept(eps: float) -> float:
-            params = latent.LatentParams(eps, 1, self.volume_correction, self.energy_at_start)
+            params = self.kernel_params._replace(step_size=eps, num_steps=1)
             return float(self.kernel.step(state, target, params, gen)[1].accept_prob.mean())
 
         return bracket_step_size(one_step_accept, guess)
+
+
+@dataclass(frozen=True)
+class AEHMCPresampleSettings(HMCSettings):
+    """The pre-sampling HMC run; num_draws is the total over chains, num_steps null: AE-HMC's."""
+
+    num_steps: Annotated[int | None, AtLeast(1)] = None
+
+
+@dataclass(frozen=True)
+class AEHMCSettings(AutoEncodingSettings):
+    num_steps: Annotated[int, AtLeast(1)] = 50  # leapfrog steps per iteration, as the HMC baseline
+    energy_at_start: Literal["reconstructed", "original"] = "reconstructed"
+    trajectory_plot: bool | None = None  # null: when latent_dim == 2 and dim <= 3 (Deep MCMC Figure 2)
+    presample: AEHMCPresampleSettings = field(default_factory=AEHMCPresampleSettings)
 
 
 class AEHMC(AutoEncodingMethod):
@@ -57,36 +74,28 @@ class AEHMC(AutoEncodingMethod):
                        false is the "approximate Bayes" variant of Deep MCMC sec. 3.3
     """
 
+    Settings = AEHMCSettings
     name = "aehmc"
 
-    def __init__(self, num_steps: int = 50, energy_at_start: str = "reconstructed",
-                 trajectory_plot: bool | None = None, **kwargs):
-        if energy_at_start not in latent.ENERGY_AT_START:
-            raise BayesxError(f"method.energy_at_start must be one of {', '.join(latent.ENERGY_AT_START)}, "
-                              f"got '{energy_at_start}'")
-        if not (isinstance(num_steps, int) and num_steps >= 1):
-            raise BayesxError(f"method.num_steps must be >= 1, got {num_steps}")
-        if not (trajectory_plot is None or isinstance(trajectory_plot, bool)):
-            raise BayesxError(f"method.trajectory_plot must be true or false or null, got {trajectory_plot!r}")
-        self.num_steps, self.energy_at_start, self.trajectory_plot = num_steps, energy_at_start, trajectory_plot
-        super().__init__(**kwargs)
-
-    def make_presampler(self, **kwargs) -> HMC:
-        return HMC(**{"num_steps": self.num_steps, **kwargs})
+    def make_presampler(self, settings: AEHMCPresampleSettings) -> HMC:
+        return HMC(settings.replace(num_steps=settings.num_steps or self.settings.num_steps))
 
     def latent_sampler(self, space, target) -> LatentSampler:
-        return LatentSampler(space, self.num_steps, self.volume_correction, self.energy_at_start,
-                             **self.sampler_settings)
+        cfg = self.settings
+        params = latent.LatentParams(0.0, cfg.num_steps, cfg.volume_correction, cfg.energy_at_start)
+        return LatentSampler(space, params, cfg.latent_sampler_settings())
 
     def _record_training(self, result, report, choice) -> None:
         super()._record_training(result, report, choice)
-        result.tags["energy_at_start"] = self.energy_at_start
+        result.tags["energy_at_start"] = self.settings.energy_at_start
 
     def _extra_artifacts(self, result, space, presamples, step_size, gen, folder) -> None:
         ae = space.ae
-        wanted = self.trajectory_plot if self.trajectory_plot is not None else (ae.latent_dim == 2 and space.dim <= 3)
+        wanted = self.settings.trajectory_plot
+        wanted = (ae.latent_dim == 2 and space.dim <= 3) if wanted is None else wanted
         if wanted and ae.latent_dim >= 2 and space.dim >= 2:
-            figure = trajectory_figure(space, presamples, step_size, self.num_steps, gen, folder / "trajectory.png")
+            figure = trajectory_figure(space, presamples, step_size, self.settings.num_steps, gen,
+                                       folder / "trajectory.png")
             result.artifacts.setdefault("plots", []).append(figure)
 
 

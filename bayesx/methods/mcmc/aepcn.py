@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
 from bayesx.kernels import pcn
 from bayesx.kernels.latent_hmc import LatentSpace
 from bayesx.kernels.latent_pcn import LatentPCNParams, LatentProposal, LatentReference, make_kernel
-from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod
-from bayesx.methods.mcmc.pcn import PCN, CrankNicolsonSampler, require_gaussian_prior
+from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
+from bayesx.methods.mcmc.pcn import PCN, CrankNicolsonSampler, PCNSettings, require_gaussian_prior
+from bayesx.settings import AtLeast, Between
 
 
 class LatentPCNSampler(CrankNicolsonSampler):
@@ -14,31 +18,38 @@ class LatentPCNSampler(CrankNicolsonSampler):
 
     name = "aepcn"
 
-    def __init__(self, space: LatentSpace, reference: LatentReference, volume_correction: bool, **kwargs):
-        super().__init__(mass="identity", init="prior", **kwargs)
+    def __init__(self, space: LatentSpace, reference: LatentReference, volume_correction: bool,
+                 settings: LatentSamplerSettings | None = None, **options):
+        super().__init__(settings, **options)
         self.kernel = make_kernel(LatentProposal(space, reference, volume_correction))
 
     def make_params(self, step_size, metric=None):
         return LatentPCNParams(min(step_size, pcn.MAX_H))
 
 
+@dataclass(frozen=True)
+class AEPCNSettings(AutoEncodingSettings):
+    latent_dim: Annotated[int | Literal["auto"] | None, AtLeast(1)] = 441  # Deep MCMC's elliptic run
+    ae: Literal["linear", "tanh", "pca"] = "pca"
+    target_accept: Annotated[float, Between(0.0, 1.0)] = 0.25
+    min_presamples_per_latent: Annotated[int, AtLeast(1)] = 2
+    presample: PCNSettings = field(default_factory=PCNSettings)
+
+
 class AEPCN(AutoEncodingMethod):
     """AE-pCN: pCN pre-samples, an auto-encoder, pCN in its latent space; see conf/method/aepcn.yaml."""
 
+    Settings = AEPCNSettings
     name = "aepcn"
     presample_method = "pcn"
 
-    def __init__(self, latent_dim: int | str | None = 441, ae: str = "pca", target_accept: float = 0.25,
-                 min_presamples_per_latent: int = 2, **kwargs):
-        super().__init__(latent_dim=latent_dim, ae=ae, target_accept=target_accept,
-                         min_presamples_per_latent=min_presamples_per_latent, **kwargs)
-
-    def make_presampler(self, **kwargs) -> PCN:
-        return PCN(**kwargs)
+    def make_presampler(self, settings: PCNSettings) -> PCN:
+        return PCN(settings)
 
     def check(self, target, n_chains: int) -> None:
         require_gaussian_prior(target, self.name)
         super().check(target, n_chains)
 
     def latent_sampler(self, space: LatentSpace, target) -> LatentPCNSampler:
-        return LatentPCNSampler(space, LatentReference(space, target), self.volume_correction, **self.sampler_settings)
+        return LatentPCNSampler(space, LatentReference(space, target), self.settings.volume_correction,
+                                self.settings.latent_sampler_settings())

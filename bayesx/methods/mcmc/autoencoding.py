@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Annotated, Literal
 
 import torch
 
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels import latent_hmc as latent
 from bayesx.methods.base import Sampler
-from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.nn.autoencoder import (
-    ARCHITECTURES,
     AutoEncoder,
     TrainReport,
     TrainSettings,
@@ -31,99 +32,95 @@ from bayesx.nn.autoencoder import (
     train_autoencoder,
 )
 from bayesx.result import Result
+from bayesx.settings import AtLeast, Between, InvalidSetting
 
 AUTO_GROWTH = 1.25  # latent_dim=auto: grow the PCA-chosen size by this factor while the trained AE misses recon_tol
 AUTO_TRIES = 6
 
 
-def settings_or_error(cls, options: dict, where: str):
-    """cls(**options), with an unknown option reported as one line naming ``where``."""
-    known = set(cls.__dataclass_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise BayesxError(f"{where} does not take the option '{unknown[0]}'; its options are {', '.join(sorted(known))}")
-    return cls(**options)
+@dataclass(frozen=True)
+class LatentSamplerSettings(MCMCSettings):
+    """The sampler in the standardized latent space: no mass matrix, started at the last pre-samples."""
+
+    mass: Literal["identity"] = "identity"
+    init: Literal["prior"] = "prior"
 
 
-class AutoEncodingMethod(Sampler):
-    """The three stages every latent-space method shares (pre-sample, train, sample in the latent
-    space), each timed; subclasses say which sampler pre-samples and which samples the latent space.
+@dataclass(frozen=True)
+class AutoEncodingSettings(LatentSamplerSettings):
+    """The options of a latent-space method; the MCMC fields are those of the latent sampler.
 
     latent_dim         int, null (about D/10, as in Deep MCMC) or "auto" (the smallest size whose
                        validation reconstruction error is below recon_tol)
     ae                 linear | tanh | pca
+    hidden             tanh hidden width; null: 2 x latent_dim
     volume_correction  include the Jacobian (volume) terms in the acceptance ratio
     presample          settings of the pre-sampling run; num_draws is the total over chains
+    train              auto-encoder training
     """
 
+    latent_dim: Annotated[int | Literal["auto"] | None, AtLeast(1)] = None
+    ae: Literal["linear", "tanh", "pca"] = "linear"
+    hidden: Annotated[int | None, AtLeast(1)] = None
+    recon_tol: Annotated[float, Between(0.0, 1.0)] = 0.1
+    volume_correction: bool = True
+    num_warmup: Annotated[int, AtLeast(0)] = 200
+    target_accept: Annotated[float, Between(0.0, 1.0)] = 0.65
+    min_presamples_per_latent: Annotated[int, AtLeast(1)] = 10
+    presample: MCMCSettings = field(default_factory=MCMCSettings)
+    train: TrainSettings = field(default_factory=TrainSettings)
+
+    def check(self):
+        if self.presample.num_draws < 2:
+            raise InvalidSetting("presample.num_draws", f"must be >= 2 (the total over chains), got "
+                                 f"{self.presample.num_draws}")
+
+    def latent_sampler_settings(self) -> LatentSamplerSettings:
+        """The latent sampler's settings: the fields shared with every MCMC method."""
+        return LatentSamplerSettings(**{f.name: getattr(self, f.name) for f in fields(LatentSamplerSettings)})
+
+
+class AutoEncodingMethod(Sampler):
+    """The three stages every latent-space method shares (pre-sample, train, sample in the latent
+    space), each timed; subclasses say which sampler pre-samples and which samples the latent space."""
+
+    Settings = AutoEncodingSettings
     name = "latent"
     summary_keys = ("latent_dim", "recon_err", "presample_time_s", "train_time_s", *Sampler.summary_keys)
     approximate_draws = True  # with latent_dim < D: the runner reports the error against a reference posterior
     presample_method = "hmc"  # named in error messages
 
-    def __init__(self, latent_dim: int | str | None = None, ae: str = "linear", hidden: int | None = None,
-                 recon_tol: float = 0.1, volume_correction: bool = True, num_warmup: int = 200,
-                 num_draws: int = 1000, step_size: float | None = None, target_accept: float = 0.65, thin: int = 1,
-                 min_presamples_per_latent: int = 10, presample: dict | None = None, train: dict | None = None):
-        if ae not in ARCHITECTURES:
-            raise BayesxError(f"method.ae must be one of {', '.join(ARCHITECTURES)}, got '{ae}'")
-        if latent_dim is not None and latent_dim != "auto" and not (
-                isinstance(latent_dim, int) and not isinstance(latent_dim, bool) and latent_dim >= 1):
-            raise BayesxError(f"method.latent_dim must be an integer >= 1, null (about dim/10) or auto, got {latent_dim!r}")
-        if not 0.0 < recon_tol < 1.0:
-            raise BayesxError(f"method.recon_tol must lie in (0, 1) (a relative squared error), got {recon_tol}")
-        if hidden is not None and not (isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1):
-            raise BayesxError(f"method.hidden must be an integer >= 1 or null (2 x latent_dim), got {hidden!r}")
-        if not isinstance(volume_correction, bool):
-            raise BayesxError(f"method.volume_correction must be true or false, got {volume_correction!r}")
-        self.latent_dim, self.ae, self.hidden, self.recon_tol = latent_dim, ae, hidden, recon_tol
-        self.volume_correction, self.min_presamples_per_latent = volume_correction, min_presamples_per_latent
-        self.sampler_settings = dict(num_warmup=num_warmup, num_draws=num_draws, step_size=step_size,
-                                     target_accept=target_accept, thin=thin)
-        MCMCMethod(**self.sampler_settings)  # validates the shared settings now, before any run starts
-        self.presample = dict(presample or {})
-        self.presample_draws = self.presample.pop("num_draws", 1000)
-        if not isinstance(self.presample_draws, int) or self.presample_draws < 2:
-            raise BayesxError(f"method.presample.num_draws must be an integer >= 2, got {self.presample_draws!r}")
-        self.presampler(1)  # validates the pre-sampling settings now, before any run starts
-        self.train = settings_or_error(TrainSettings, train or {}, "method.train")
-
     # --- what a subclass provides ----------------------------------------------------------------------
-    def make_presampler(self, **kwargs) -> MCMCMethod:
+    def make_presampler(self, settings: MCMCSettings) -> MCMCMethod:
         raise NotImplementedError
 
     def latent_sampler(self, space: latent.LatentSpace, target) -> MCMCMethod:
         raise NotImplementedError
 
     def presampler(self, n_chains: int) -> MCMCMethod:
-        """The pre-sampling run, num_draws split over the chains; errors name method.presample."""
-        kwargs = {**self.presample, "num_draws": math.ceil(self.presample_draws / n_chains)}
-        try:
-            return self.make_presampler(**kwargs)
-        except BayesxError as exc:
-            raise BayesxError(str(exc).replace("method.", "method.presample.", 1)) from None
-        except TypeError as exc:
-            name = str(exc).split("argument")[-1].strip(" '")
-            raise BayesxError(f"method.presample does not take the option '{name}'; "
-                              f"see conf/method/{self.name}.yaml for its options") from None
+        """The pre-sampling run, the total num_draws split over the chains."""
+        pre = self.settings.presample
+        return self.make_presampler(pre.replace(num_draws=math.ceil(pre.num_draws / n_chains)))
 
     # --- checks that need the target, made before a run is recorded ---------------------------------
     def resolved_latent_dim(self, dim: int) -> int | None:
-        if self.latent_dim == "auto":
+        latent_dim = self.settings.latent_dim
+        if latent_dim == "auto":
             return None
-        return max(1, round(dim / 10)) if self.latent_dim is None else int(self.latent_dim)
+        return max(1, round(dim / 10)) if latent_dim is None else int(latent_dim)
 
     def check(self, target, n_chains: int) -> None:
         d = self.resolved_latent_dim(target.dim)
         if d is not None and d > target.dim:
-            raise BayesxError(f"method.latent_dim={d} exceeds the target's dimension {target.dim}; "
-                              f"set method.latent_dim to at most {target.dim}")
-        total = math.ceil(self.presample_draws / n_chains) * n_chains
-        need = self.min_presamples_per_latent * (d or 1)
+            raise InvalidSetting("latent_dim", f"={d} exceeds the target's dimension {target.dim}; "
+                                 f"set it to at most {target.dim}")
+        total = math.ceil(self.settings.presample.num_draws / n_chains) * n_chains
+        per_latent = self.settings.min_presamples_per_latent
+        need = per_latent * (d or 1)
         if total < need:
-            raise BayesxError(f"too few pre-samples to train the auto-encoder: {total} draws for latent_dim={d or 1} "
-                              f"(need at least {self.min_presamples_per_latent} per latent dimension, {need}); "
-                              f"raise method.presample.num_draws or lower method.latent_dim")
+            raise InvalidSetting("presample.num_draws", f"={total} is too few pre-samples to train the auto-encoder "
+                                 f"for latent_dim={d or 1} (at least {per_latent} per latent dimension, {need}); "
+                                 f"raise it or lower latent_dim")
 
     # --- the three stages ------------------------------------------------------------------------------
     def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
@@ -181,36 +178,37 @@ class AutoEncodingMethod(Sampler):
         mean = draws.mean(0)
         scale = draws.std(0).clamp(min=1e-12)
         x = (draws - mean) / scale
-        x_train, x_val = split(x, self.train.val_fraction, gen)
+        cfg = self.settings
+        x_train, x_val = split(x, cfg.train.val_fraction, gen)
         dim = x.shape[1]
         d = self.resolved_latent_dim(dim)
-        choice = "fixed" if isinstance(self.latent_dim, int) else "default (dim/10)"
+        choice = "fixed" if isinstance(cfg.latent_dim, int) else "default (dim/10)"
         if d is None:  # auto: the PCA error curve gives the smallest candidate, training confirms it
             curve = pca_error_curve(x_train, x_val)
-            below = (curve <= self.recon_tol).nonzero()
+            below = (curve <= cfg.recon_tol).nonzero()
             d = int(below[0]) + 1 if below.numel() else dim
-            choice = f"auto (recon_tol={self.recon_tol})"
+            choice = f"auto (recon_tol={cfg.recon_tol})"
         for _ in range(AUTO_TRIES):
-            ae, report = train_autoencoder(x_train, x_val, d, self.ae, self.train, gen, self.hidden)
-            if self.latent_dim != "auto" or report.recon_err <= self.recon_tol or d == dim:
+            ae, report = train_autoencoder(x_train, x_val, d, cfg.ae, cfg.train, gen, cfg.hidden)
+            if cfg.latent_dim != "auto" or report.recon_err <= cfg.recon_tol or d == dim:
                 break
             d = min(dim, math.ceil(d * AUTO_GROWTH))
-        if not report.recon_err <= self.train.max_recon_err:
+        if not report.recon_err <= cfg.train.max_recon_err:
             raise BayesxError(f"the auto-encoder failed to train: validation reconstruction error "
-                              f"{report.recon_err:.3g} > method.train.max_recon_err={self.train.max_recon_err}; "
+                              f"{report.recon_err:.3g} > method.train.max_recon_err={cfg.train.max_recon_err}; "
                               f"raise method.latent_dim, method.train.max_epochs or method.presample.num_draws")
         return latent.LatentSpace(target, ae, mean, scale), report, choice
 
     def _record_training(self, result: Result, report: TrainReport, choice: str) -> None:
         result.metrics.update({"latent_dim": float(report.latent_dim), "recon_err": report.recon_err,
                                "ae_epochs": float(report.epochs)})
-        result.tags.update({"latent_dim_choice": choice, "ae": self.ae,
-                            "volume_correction": str(self.volume_correction).lower()})
+        result.tags.update({"latent_dim_choice": choice, "ae": self.settings.ae,
+                            "volume_correction": str(self.settings.volume_correction).lower()})
         result.traces["ae_train_loss"] = list(enumerate(report.train_loss))
         result.traces["ae_val_loss"] = list(enumerate(report.val_loss))
-        if report.recon_err > self.recon_tol:
+        if report.recon_err > self.settings.recon_tol:
             result.warnings.append(f"auto-encoder reconstruction error {report.recon_err:.3g} is above "
-                                   f"method.recon_tol={self.recon_tol}: proposals miss part of the posterior; "
+                                   f"method.recon_tol={self.settings.recon_tol}: proposals miss part of the posterior; "
                                    f"raise method.latent_dim (or use latent_dim=auto)")
 
     def _write_artifacts(self, result: Result, space: latent.LatentSpace, presamples: torch.Tensor, step_size: float,

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from bayesx.errors import BayesxError
+from dataclasses import dataclass
+from typing import Annotated
+
 from bayesx.kernels import hmc
-from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
+from bayesx.settings import AtLeast, Between
+
+
+@dataclass(frozen=True)
+class HMCSettings(MCMCSettings):
+    num_steps: Annotated[int, AtLeast(1)] = 10  # leapfrog steps per iteration
+    target_accept: Annotated[float, Between(0.0, 1.0)] = 0.65
 
 
 class HMC(MCMCMethod):
     """Static HMC with ``num_steps`` leapfrog steps per iteration."""
 
+    Settings = HMCSettings
     kernel = hmc
     name = "hmc"
 
-    def __init__(self, num_steps: int = 10, target_accept: float = 0.65, **kwargs):
-        if num_steps < 1:
-            raise BayesxError(f"method.num_steps must be >= 1, got {num_steps}")
-        super().__init__(target_accept=target_accept, **kwargs)
-        self.num_steps = num_steps
-
     def make_params(self, step_size, metric):
-        return hmc.HMCParams(step_size, metric, self.num_steps)
+        return hmc.HMCParams(step_size, metric, self.settings.num_steps)

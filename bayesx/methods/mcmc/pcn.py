@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
 from bayesx.adaptation.window import bracket_step_size
 from bayesx.errors import BayesxError
 from bayesx.kernels import pcn
-from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
+from bayesx.settings import AtLeast, Between
 from bayesx.targets.base import GAUSSIAN_PRIOR_API
+
+
+@dataclass(frozen=True)
+class CrankNicolsonSettings(MCMCSettings):
+    """pCN moves in the prior's geometry: no mass matrix; step_size is h, target_accept near 0.25."""
+
+    target_accept: Annotated[float, Between(0.0, 1.0)] = 0.25
+    mass: Literal["identity"] = "identity"
+
+
+@dataclass(frozen=True)
+class PCNSettings(CrankNicolsonSettings):
+    noise_block: Annotated[int, AtLeast(1)] = 64  # prior draws made per batch (one GEMM)
 
 
 class CrankNicolsonSampler(MCMCMethod):
     """The driver for pCN-type kernels (pCN, AE-pCN): the step parameter h, capped at pcn.MAX_H (rho = 0),
     reported with its rho, and searched by one-step acceptance before dual averaging."""
+
+    Settings = CrankNicolsonSettings
 
     def _summaries(self, stats, step_size, warmup_grad_evals):
         h = min(step_size, pcn.MAX_H)
@@ -23,27 +42,22 @@ class CrankNicolsonSampler(MCMCMethod):
                 return 0.0
             return float(self.kernel.step(state, target, self.make_params(h), gen)[1].accept_prob.mean())
 
-        return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.target_accept))
+        return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.settings.target_accept))
 
 
 class PCN(CrankNicolsonSampler):
     """Preconditioned Crank-Nicolson (bayesx.kernels.pcn) for models with a Gaussian prior it can
     sample; ``step_size`` is h (rho = (1 - h/4) / (1 + h/4)), adapted towards ``target_accept``."""
 
+    Settings = PCNSettings
     kernel = pcn
     name = "pcn"
-
-    def __init__(self, target_accept: float = 0.25, noise_block: int = 64, **kwargs):
-        if not (isinstance(noise_block, int) and noise_block >= 1):
-            raise BayesxError(f"method.noise_block must be an integer >= 1, got {noise_block!r}")
-        super().__init__(target_accept=target_accept, mass="identity", **kwargs)
-        self.noise_block = noise_block
 
     def check(self, target, n_chains: int) -> None:
         require_gaussian_prior(target, self.name)
 
     def make_params(self, step_size, metric=None):
-        return pcn.PCNParams(min(step_size, pcn.MAX_H), self.noise_block)
+        return pcn.PCNParams(min(step_size, pcn.MAX_H), self.settings.noise_block)
 
 
 def require_gaussian_prior(target, method: str) -> None:

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Annotated
 
 from bayesx.kernels import rwm
-from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
+from bayesx.settings import Between
+
+
+@dataclass(frozen=True)
+class RWMSettings(MCMCSettings):
+    target_accept: Annotated[float, Between(0.0, 1.0)] = 0.234  # Roberts, Gelman and Gilks (1997)
 
 
 class RWM(MCMCMethod):
     """Random-walk Metropolis; the scale starts at 2.38 / sqrt(dim) (Roberts et al. 1997)."""
 
+    Settings = RWMSettings
     kernel = rwm
     name = "rwm"
-
-    def __init__(self, target_accept: float = 0.234, **kwargs):
-        super().__init__(target_accept=target_accept, **kwargs)
 
     def make_params(self, step_size, metric):
         return rwm.RWMParams(step_size, metric)

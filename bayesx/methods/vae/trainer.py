@@ -10,15 +10,17 @@ published values (``TRAINING``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import torch
-from tqdm.auto import tqdm
 
-from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.errors import RunInterrupted
 from bayesx.methods.base import Trainer
+from bayesx.progress import progress_bar
 from bayesx.result import Result
+from bayesx.settings import AtLeast, Positive, Settings
 from bayesx.vae import bounds, evaluate
 from bayesx.vae.model import VAEModel
 
@@ -31,54 +33,43 @@ TRAINING = {
 }
 
 
-@dataclass
-class EvalSettings:
+@dataclass(frozen=True)
+class EvalSettings(Settings):
     """The final evaluation: importance samples per image, how many test images (null: all)."""
 
-    k: int = 1000
-    n_test: int | None = None
-    batch_size: int = 100
-    chunk: int = 100
-    grid: int = 64  # images in the sample and reconstruction grids
+    k: Annotated[int, AtLeast(1)] = 1000  # importance samples per test image
+    n_test: Annotated[int | None, AtLeast(1)] = None
+    batch_size: Annotated[int, AtLeast(1)] = 100
+    chunk: Annotated[int, AtLeast(1)] = 100
+    grid: Annotated[int, AtLeast(1)] = 64  # images in the sample and reconstruction grids
 
-    def __post_init__(self):
-        if not (isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1):
-            raise BayesxError(f"eval.k must be an integer >= 1 (importance samples per image), got {self.k!r}; "
-                              f"set eval.k=1000")
-        if self.n_test is not None and not (isinstance(self.n_test, int) and self.n_test >= 1):
-            raise BayesxError(f"eval.n_test must be an integer >= 1 or null (all), got {self.n_test!r}")
+
+@dataclass(frozen=True)
+class VariationalSettings(Settings):
+    """Optimizer settings left null take the architecture's published values (``TRAINING``)."""
+
+    epochs: Annotated[int | None, AtLeast(1)] = None
+    lr: Annotated[float | None, Positive()] = None
+    batch_size: Annotated[int | None, AtLeast(1)] = None
+    lr_decay: Annotated[float | None, Positive()] = None
+    lr_decay_every: Annotated[int | None, AtLeast(1)] = None
+    test_every: Annotated[int, AtLeast(1)] = 1
+    eval: EvalSettings = field(default_factory=EvalSettings)
 
 
 class VariationalMethod(Trainer):
     """Shared training loop; subclasses provide ``make_bound(model)``."""
 
+    Settings = VariationalSettings
     name = "vae"
-
-    def __init__(self, epochs: int | None = None, lr: float | None = None, batch_size: int | None = None,
-                 lr_decay: float | None = None, lr_decay_every: int | None = None, test_every: int = 1,
-                 eval: dict | None = None):
-        for key, value in (("epochs", epochs), ("batch_size", batch_size), ("lr_decay_every", lr_decay_every),
-                           ("test_every", test_every)):
-            if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise BayesxError(f"method.{key} must be an integer >= 1 or null (the architecture's default), "
-                                  f"got {value!r}")
-        for key, value in (("lr", lr), ("lr_decay", lr_decay)):
-            if value is not None and not (isinstance(value, (int, float)) and value > 0):
-                raise BayesxError(f"method.{key} must be a positive number or null, got {value!r}")
-        self.overrides = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "lr_decay": lr_decay,
-                          "lr_decay_every": lr_decay_every}
-        self.test_every = test_every
-        unknown = set(eval or {}) - set(EvalSettings.__dataclass_fields__)
-        if unknown:
-            raise BayesxError(f"eval does not take the option '{sorted(unknown)[0]}'; its options are "
-                              f"{', '.join(EvalSettings.__dataclass_fields__)}")
-        self.eval = EvalSettings(**(eval or {}))
 
     def make_bound(self, model: VAEModel) -> torch.nn.Module:
         return bounds.VAEBound()
 
-    def settings(self, model: VAEModel) -> dict:
-        return {k: (v if v is not None else TRAINING[model.arch][k]) for k, v in self.overrides.items()}
+    def training(self, model: VAEModel) -> dict:
+        """The optimizer settings: the given ones, the architecture's published values for the rest."""
+        given = {k: getattr(self.settings, k) for k in TRAINING[model.arch]}
+        return {k: (v if v is not None else TRAINING[model.arch][k]) for k, v in given.items()}
 
     # --- training -------------------------------------------------------------------------------------
     def fit(self, model: VAEModel, gen: torch.Generator, progress: bool | None = None,
@@ -87,7 +78,7 @@ class VariationalMethod(Trainer):
         time is not counted as training time)."""
         torch.manual_seed(int(gen.initial_seed()))  # reparameterization noise comes from torch's default RNG
         self._snapshot = None  # weights of the last finished epoch of this fit (not of an earlier one)
-        settings = self.settings(model)
+        settings = self.training(model)
         bound = self.make_bound(model)
         params = list(model.parameters()) + list(bound.parameters())
         optim = torch.optim.Adam(params, lr=settings["lr"])
@@ -102,11 +93,10 @@ class VariationalMethod(Trainer):
             result.tags[f"train_{key}"] = str(value)
         n, batch = x_train.shape[0], settings["batch_size"]
         start = time.perf_counter()
-        epoch_bar = tqdm(range(settings["epochs"]), desc=f"{self.name} epochs", unit="epoch", leave=False,
-                         disable=None if progress is None else not progress)
+        epoch_bar = progress_bar(settings["epochs"], f"{self.name} epochs", progress, "epoch")
         epoch = 0
         try:
-            for epoch in epoch_bar:
+            for epoch in range(settings["epochs"]):
                 t0 = time.perf_counter()
                 data = torch.bernoulli(x_train, generator=_cpu_or(gen, x_train)) if stochastic else x_train
                 order = torch.randperm(n, device=x_train.device)
@@ -125,10 +115,11 @@ class VariationalMethod(Trainer):
                     optim.step()
                     total += float(value.detach()) * xb.shape[0]
                 schedule.step()
+                epoch_bar.update(1)
                 seconds = time.perf_counter() - t0
                 result.traces["train_elbo"].append((epoch + 1, total / n))
                 result.traces["epoch_time_s"].append((epoch + 1, seconds))
-                if (epoch + 1) % self.test_every == 0 or epoch + 1 == settings["epochs"]:
+                if (epoch + 1) % self.settings.test_every == 0 or epoch + 1 == settings["epochs"]:
                     result.traces["test_elbo"].append((epoch + 1, evaluate.test_elbo(model, bound, x_test)))
                     epoch_bar.set_postfix(train=f"{total / n:.1f}", test=f"{result.traces['test_elbo'][-1][1]:.1f}")
                 self._snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -162,16 +153,15 @@ class VariationalMethod(Trainer):
             model.load_state_dict(snapshot)
 
     def _final_evaluation(self, model, bound, x_test, result: Result, progress) -> None:
-        x = x_test[: self.eval.n_test] if self.eval.n_test else x_test
+        x = x_test[: self.settings.eval.n_test] if self.settings.eval.n_test else x_test
         start = time.perf_counter()
-        bar = tqdm(total=x.shape[0], desc=f"test_nll (k={self.eval.k})", unit="img", leave=False,
-                   disable=None if progress is None else not progress)
+        bar = progress_bar(x.shape[0], f"test_nll (k={self.settings.eval.k})", progress, "img")
         try:
-            result.metrics["test_nll"] = evaluate.test_nll(model, bound, x, self.eval.k, self.eval.batch_size,
-                                                           self.eval.chunk, bar)
+            ev = self.settings.eval
+            result.metrics["test_nll"] = evaluate.test_nll(model, bound, x, ev.k, ev.batch_size, ev.chunk, bar)
         finally:
             bar.close()
-        result.metrics["eval_k"] = float(self.eval.k)
+        result.metrics["eval_k"] = float(self.settings.eval.k)
         result.metrics["eval_n_test"] = float(x.shape[0])
         result.timings["eval_time_s"] = time.perf_counter() - start
 
@@ -184,9 +174,9 @@ class VariationalMethod(Trainer):
         result.artifacts.setdefault("weights", []).append(weights)
         model.eval()
         with torch.no_grad():
-            z = torch.randn(self.eval.grid, model.latent_dim, device=model.device, dtype=model.dtype)
+            z = torch.randn(self.settings.eval.grid, model.latent_dim, device=model.device, dtype=model.dtype)
             samples = torch.sigmoid(model.decoder(z))
-            x = x_test[: self.eval.grid]
+            x = x_test[: self.settings.eval.grid]
             recon = torch.sigmoid(model.decoder(model.encode(x)[0]))
         result.artifacts.setdefault("plots", []).extend([
             plots.image_grid(samples.float().cpu().numpy(), folder / "samples.png", "decoder means of z ~ N(0, I)"),

@@ -27,16 +27,18 @@ step the last iterate jitters around the optimum by several percent of an sd, th
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from bayesx.errors import BayesxError, RunInterrupted
-from bayesx.methods.base import Approximation
+from bayesx.errors import RunInterrupted
+from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.progress import progress_bar
 from bayesx.result import Result
+from bayesx.settings import AtLeast, Positive
 
-FAMILIES = ("meanfield", "fullrank")
 LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -75,6 +77,17 @@ class GaussianQ:
         return self.scale @ self.scale.T if self.dense else torch.diag(self.scale**2)
 
 
+@dataclass(frozen=True)
+class GaussianVISettings(ApproximationSettings):
+    family: Literal["meanfield", "fullrank"] = "meanfield"
+    num_steps: Annotated[int, AtLeast(1)] = 5000
+    num_mc: Annotated[int, AtLeast(1)] = 8
+    lr: Annotated[float, Positive()] = 0.02
+    init_sd: Annotated[float, Positive()] = 0.1
+    tol: Annotated[float, AtLeast(0.0)] = 0.01
+    check_every: Annotated[int, AtLeast(1)] = 100
+
+
 class GaussianVI(Approximation):
     """Gaussian VI; see the module docstring and ``conf/method/vi.yaml``.
 
@@ -88,20 +101,13 @@ class GaussianVI(Approximation):
     num_draws    iid draws from the fitted q for the evidence, k-hat and the target's evaluation
     """
 
+    Settings = GaussianVISettings
     name = "vi"
-
-    def __init__(self, family: str = "meanfield", num_steps: int = 5000, num_mc: int = 8, lr: float = 0.02,
-                 init_sd: float = 0.1, tol: float = 0.01, check_every: int = 100, num_draws: int = 1000):
-        super().__init__(num_draws=num_draws)
-        if family not in FAMILIES:
-            raise BayesxError(f"method.family must be one of {', '.join(FAMILIES)}, got '{family}'")
-        self.gaussian_family, self.num_steps, self.num_mc, self.lr = family, num_steps, num_mc, lr
-        self.init_sd, self.tol, self.check_every = init_sd, tol, check_every
 
     def _parameters(self, initial: Tensor) -> tuple[Tensor, Tensor]:
         mean = initial.mean(0).detach().clone().requires_grad_(True)
-        log_sd = torch.full_like(mean, math.log(self.init_sd))
-        if self.gaussian_family == "meanfield":
+        log_sd = torch.full_like(mean, math.log(self.settings.init_sd))
+        if self.settings.family == "meanfield":
             return mean, log_sd.requires_grad_(True)
         # L = tril(off, -1) + diag(exp(log_sd)); one parameter matrix holds both
         raw = torch.diag(log_sd)
@@ -123,19 +129,18 @@ class GaussianVI(Approximation):
 
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result, progress: bool | None = None) -> GaussianQ:
         mean, raw = self._parameters(initial)
-        optim = torch.optim.Adam([mean, raw], lr=self.lr)
+        optim = torch.optim.Adam([mean, raw], lr=self.settings.lr)
         trace, window, previous = [], [], None
         averaged = (mean.detach().clone(), raw.detach().clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
-        bar = tqdm(total=self.num_steps, desc=f"vi ({self.gaussian_family})", unit="step", leave=False,
-                   disable=None if progress is None else not progress)
+        bar = progress_bar(self.settings.num_steps, f"vi ({self.settings.family})", progress, "step")
         try:
-            for steps in range(1, self.num_steps + 1):
-                eps = torch.randn((self.num_mc, mean.shape[0]), generator=gen, dtype=mean.dtype, device=mean.device)
+            for steps in range(1, self.settings.num_steps + 1):
+                eps = torch.randn((self.settings.num_mc, mean.shape[0]), generator=gen, dtype=mean.dtype, device=mean.device)
                 surrogate, estimate = self.surrogate_elbo(target, self._q(mean, raw), eps)
                 if not torch.isfinite(estimate):
-                    result.error = (f"the ELBO estimate is not finite at step {steps}: lower method.lr (now {self.lr:g}) "
-                                    f"or method.init_sd (now {self.init_sd:g})")
+                    result.error = (f"the ELBO estimate is not finite at step {steps}: lower method.lr (now {self.settings.lr:g}) "
+                                    f"or method.init_sd (now {self.settings.init_sd:g})")
                     break
                 optim.zero_grad()
                 (-surrogate).backward()
@@ -144,13 +149,13 @@ class GaussianVI(Approximation):
                 sums[0] += mean.detach()
                 sums[1] += raw.detach()
                 bar.update(1)
-                if steps % self.check_every == 0:
+                if steps % self.settings.check_every == 0:
                     averaged = (sums[0] / len(window), sums[1] / len(window))
                     sums = [torch.zeros_like(mean), torch.zeros_like(raw)]
                     current = sum(window) / len(window)
                     trace.append((steps, current))
                     bar.set_postfix(elbo=f"{current:.4g}")
-                    if previous is not None and self.tol > 0 and current - previous < self.tol:
+                    if previous is not None and self.settings.tol > 0 and current - previous < self.settings.tol:
                         break
                     previous, window = current, []
         except (KeyboardInterrupt, RunInterrupted):
@@ -159,8 +164,8 @@ class GaussianVI(Approximation):
         finally:
             bar.close()
         result.traces["elbo"] = trace
-        result.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * self.num_mc)})
-        result.tags["q_family"] = self.gaussian_family
-        q = self._q(*averaged) if steps >= self.check_every else self._q(mean.detach(), raw.detach())
+        result.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * self.settings.num_mc)})
+        result.tags["q_family"] = self.settings.family
+        q = self._q(*averaged) if steps >= self.settings.check_every else self._q(mean.detach(), raw.detach())
         result.fitted.update({"q_mean": q.mean.cpu(), "q_scale": q.scale.cpu()})
         return q

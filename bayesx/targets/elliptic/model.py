@@ -17,7 +17,9 @@ in torch on any device (``solver=dense``; the default on CUDA).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
@@ -25,13 +27,27 @@ from torch import Tensor
 
 from bayesx.data.registry import data_dir
 from bayesx.errors import BayesxError
-from bayesx.targets.base import Capabilities, Evaluation, TargetBase, check_positive
+from bayesx.settings import AtLeast, Positive, Settings
+from bayesx.targets.base import Capabilities, Evaluation, TargetBase
 from bayesx.targets.elliptic import problem
 from bayesx.targets.elliptic.fem import P2Space
 from bayesx.targets.elliptic.prior import GaussianFieldPrior, cholesky_factor
 
-SOLVERS = ("auto", "sparse", "dense")
 FIELD_PROBES = np.array([[0.3, 0.3], [0.5, 0.5], [0.7, 0.3], [0.7, 0.7], [0.3, 0.7]])  # dofs whose ESS is reported
+
+
+@dataclass(frozen=True)
+class EllipticSettings(Settings):
+    mesh: Annotated[int, AtLeast(2)] = 20  # squares per side: (2 mesh + 1)^2 P2 dofs
+    prior_sd: Annotated[float, Positive()] = 1.25  # sigma_u of the exponential covariance kernel
+    prior_length: Annotated[float, Positive()] = 0.0625  # its length scale s0
+    snr: Annotated[float, Positive()] = problem.SNR  # noise sd = max|u0| / snr
+    noise_sd: Annotated[float | None, Positive()] = None  # overrides the snr rule
+    data_mesh_factor: Annotated[int, AtLeast(1)] = 2  # data come from a mesh this many times finer
+    data_seed: Annotated[int, AtLeast(0)] = 2017
+    whiten: bool = False  # sample v with u = L v
+    solver: Literal["auto", "sparse", "dense"] = "auto"
+    eval_draws: Annotated[int, AtLeast(1)] = 400  # draws whose log-likelihood is computed when not recorded
 
 
 class EllipticInverse(TargetBase):
@@ -39,38 +55,26 @@ class EllipticInverse(TargetBase):
 
     # it makes its own observations; a NUTS reference costs up to 2^max_tree_depth PDE solves per draw (opt in
     # with reference.enabled=true)
+    Settings = EllipticSettings
     capabilities = Capabilities(uses_data=False, gaussian_prior=True, reference_affordable=False)
     param_name = "u"
 
-    def __init__(self, data=None, mesh: int = 20, prior_sd: float = 1.25, prior_length: float = 0.0625,
-                 snr: float = problem.SNR, noise_sd: float | None = None, data_mesh_factor: int = 2,
-                 data_seed: int = 2017, whiten: bool = False, solver: str = "auto", eval_draws: int = 400,
-                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64):
-        check_positive("model.prior_sd", prior_sd, "set model.prior_sd=1.25 (the source's value)")
-        check_positive("model.prior_length", prior_length, "set model.prior_length=0.0625 (the source's value)")
-        check_positive("model.snr", snr, "set model.snr=10 (the source's value)")
-        if noise_sd is not None:
-            check_positive("model.noise_sd", noise_sd, "set a positive model.noise_sd or null (max|u0| / snr)")
-        if solver not in SOLVERS:
-            raise BayesxError(f"model.solver must be one of {', '.join(SOLVERS)}, got '{solver}'")
-        if not (isinstance(data_mesh_factor, int) and data_mesh_factor >= 1):
-            raise BayesxError(f"model.data_mesh_factor must be an integer >= 1, got {data_mesh_factor!r}")
-        if not isinstance(whiten, bool):
-            raise BayesxError(f"model.whiten must be true or false, got {whiten!r}")
-        if not (isinstance(eval_draws, int) and eval_draws >= 1):
-            raise BayesxError(f"model.eval_draws must be an integer >= 1, got {eval_draws!r}")
+    def __init__(self, settings: EllipticSettings | None = None, data=None, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float64, **options):
+        cfg = self.configure(settings, options)
+        mesh, whiten, solver, eval_draws = cfg.mesh, cfg.whiten, cfg.solver, cfg.eval_draws
         self.device, self.dtype = torch.device(device), dtype
-        self.space = P2Space(mesh)  # validates mesh
+        self.space = P2Space(mesh)
         self.mesh, self.dim, self.whiten, self.eval_draws = mesh, self.space.n_dofs, whiten, eval_draws
         self.solver = solver if solver != "auto" else ("sparse" if self.device.type == "cpu" else "dense")
-        self.noise_sd = float(noise_sd) if noise_sd is not None else problem.default_noise_sd(snr)
+        self.noise_sd = cfg.noise_sd if cfg.noise_sd is not None else problem.default_noise_sd(cfg.snr)
         self.sensors = problem.sensor_points()
         self.obs = self.space.point_evaluation(self.sensors)
         self.obs_t = self.obs.T.tocsr()
         self.rhs = np.append(self.space.load_vector(problem.source), 0.0)
         self.true_u = self.space.interpolate(problem.true_field)
-        self.clean, self.observations = self._generate_data(mesh * data_mesh_factor, data_seed)
-        self.prior = GaussianFieldPrior(cholesky_factor(self.space.coords, prior_sd, prior_length,
+        self.clean, self.observations = self._generate_data(mesh * cfg.data_mesh_factor, cfg.data_seed)
+        self.prior = GaussianFieldPrior(cholesky_factor(self.space.coords, cfg.prior_sd, cfg.prior_length,
                                                         data_dir() / "elliptic"), self.device, dtype)
         self._dense = None
 

@@ -1,0 +1,45 @@
+"""The top-level options of a run (``conf/config.yaml``) and of the device group, as
+bayesx.settings dataclasses: checked once, before anything is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from bayesx.settings import AtLeast, Settings
+
+
+@dataclass(frozen=True)
+class PlotSettings(Settings):
+    n_coords: Annotated[int, AtLeast(0)] = 4  # trace and marginal plots of the lowest-ESS coordinates; 0: none
+
+
+@dataclass(frozen=True)
+class ReferenceSettings(Settings):
+    """The cached NUTS reference posterior (bayesx.reference)."""
+
+    enabled: bool | None = None  # null: on for approximate draws on models without exact moments
+    num_warmup: Annotated[int, AtLeast(0)] = 500
+    num_draws: Annotated[int, AtLeast(4)] = 500  # per chain
+    n_chains: Annotated[int, AtLeast(1)] = 4
+    max_tree_depth: Annotated[int, AtLeast(1)] = 10
+    seed: Annotated[int, AtLeast(0)] = 12345
+
+
+@dataclass(frozen=True)
+class RunSettings(Settings):
+    seed: Annotated[int, AtLeast(0)] = 0
+    n_chains: Annotated[int, AtLeast(1)] = 4
+    experiment_name: str = "bayesx"
+    run_name: str | None = None
+    progress: bool | None = None  # null: progress bars only on a terminal
+    plots: PlotSettings = field(default_factory=PlotSettings)
+    save_draws: bool = True
+    reference: ReferenceSettings = field(default_factory=ReferenceSettings)
+
+
+@dataclass(frozen=True)
+class DeviceSettings(Settings):
+    name: str = "cpu"  # cpu | cuda | cuda:N
+    dtype: Literal["float32", "float64"] = "float64"
+    num_threads: Annotated[int | None, AtLeast(1)] = None  # torch intra-op threads; null: torch's default
