@@ -16,26 +16,37 @@ from torch import Tensor
 from bayesx.errors import BayesxError
 
 
+class LaplaceFailed(BayesxError):
+    """No Laplace approximation here (no finite mode, or a Hessian that is not negative definite);
+    the caller says what to do instead."""
+
+
 class Laplace(NamedTuple):
     mode: Tensor  # (dim,) the best of the optimized points
     cov: Tensor  # (dim, dim)
     log_prob: float
+    n_grad_evals: int = 0  # gradient evaluations of the mode search, summed over the starting points
+    jitter: float = 0.0  # added to the precision's diagonal to make it positive definite (0: none needed)
 
 
-def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> Tensor:
-    """Maximize log pi from each row of ``start`` (chains, dim) with L-BFGS; returns (chains, dim)."""
+def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> tuple[Tensor, int]:
+    """Maximize log pi from each row of ``start`` (chains, dim) with L-BFGS; returns the optima
+    (chains, dim) and the number of gradient evaluations (summed over the rows)."""
     q = start.detach().clone().requires_grad_(True)
     opt = torch.optim.LBFGS([q], lr=1.0, max_iter=max_iter, tolerance_grad=tol, tolerance_change=1e-12,
                             history_size=20, line_search_fn="strong_wolfe")
+    calls = 0
 
     def closure():
+        nonlocal calls
+        calls += 1
         opt.zero_grad()
         lp, grad = target.log_prob_and_grad(q.detach())
         q.grad = -grad
         return -lp.sum()
 
     opt.step(closure)
-    return q.detach()
+    return q.detach(), calls * start.shape[0]
 
 
 def hessian(target, q: Tensor) -> Tensor:
@@ -46,10 +57,10 @@ def hessian(target, q: Tensor) -> Tensor:
 
 
 def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
-    modes = find_mode(target, start, max_iter)
+    modes, n_grad_evals = find_mode(target, start, max_iter)
     lp = target.log_prob(modes)
     if not bool(torch.isfinite(lp).any()):
-        raise BayesxError("the mode search ended where the log density is not finite; use method.init=prior")
+        raise LaplaceFailed("the mode search ended where the log density is not finite")
     best = int(torch.nan_to_num(lp, nan=-float("inf")).argmax())
     mode = modes[best]
     precision = -hessian(target, mode)
@@ -62,15 +73,18 @@ def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
             break
         jitter = max(1e-6, 10 * jitter) * float(precision.diagonal().abs().mean().clamp(min=1.0))
     else:
-        raise BayesxError("the Hessian at the mode is not negative definite; use method.init=prior")
+        raise LaplaceFailed("the Hessian at the mode is not negative definite")
     cov = torch.cholesky_inverse(chol)
-    return Laplace(mode, 0.5 * (cov + cov.T), float(lp[best]))
+    return Laplace(mode, 0.5 * (cov + cov.T), float(lp[best]), n_grad_evals, jitter)
 
 
 def laplace_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
     """MCMC's ``init=laplace``: starting points drawn from N(mode, H^-1) (one per row of ``start``)
     and the starting inverse mass: H^-1 (mass=dense), its diagonal (diag) or ones (identity)."""
-    laplace = fit_laplace(target, start)
+    try:
+        laplace = fit_laplace(target, start)
+    except LaplaceFailed as exc:
+        raise BayesxError(f"{exc}; use method.init=prior") from None
     if mass == "dense":
         inv_mass = laplace.cov
     elif mass == "diag":

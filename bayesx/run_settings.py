@@ -1,4 +1,4 @@
-"""The top-level options of a run (``conf/config.yaml``) and of the device group, as
+"""The top-level options of a run (``conf/config.yaml``) and of the device and tracking groups, as
 bayesx.settings dataclasses: checked once, before anything is built."""
 
 from __future__ import annotations
@@ -43,3 +43,9 @@ class DeviceSettings(Settings):
     name: str = "cpu"  # cpu | cuda | cuda:N
     dtype: Literal["float32", "float64"] = "float64"
     num_threads: Annotated[int | None, AtLeast(1)] = None  # torch intra-op threads; null: torch's default
+
+
+@dataclass(frozen=True)
+class TrackingSettings(Settings):
+    uri: str = "sqlite:///mlflow.db"  # an MLflow tracking URI: sqlite:///FILE, http://HOST:PORT, postgresql://...
+    artifact_root: str | None = None  # where a local store puts artifacts; null: MLflow's default

@@ -25,7 +25,7 @@ from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.result import Result
-from bayesx.run_settings import DeviceSettings, RunSettings
+from bayesx.run_settings import DeviceSettings, RunSettings, TrackingSettings
 from bayesx.settings import InvalidSetting, Settings, configure
 from bayesx.targets.base import Capabilities, Evaluation
 from bayesx.tracking import COMPARE_TAG, Tracker
@@ -47,11 +47,12 @@ def resolve_device(device: DeviceSettings) -> tuple[torch.device, torch.dtype]:
     return resolved, DTYPES[device.dtype]
 
 
-def run_settings(cfg: DictConfig) -> tuple[RunSettings, DeviceSettings]:
-    """The run's top-level options and its device, checked (errors name the key)."""
+def run_settings(cfg: DictConfig) -> tuple[RunSettings, DeviceSettings, TrackingSettings]:
+    """The run's top-level options, its device and its tracking store, checked (errors name the key)."""
     top = {f.name: OmegaConf.select(cfg, f.name) for f in fields(RunSettings)}
     top = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for k, v in top.items()}
-    return configure(RunSettings, top, ""), configure(DeviceSettings, options_of(cfg.device, "device"), "device")
+    return (configure(RunSettings, top, ""), configure(DeviceSettings, options_of(cfg.device, "device"), "device"),
+            configure(TrackingSettings, options_of(cfg.tracking, "tracking"), "tracking"))
 
 
 def build(node: DictConfig, group: str, **live):
@@ -225,7 +226,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     RunInterrupted / KeyboardInterrupt after recording a KILLED run with what it had.
     """
     wall_start = time.perf_counter()
-    job, device_settings = run_settings(cfg)
+    job, device_settings, tracking = run_settings(cfg)
     device, dtype = resolve_device(device_settings)
     model_name = choices.get("model", "model")
     data = build(cfg.data, "data") if capabilities_of(cfg.model).uses_data else None
@@ -244,7 +245,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     gen = torch.Generator(device=device).manual_seed(job.seed)
     initial = method.initial_points(target, n_chains, gen)
 
-    tracker = Tracker(str(cfg.tracking.uri), job.experiment_name, cfg.tracking.get("artifact_root"))
+    tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root)
     data_name = choices.get("data", "") if data is not None else "none"
     run_name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
     tags = {

@@ -129,3 +129,15 @@ def test_every_conf_target_declares_a_schema_its_yaml_satisfies(group, path, mon
     options = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not k.startswith("_")}
     settings = configure(factory.Settings, options, group)
     assert set(options) <= {f for f in settings.options()}
+
+
+@pytest.mark.parametrize("group,schema", [("device", "DeviceSettings"), ("tracking", "TrackingSettings")])
+def test_device_and_tracking_yamls_satisfy_their_schemas(group, schema, monkeypatch):
+    from bayesx import run_settings
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///unused.db")
+    for path in sorted((conf_dir() / group).glob("*.yaml")):
+        options = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        configure(getattr(run_settings, schema), options, group)
+    with pytest.raises(BayesxError, match=r"^device\.dtype must be one of float32, float64, got 'float16'"):
+        configure(run_settings.DeviceSettings, {"dtype": "float16"}, "device")
