@@ -177,6 +177,7 @@ def summary_keys(method: Method, evaluation: Evaluation, metrics: dict[str, floa
     keys += [convergence.quantity_ess_name(name, values) for name, values in evaluation.quantities.items()]
     keys += [k for k in method.summary_keys if k not in keys]
     keys += sorted(k for k in metrics if k.startswith("posterior_") and k not in keys)
+    keys += [k for k in ("log_evidence_err",) if k not in keys]
     keys.append("wall_time_s")
     return [k for k in keys if k in metrics]
 
@@ -269,12 +270,15 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         metrics["wall_time_s"] = time.perf_counter() - wall_start
         if with_reference and not result.interrupted and result.draws is not None:
             metrics.update(reference_error(cfg, job, target, result))
+        if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
+            metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
         stepped = {name for name, points in result.traces.items() if points}  # their last step is the final value
         run.log_metrics({k: v for k, v in metrics.items() if k not in stepped})
         for name, points in result.traces.items():
             run.log_series(name, points)
         shown = summary_keys(method, evaluation, metrics)
-        compared = [k for k in [*evaluation.metrics, *method.compare_keys, "posterior_mean_err", "wall_time_s"]
+        compared = [k for k in [*evaluation.metrics, *method.compare_keys, "posterior_mean_err", "log_evidence_err",
+                                "wall_time_s"]
                     if k in metrics]
         run.set_tags({**result.tags, COMPARE_TAG: ",".join(compared)})
         log_artifacts(run, job, method, target, result, evaluation, Path(tmp))

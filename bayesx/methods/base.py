@@ -185,9 +185,23 @@ class ApproximationSettings(Settings):
     num_draws: Annotated[int, AtLeast(1)] = 1000  # iid draws from the fitted q, weighed and evaluated
 
 
+@dataclass
+class Particles:
+    """A particle approximation (AIS, SMC, SVGD): draws (n, dim), their log importance weights where
+    the particles are weighted (None: equally weighted), and the method's own evidence estimate
+    where it makes one that is not the mean of these weights (SMC's product of incremental means)."""
+
+    draws: Tensor
+    log_weights: Tensor | None = None
+    log_evidence: float | None = None
+    log_evidence_se: float | None = None
+
+
 class Approximation(Method):
-    """A method that fits q; the family draws ``num_draws`` iid draws from it, weighs them by
-    w = p(z) / q(z) and reports
+    """A method that fits q, or returns weighted particles.
+
+    With a q (``sample`` and ``log_prob``) the family draws ``num_draws`` iid draws from it, weighs
+    them by w = p(z) / q(z) and reports
 
         elbo_final       mean log w (the ELBO, a lower bound on log Z)
         log_evidence     log mean w (importance sampling with q as the proposal), and its standard
@@ -195,26 +209,29 @@ class Approximation(Method):
         psis_khat        the Pareto k-hat of the weights (ArviZ's PSIS, Vehtari et al. 2015/2024);
                          above 0.7 neither the evidence nor q's draws are to be trusted
 
-    and evaluates the draws as one chain (chains = 1) like any draws. Subclasses implement ``fit``.
+    With :class:`Particles` the same summary is made of the particles' own weights (AIS's are
+    importance weights of the whole annealed path), plus ``weights_ess`` = (sum w)^2 / sum w^2, and
+    ``num_draws`` draws are resampled from them (multinomial); equally weighted particles are the
+    draws. Either way the draws are evaluated as one chain (chains = 1) like any draws.
+    Subclasses implement ``fit``.
     """
 
+    Settings = ApproximationSettings
     family = "approximation"
     summary_keys = ("elbo_final", "log_evidence", "log_evidence_se", "psis_khat", "n_grad_evals", "fit_time_s")
     compare_keys = ("elbo_final", "log_evidence", "psis_khat", "fit_time_s")
     approximate_draws = True
 
-    Settings = ApproximationSettings
-
     @abstractmethod
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> FittedApproximation:
-        """Fit q; record traces (e.g. the ``elbo`` per step) and metrics in ``result``."""
+            progress: bool | None = None) -> FittedApproximation | Particles:
+        """Fit q (or make particles); record traces (e.g. the ``elbo`` per step) and metrics in ``result``."""
 
     def infer(self, target, inputs: RunInputs) -> Result:
         result = Result()
         start = time.perf_counter()
         try:
-            q = self.fit(target, inputs.initial, inputs.gen, result, inputs.progress)
+            fitted = self.fit(target, inputs.initial, inputs.gen, result, inputs.progress)
         except (KeyboardInterrupt, RunInterrupted):
             result.interrupted = True
             result.tags["stopped_during"] = "fit"
@@ -223,14 +240,35 @@ class Approximation(Method):
         result.timings["fit_time_s"] = time.perf_counter() - start
         if result.error is not None:
             return result
-        with torch.no_grad():
-            z = q.sample(self.settings.num_draws, inputs.gen)
-            log_weights = target.log_prob(z) - q.log_prob(z)
-        result.metrics.update(importance.weight_summary(log_weights.double().cpu().numpy()))
-        result.draws = z.detach().cpu()[None]
+        if isinstance(fitted, Particles):
+            self._weigh_particles(fitted, inputs.gen, result)
+        else:
+            with torch.no_grad():
+                z = fitted.sample(self.settings.num_draws, inputs.gen)
+                log_weights = target.log_prob(z) - fitted.log_prob(z)
+            result.metrics.update(importance.weight_summary(log_weights.double().cpu().numpy()))
+            result.draws = z.detach().cpu()[None]
+            result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
         result.tags.setdefault("stopped_during", "completed")
-        result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
         return result
+
+    def _weigh_particles(self, particles: Particles, gen: torch.Generator, result: Result) -> None:
+        n = particles.draws.shape[0]
+        if particles.log_weights is None:
+            result.draws = particles.draws.detach().cpu()[None]
+            result.tags["draws_are"] = f"{n} equally weighted particles"
+        else:
+            lw = particles.log_weights.detach().double()
+            result.metrics.update(importance.weight_summary(lw.cpu().numpy()))
+            w = torch.exp(torch.nan_to_num(lw, nan=-math.inf) - lw.nan_to_num(nan=-math.inf).max())
+            result.metrics["weights_ess"] = float(w.sum() ** 2 / (w * w).sum())
+            pick = torch.multinomial(w.to(gen.device), self.settings.num_draws, replacement=True, generator=gen)
+            result.draws = particles.draws.detach()[pick.to(particles.draws.device)].cpu()[None]
+            result.tags["draws_are"] = f"{self.settings.num_draws} draws resampled from {n} weighted particles"
+        if particles.log_evidence is not None:
+            result.metrics["log_evidence"] = float(particles.log_evidence)
+            if particles.log_evidence_se is not None:
+                result.metrics["log_evidence_se"] = float(particles.log_evidence_se)
 
     def warnings(self, metrics: dict[str, float]) -> list[str]:
         khat = metrics.get("psis_khat", float("nan"))

@@ -35,6 +35,8 @@ class Capabilities:
                           posterior run is needed
     reference_affordable  a NUTS reference run is cheap enough to make by default for methods whose
                           draws are approximate
+    exact_log_normalizer  ``log_normalizer()`` gives log Z of the unnormalized density exactly (closed
+                          form or quadrature): runs that estimate the evidence report ``log_evidence_err``
     """
 
     posterior: bool = True
@@ -43,6 +45,7 @@ class Capabilities:
     gaussian_prior: bool = False
     exact_moments: bool = False
     reference_affordable: bool = True
+    exact_log_normalizer: bool = False
 
 
 @dataclass
@@ -133,6 +136,10 @@ class TargetBase(ModelBase):
         from bayesx.targets.restriction import AffineRestriction
 
         return AffineRestriction(self, offset, basis)
+
+    def log_normalizer(self) -> float:
+        """log of the integral of exp(log_prob) (targets declaring ``exact_log_normalizer``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not know its log normalizer")
 
     def describe(self) -> dict[str, str]:
         """Tags describing the target (data set, sizes) for the tracker."""

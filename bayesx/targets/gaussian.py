@@ -5,6 +5,7 @@ log pi(q) = -1/2 (q - m)^T P (q - m) + const, P = Sigma^{-1}; grad = -P (q - m).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -38,7 +39,7 @@ class Gaussian(TargetBase):
     """
 
     Settings = GaussianSettings
-    capabilities = Capabilities(uses_data=False, exact_moments=True)
+    capabilities = Capabilities(uses_data=False, exact_moments=True, exact_log_normalizer=True)
     param_name = "x"
 
     def __init__(self, settings: GaussianSettings | None = None, data=None, device: str | torch.device = "cpu",
@@ -66,6 +67,10 @@ class Gaussian(TargetBase):
             return (1 - rho) * torch.eye(dim, dtype=torch.float64) + rho * torch.ones(dim, dim, dtype=torch.float64)
         scales = torch.logspace(-torch.log10(torch.tensor(condition)).item(), 0.0, dim, dtype=torch.float64)
         return torch.diag(scales**2)
+
+    def log_normalizer(self) -> float:
+        """log of the integral of exp(-1/2 (q - m)^T P (q - m)): dim/2 log 2 pi + 1/2 log det Sigma."""
+        return 0.5 * self.dim * math.log(2.0 * math.pi) + 0.5 * float(torch.logdet(self.cov))
 
     def log_prob(self, q: Tensor) -> Tensor:
         d = q - self.mean
