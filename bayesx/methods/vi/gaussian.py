@@ -37,7 +37,7 @@ from bayesx.errors import RunInterrupted
 from bayesx.methods.base import Approximation, ApproximationSettings
 from bayesx.progress import progress_bar
 from bayesx.result import Result
-from bayesx.settings import AtLeast, Positive
+from bayesx.settings import AtLeast, Between, Positive
 
 LOG_2PI = math.log(2.0 * math.pi)
 
@@ -86,6 +86,8 @@ class GaussianVISettings(ApproximationSettings):
     init_sd: Annotated[float, Positive()] = 0.1
     tol: Annotated[float, AtLeast(0.0)] = 0.01
     check_every: Annotated[int, AtLeast(1)] = 100
+    divergence: Literal["kl_qp", "kl_pq", "hellinger", "alpha"] = "kl_qp"
+    alpha: Annotated[float, Between(0.0, 1.0)] = 0.5  # the Renyi order of divergence=alpha
 
 
 class GaussianVI(Approximation):
@@ -127,25 +129,63 @@ class GaussianVI(Approximation):
         surrogate = (z * grad).sum(-1).mean() + q.entropy()
         return surrogate, estimate.detach()
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result, progress: bool | None = None) -> GaussianQ:
+    def surrogate(self, target, q: GaussianQ, eps: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(surrogate, objective, elbo) for the configured divergence: the surrogate's gradient in
+        q's parameters is the objective's (a Monte Carlo estimate with the draws z = q.transform(eps)).
+
+        kl_qp      the ELBO, reparameterized (``surrogate_elbo``)
+        alpha      the Renyi bound L_a = 1/(1-a) log mean_i exp((1-a) l_i), l_i = log p(z_i) - log q(z_i)
+                   (Li and Turner 2016): its gradient is sum_i w_i grad l_i with the self-normalized
+                   weights w_i ∝ exp((1-a) l_i); a -> 1 is the ELBO, a -> 0 log Z
+        hellinger  the squared Hellinger distance 1 - int sqrt(p q) / sqrt(Z) falls as E_q sqrt(p/q)
+                   rises, so its minimizer is L_{1/2}'s: the alpha objective at a = 1/2
+        kl_pq      KL(p || q) (the thesis' "reverse KL", mass covering): minus E_p log q, estimated by
+                   self-normalized importance sampling from q, gradient sum_i w_i grad_theta log q(z_i)
+                   with w_i ∝ p(z_i)/q(z_i) and z_i held fixed; objective = sum_i w_i log q(z_i)
+        """
+        divergence = self.settings.divergence
+        if divergence == "kl_qp":
+            surrogate, elbo = self.surrogate_elbo(target, q, eps)
+            return surrogate, elbo, elbo
+        z = q.transform(eps)
+        log_p, grad = target.log_prob_and_grad(z.detach())
+        log_q = q.log_prob(z)
+        l = log_p - log_q.detach()
+        elbo = l.mean()
+        if divergence == "kl_pq":
+            w = torch.softmax(l, 0)
+            log_q_fixed = q.log_prob(z.detach())
+            objective = (w * log_q_fixed).sum()
+            return objective, objective.detach(), elbo.detach()
+        a = 0.5 if divergence == "hellinger" else self.settings.alpha
+        w = torch.softmax((1.0 - a) * l, 0)
+        surrogate = (w.detach() * ((z * grad).sum(-1) - log_q)).sum()
+        objective = (torch.logsumexp((1.0 - a) * l, 0) - math.log(l.shape[0])) / (1.0 - a)
+        return surrogate, objective.detach(), elbo.detach()
+
+    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
+            progress: bool | None = None) -> GaussianQ:
         mean, raw = self._parameters(initial)
         optim = torch.optim.Adam([mean, raw], lr=self.settings.lr)
-        trace, window, previous = [], [], None
+        trace, elbo_trace, window, elbos, previous = [], [], [], [], None
         averaged = (mean.detach().clone(), raw.detach().clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
         bar = progress_bar(self.settings.num_steps, f"vi ({self.settings.family})", progress, "step")
         try:
             for steps in range(1, self.settings.num_steps + 1):
-                eps = torch.randn((self.settings.num_mc, mean.shape[0]), generator=gen, dtype=mean.dtype, device=mean.device)
-                surrogate, estimate = self.surrogate_elbo(target, self._q(mean, raw), eps)
+                eps = torch.randn((self.settings.num_mc, mean.shape[0]), generator=gen, dtype=mean.dtype,
+                                  device=mean.device)
+                surrogate, estimate, elbo = self.surrogate(target, self._q(mean, raw), eps)
                 if not torch.isfinite(estimate):
-                    result.error = (f"the ELBO estimate is not finite at step {steps}: lower method.lr (now {self.settings.lr:g}) "
-                                    f"or method.init_sd (now {self.settings.init_sd:g})")
+                    result.error = (f"the {self.settings.divergence} objective is not finite at step {steps}: lower "
+                                    f"method.lr (now {self.settings.lr:g}) or method.init_sd (now "
+                                    f"{self.settings.init_sd:g})")
                     break
                 optim.zero_grad()
                 (-surrogate).backward()
                 optim.step()
                 window.append(float(estimate))
+                elbos.append(float(elbo))
                 sums[0] += mean.detach()
                 sums[1] += raw.detach()
                 bar.update(1)
@@ -154,18 +194,21 @@ class GaussianVI(Approximation):
                     sums = [torch.zeros_like(mean), torch.zeros_like(raw)]
                     current = sum(window) / len(window)
                     trace.append((steps, current))
-                    bar.set_postfix(elbo=f"{current:.4g}")
+                    elbo_trace.append((steps, sum(elbos) / len(elbos)))
+                    bar.set_postfix(objective=f"{current:.4g}")
                     if previous is not None and self.settings.tol > 0 and current - previous < self.settings.tol:
                         break
-                    previous, window = current, []
+                    previous, window, elbos = current, [], []
         except (KeyboardInterrupt, RunInterrupted):
             result.interrupted = True
             result.tags["stopped_during"] = f"fit (step {steps})"
         finally:
             bar.close()
-        result.traces["elbo"] = trace
+        result.traces["elbo"] = elbo_trace
+        if self.settings.divergence != "kl_qp":
+            result.traces["objective"] = trace  # what the fit maximizes (see ``surrogate``)
         result.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * self.settings.num_mc)})
-        result.tags["q_family"] = self.settings.family
+        result.tags.update({"q_family": self.settings.family, "divergence": self.settings.divergence})
         q = self._q(*averaged) if steps >= self.settings.check_every else self._q(mean.detach(), raw.detach())
         result.fitted.update({"q_mean": q.mean.cpu(), "q_scale": q.scale.cpu()})
         return q
