@@ -131,7 +131,8 @@ class AutoEncodingMethod(Sampler):
         stage = "presample"
         try:
             pre = self.presampler(n_chains).run(target, initial_position, gen, progress)
-            result.timings["presample_warmup_time_s"] = pre.timings.get("laplace_time_s", 0.0) + pre.timings["warmup_time_s"]
+            start_time = sum(pre.timings.get(k, 0.0) for k in ("laplace_time_s", "pathfinder_time_s"))
+            result.timings["presample_warmup_time_s"] = start_time + pre.timings["warmup_time_s"]
             result.timings["presample_time_s"] = result.timings["presample_warmup_time_s"] + pre.timings["sampling_time_s"]
             result.metrics.update({f"presample_{k}": v for k, v in pre.metrics.items()
                                    if k in ("accept_rate", "step_size", "n_divergent")})

@@ -22,6 +22,7 @@ from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import Sampler
 from bayesx.optimize import laplace_start
+from bayesx.pathfinder import pathfinder_start
 from bayesx.progress import ChainProgress
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, Positive, Settings
@@ -42,7 +43,8 @@ class MCMCSettings(Settings):
                     Stan's warm-up windows (fast, slow doubling from base_window, fast)
     init            prior: start from the target's initial points with an identity metric;
                     laplace: find the mode (L-BFGS), start the chains at draws from the Laplace
-                    approximation N(mode, H^-1) and the metric at H^-1 (or its diagonal)
+                    approximation N(mode, H^-1) and the metric at H^-1 (or its diagonal);
+                    pathfinder: the same with the best Gaussian of one Pathfinder path
     """
 
     num_warmup: Annotated[int, AtLeast(0)] = 1000
@@ -55,7 +57,7 @@ class MCMCSettings(Settings):
     init_buffer: Annotated[int, AtLeast(0)] = 75
     term_buffer: Annotated[int, AtLeast(0)] = 50
     base_window: Annotated[int, AtLeast(1)] = 25
-    init: Literal["prior", "laplace"] = "prior"
+    init: Literal["prior", "laplace", "pathfinder"] = "prior"
 
     def schedule(self) -> WarmupSchedule:
         return WarmupSchedule.build(self.num_warmup, self.init_buffer, self.term_buffer, self.base_window,
@@ -95,16 +97,17 @@ class MCMCMethod(Sampler):
         result.tags["kernels"] = self.kernel_name(target, initial_position)
         start = time.perf_counter()
         metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
-        if cfg.init == "laplace":
+        if cfg.init != "prior":
+            start_from = laplace_start if cfg.init == "laplace" else pathfinder_start
             try:
-                initial_position, inv_mass = laplace_start(target, initial_position, gen, cfg.mass)
+                initial_position, inv_mass = start_from(target, initial_position, gen, cfg.mass)
             except (KeyboardInterrupt, RunInterrupted):  # stopped while finding the mode: part of warm-up
                 result.interrupted = True
                 result.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
                 result.tags["stopped_during"] = "warmup"
                 return result
             metric = make_metric(inv_mass)
-            result.timings["laplace_time_s"] = time.perf_counter() - start
+            result.timings[f"{cfg.init}_time_s"] = time.perf_counter() - start
         state = self.kernel.init(initial_position, target)
         if not bool(torch.isfinite(self.kernel.log_density(state)).all()):
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller model.init_scale")
