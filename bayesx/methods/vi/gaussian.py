@@ -27,6 +27,7 @@ step the last iterate jitters around the optimum by several percent of an sd, th
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -168,6 +169,7 @@ class GaussianVI(Approximation):
         mean, raw = self._parameters(initial)
         optim = torch.optim.Adam([mean, raw], lr=self.settings.lr)
         trace, elbo_trace, window, elbos, previous = [], [], [], [], None
+        clock, started = [], time.perf_counter()
         averaged = (mean.detach().clone(), raw.detach().clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
         bar = progress_bar(self.settings.num_steps, f"vi ({self.settings.family})", progress, "step")
@@ -195,6 +197,7 @@ class GaussianVI(Approximation):
                     current = sum(window) / len(window)
                     trace.append((steps, current))
                     elbo_trace.append((steps, sum(elbos) / len(elbos)))
+                    clock.append((steps, time.perf_counter() - started))
                     bar.set_postfix(objective=f"{current:.4g}")
                     if previous is not None and self.settings.tol > 0 and current - previous < self.settings.tol:
                         break
@@ -205,6 +208,7 @@ class GaussianVI(Approximation):
         finally:
             bar.close()
         result.traces["elbo"] = elbo_trace
+        result.traces["fit_elapsed_s"] = clock  # seconds into the fit at each window: time to a given ELBO
         if self.settings.divergence != "kl_qp":
             result.traces["objective"] = trace  # what the fit maximizes (see ``surrogate``)
         result.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * self.settings.num_mc)})
