@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from cli_helpers import isolated_store, run_ok
+from cli_helpers import assert_rejected, isolated_store, run_ok
 
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
@@ -124,3 +124,10 @@ def test_cli_records_a_gap_run(tmp_path_factory):
     metrics = run.data.metrics
     assert run.data.tags["q_family"] == "fullrank" and run.data.tags["gap_normalizer"] == "exact"
     assert math.isfinite(metrics["distance_final"]) and "log_evidence_err" in metrics
+
+
+def test_cli_refuses_a_full_rank_basis_too_large(tmp_path_factory):
+    with isolated_store(tmp_path_factory, "gap_big") as (_, uri):
+        line = assert_rejected(["run", "method=gap", "data=digits", "progress=false"], uri, "method.family=fullrank",
+                               "2080", "method.family=meanfield")
+    assert "\n" not in line
