@@ -22,7 +22,7 @@ from bayesx.data.classification import ClassificationData
 from bayesx.native import logistic as native
 from bayesx.native.logistic import LogisticForm
 from bayesx.settings import Positive, Settings
-from bayesx.targets.base import Evaluation, TargetBase
+from bayesx.targets.base import Capabilities, Evaluation, TargetBase
 from bayesx.targets.restriction import AffineRestriction
 
 
@@ -57,6 +57,7 @@ class LogisticSettings(Settings):
 
 class LogisticRegression(FusedLogistic, TargetBase):
     Settings = LogisticSettings
+    capabilities = Capabilities(logistic_design=True)
     param_name = "beta"
 
     def __init__(self, data: ClassificationData, settings: LogisticSettings | None = None,
@@ -78,6 +79,10 @@ class LogisticRegression(FusedLogistic, TargetBase):
         if self.intercept:
             x = torch.cat([torch.ones(x.shape[0], 1, dtype=self.dtype, device=self.device), x], dim=1)
         return x
+
+    def logistic_design(self) -> tuple[Tensor, Tensor, float]:
+        """(X (n, dim) with the intercept column where there is one, y (n,) in {0, 1}, prior variance)."""
+        return self.x_train, self.y_train, self.prior_scale**2
 
     def log_prob(self, q: Tensor) -> Tensor:
         logits = q @ self.x_train.T
