@@ -111,8 +111,10 @@ def test_t1_reaches_the_hellinger_optimum():
 
 def test_a_basis_too_large_is_refused_before_the_run():
     with pytest.raises(InvalidSetting, match="family=fullrank needs a tangent basis of 15 covariance directions"):
-        GAP(max_basis=10).check(Gaussian(dim=5), 4)
+        GAP(max_basis=10, family="fullrank").check(Gaussian(dim=5), 4)
     GAP(max_basis=10, family="meanfield").check(Gaussian(dim=5), 4)
+    assert GAP(max_basis=10).family_for(Gaussian(dim=5)) == "meanfield"  # auto
+    assert GAP(max_basis=15).family_for(Gaussian(dim=5)) == "fullrank"
     with pytest.raises(BayesxError, match=r"^method\.eps_l must be a number > 0"):
         GAP(eps_l=0.0)
 
@@ -122,12 +124,13 @@ def test_cli_records_a_gap_run(tmp_path_factory):
         run = run_ok(uri, ["run", "method=gap", "model=density", "model.name=bimodal", "method.num_steps=200",
                            "method.n_mc=500", "method.eps_l=1.0", "progress=false", "plots.n_coords=0"])
     metrics = run.data.metrics
-    assert run.data.tags["q_family"] == "fullrank" and run.data.tags["gap_normalizer"] == "exact"
+    assert run.data.tags["q_family"] == "fullrank" and run.data.tags["gap_normalizer"] == "exact"  # auto, dim 1
     assert math.isfinite(metrics["distance_final"]) and "log_evidence_err" in metrics
 
 
 def test_cli_refuses_a_full_rank_basis_too_large(tmp_path_factory):
     with isolated_store(tmp_path_factory, "gap_big") as (_, uri):
-        line = assert_rejected(["run", "method=gap", "data=digits", "progress=false"], uri, "method.family=fullrank",
+        line = assert_rejected(["run", "method=gap", "method.family=fullrank", "data=digits", "progress=false"], uri,
+                               "method.family=fullrank",
                                "2080", "method.family=meanfield")
     assert "\n" not in line

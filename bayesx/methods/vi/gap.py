@@ -18,7 +18,9 @@ as printed, moves each parameter by its coordinate in the orthonormal basis:
     theta_i <- theta_i + eps_i c_i / sqrt(1 - c_0^2),   eps = eps_mu for the mean, eps_l for vech(L).
 
 theta = (mu, vech(L)) with L lower triangular (``family: fullrank``, the thesis'), or (mu, the
-diagonal of L) (``family: meanfield``, our restriction, for larger dimensions). The Gram blocks are
+diagonal of L) (``family: meanfield``, our restriction, for larger dimensions); ``family: auto``
+(the default) is full rank where the basis fits ``max_basis`` and mean-field beyond, with the
+choice in the run's ``q_family`` tag. The Gram blocks are
 in closed form (Isserlis' theorem; the thesis' appendix 2.5.2): G_mumu = Sigma^-1 / 4, G_mu,L = 0,
 and with M = L^-T, for lower-triangular entries (a, b) and (a', b'),
 
@@ -65,7 +67,7 @@ LOG_2PI = math.log(2.0 * math.pi)
 
 @dataclass(frozen=True)
 class GAPSettings(ApproximationSettings):
-    family: Literal["fullrank", "meanfield"] = "fullrank"
+    family: Literal["auto", "fullrank", "meanfield"] = "auto"  # auto: fullrank up to max_basis, else meanfield
     num_steps: Annotated[int, AtLeast(1)] = 1000
     n_mc: Annotated[int, AtLeast(2)] = 1000  # draws from q per iteration for a and c_0
     eps_mu: Annotated[float, Positive()] = 0.1  # the thesis' eps_alpha (t(1): 0.1)
@@ -126,6 +128,12 @@ class GAP(Approximation):
     summary_keys = ("distance_final", *Approximation.summary_keys)
     compare_keys = ("distance_final", *Approximation.compare_keys)
 
+    def family_for(self, target) -> str:
+        """The family a run uses: ``auto`` is the thesis' full rank where its basis fits ``max_basis``."""
+        if self.settings.family != "auto":
+            return self.settings.family
+        return "fullrank" if target.dim * (target.dim + 1) // 2 <= self.settings.max_basis else "meanfield"
+
     def check(self, target, n_chains: int) -> None:
         n_l = target.dim * (target.dim + 1) // 2
         if self.settings.family == "fullrank" and n_l > self.settings.max_basis:
@@ -137,18 +145,19 @@ class GAP(Approximation):
             progress: bool | None = None) -> GaussianQ:
         cfg = self.settings
         self.check(target, 1)
+        family = self.family_for(target)
         dim, dtype, device = target.dim, target.dtype, target.device
         mean = (torch.tensor(cfg.init_mean, dtype=dtype, device=device) if cfg.init_mean is not None
                 else initial.mean(0).to(dtype))
         if mean.shape != (dim,):
             raise InvalidSetting("init_mean", f"has {mean.numel()} values for a target of dimension {dim}")
         chol = cfg.init_sd * torch.eye(dim, dtype=dtype, device=device)
-        rows, cols = lower_indices(dim, cfg.family)
+        rows, cols = lower_indices(dim, family)
         log_z = target.log_normalizer() if target.capabilities.exact_log_normalizer else None
         trace, step, skipped = [], 0, 0
         first_averaged = cfg.num_steps - int(cfg.average * cfg.num_steps)
         kept_means, kept_chols = [], []
-        bar = progress_bar(cfg.num_steps, f"gap ({cfg.family})", progress, "step")
+        bar = progress_bar(cfg.num_steps, f"gap ({family})", progress, "step")
         try:
             for step in range(1, cfg.num_steps + 1):
                 q = GaussianQ(mean, positive_diagonal(chol))  # the same q; log q needs a positive diagonal
@@ -165,7 +174,7 @@ class GAP(Approximation):
                     continue
                 s_mu, s_l = scores(z, mean, chol, rows, cols)
                 g_mu, g_l = gram_blocks(chol, rows, cols)
-                if cfg.family == "meanfield":
+                if family == "meanfield":
                     g_l = torch.diag(g_l.diagonal())
                 c_mu = torch.linalg.solve_triangular(torch.linalg.cholesky(g_mu), (ratio[:, None] * s_mu).mean(0)[:, None],
                                                      upper=False)[:, 0]
@@ -192,7 +201,7 @@ class GAP(Approximation):
         if kept_means:  # the median of the last iterates: the Monte Carlo steps jitter, and now and then leap
             mean = torch.stack(kept_means).median(0).values
             chol = torch.stack(kept_chols).median(0).values
-        result.tags.update({"q_family": cfg.family, "gap_normalizer": "exact" if log_z is not None else "importance"})
+        result.tags.update({"q_family": family, "gap_normalizer": "exact" if log_z is not None else "importance"})
         chol = positive_diagonal(chol)
         result.fitted.update({"q_mean": mean.cpu(), "q_scale": chol.cpu()})
         return GaussianQ(mean, chol)
