@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from bayesx.methods.base import Approximation, ApproximationSettings, Particles
-from bayesx.methods.vi.tempering import GaussianBase, Mover, Tempered, log_ratio
+from bayesx.methods.vi.tempering import Mover, Tempered, base_for, log_ratio
 from bayesx.progress import progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Positive
@@ -42,7 +42,7 @@ class AISSettings(ApproximationSettings):
     n_leapfrog: Annotated[int, AtLeast(1)] = 10  # HMC only
     adapt_step_size: bool = True  # nudge the step size towards 0.3 (mh) / 0.65 (hmc) acceptance per temperature
     base_mean: float = 0.0
-    base_scale: Annotated[float, Positive()] = 1.0  # q0 = N(base_mean, base_scale^2 I); the prior's sd where known
+    base_scale: Annotated[float | None, Positive()] = None  # q0 = N(base_mean, base_scale^2 I); null: the prior's sd
 
 
 class AIS(Approximation):
@@ -56,7 +56,7 @@ class AIS(Approximation):
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
             progress: bool | None = None) -> Particles:
         cfg = self.settings
-        base = GaussianBase(cfg.base_mean, cfg.base_scale, target.dim)
+        base = base_for(target, cfg.base_mean, cfg.base_scale)
         z = base.sample(cfg.n_samples, gen, target.dtype, target.device)
         log_w = torch.zeros(cfg.n_samples, dtype=target.dtype, device=target.device)
         mover = Mover(cfg.kernel, cfg.step_size, cfg.n_steps, cfg.n_leapfrog, cfg.adapt_step_size)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from bayesx.errors import BayesxError
 from bayesx.methods.base import Approximation, ApproximationSettings, Particles
-from bayesx.methods.vi.tempering import GaussianBase, Mover, Tempered, log_ratio
+from bayesx.methods.vi.tempering import Mover, Tempered, base_for, log_ratio
 from bayesx.progress import progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, Positive
@@ -43,7 +43,7 @@ class SMCSettings(ApproximationSettings):
     n_leapfrog: Annotated[int, AtLeast(1)] = 10
     adapt_step_size: bool = True
     base_mean: float = 0.0
-    base_scale: Annotated[float, Positive()] = 1.0
+    base_scale: Annotated[float | None, Positive()] = None  # null: the prior's sd where the target declares one, else 1
     max_stages: Annotated[int, AtLeast(1)] = 1000
 
 
@@ -77,7 +77,7 @@ class SMC(Approximation):
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
             progress: bool | None = None) -> Particles:
         cfg = self.settings
-        base = GaussianBase(cfg.base_mean, cfg.base_scale, target.dim)
+        base = base_for(target, cfg.base_mean, cfg.base_scale)
         z = base.sample(cfg.n_particles, gen, target.dtype, target.device)
         mover = Mover(cfg.kernel, cfg.step_size, cfg.n_steps, cfg.n_leapfrog, cfg.adapt_step_size)
         beta, log_z, stages = 0.0, 0.0, []

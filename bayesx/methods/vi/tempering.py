@@ -60,6 +60,14 @@ class Tempered(TargetBase):
         return (1.0 - b) * self.base.log_prob(q) + b * lp, (1.0 - b) * self.base.grad(q) + b * grad
 
 
+def base_for(target, mean: float, scale: float | None) -> GaussianBase:
+    """q0 = N(mean, scale^2 I); scale null: the prior's sd where the target declares a N(0, s^2 I) prior
+    (logistic regression), else 1."""
+    if scale is None:
+        scale = math.sqrt(target.logistic_design()[2]) if target.capabilities.logistic_design else 1.0
+    return GaussianBase(mean, scale, target.dim)
+
+
 def log_ratio(target, base: GaussianBase, z: Tensor) -> Tensor:
     """log p(z) - log q0(z): d log pi_beta / d beta, the weight increment per unit of beta."""
     return target.log_prob(z) - base.log_prob(z)
