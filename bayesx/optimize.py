@@ -78,19 +78,25 @@ def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
     return Laplace(mode, 0.5 * (cov + cov.T), float(lp[best]), n_grad_evals, jitter)
 
 
+def gaussian_start(mean: Tensor, cov: Tensor, start: Tensor, gen: torch.Generator,
+                   mass: str) -> tuple[Tensor, Tensor]:
+    """Starting points drawn from N(mean, cov), one per row of ``start``, and the starting inverse mass:
+    cov (mass=dense), its diagonal (diag) or ones (identity). Shared by the Laplace and Pathfinder starts."""
+    if mass == "dense":
+        inv_mass = cov
+    elif mass == "diag":
+        inv_mass = cov.diagonal().clone()
+    else:
+        inv_mass = torch.ones_like(mean)
+    chol = torch.linalg.cholesky(cov)
+    z = torch.randn(start.shape, generator=gen, dtype=chol.dtype, device=gen.device).to(chol.device)
+    return mean + z @ chol.T, inv_mass
+
+
 def laplace_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
-    """MCMC's ``init=laplace``: starting points drawn from N(mode, H^-1) (one per row of ``start``)
-    and the starting inverse mass: H^-1 (mass=dense), its diagonal (diag) or ones (identity)."""
+    """MCMC's ``init=laplace``: the chains start at draws from N(mode, H^-1), the metric at H^-1."""
     try:
         laplace = fit_laplace(target, start)
     except LaplaceFailed as exc:
         raise BayesxError(f"{exc}; use method.init=prior") from None
-    if mass == "dense":
-        inv_mass = laplace.cov
-    elif mass == "diag":
-        inv_mass = laplace.cov.diagonal().clone()
-    else:
-        inv_mass = torch.ones_like(laplace.mode)
-    chol = torch.linalg.cholesky(laplace.cov)
-    z = torch.randn(start.shape, generator=gen, dtype=chol.dtype, device=chol.device)
-    return laplace.mode + z @ chol.T, inv_mass
+    return gaussian_start(laplace.mode, laplace.cov, start, gen, mass)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
+from bayesx.optimize import gaussian_start
 
 LOG_2PI = math.log(2.0 * math.pi)
 
@@ -91,16 +92,16 @@ def single_path(target, start: Tensor, gen: torch.Generator, history: int = 6, m
     pairs: list[tuple[np.ndarray, np.ndarray]] = []
     best: tuple[float, int, Tensor, Tensor] | None = None
     elbos = []
-    for l in range(1, len(points)):
-        s = points[l][0] - points[l - 1][0]
-        y = -(points[l][2] - points[l - 1][2])  # gradient of f = -log p
+    for it in range(1, len(points)):
+        s = points[it][0] - points[it - 1][0]
+        y = -(points[it][2] - points[it - 1][2])  # gradient of f = -log p
         if s @ y > 1e-12 * (y @ y):
             pairs = (pairs + [(s, y)])[-history:]
-        if not pairs or not math.isfinite(points[l][1]):
+        if not pairs or not math.isfinite(points[it][1]):
             continue
         cov = torch.as_tensor(inverse_hessian(pairs, dim), dtype=dtype, device=device)
-        mean = torch.as_tensor(points[l][0], dtype=dtype, device=device) + cov @ torch.as_tensor(
-            points[l][2], dtype=dtype, device=device)
+        mean = torch.as_tensor(points[it][0], dtype=dtype, device=device) + cov @ torch.as_tensor(
+            points[it][2], dtype=dtype, device=device)
         chol, info = torch.linalg.cholesky_ex(cov)
         if int(info) != 0:
             continue
@@ -109,9 +110,9 @@ def single_path(target, start: Tensor, gen: torch.Generator, history: int = 6, m
         log_q = -0.5 * (eps * eps).sum(-1) - torch.log(chol.diagonal()).sum() - 0.5 * dim * LOG_2PI
         with torch.no_grad():
             elbo = float(torch.nan_to_num(target.log_prob(z) - log_q, nan=-math.inf).mean())
-        elbos.append((l, elbo))
+        elbos.append((it, elbo))
         if best is None or elbo > best[0]:
-            best = (elbo, l, mean, cov)
+            best = (elbo, it, mean, cov)
     if best is None:
         raise BayesxError("Pathfinder found no usable L-BFGS iterate (no pair met the curvature condition, or "
                           "every estimate was singular); try another start or method=laplace")
@@ -121,13 +122,6 @@ def single_path(target, start: Tensor, gen: torch.Generator, history: int = 6, m
 
 def pathfinder_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
     """MCMC's ``init=pathfinder``: one path from the first starting point; the chains start at draws
-    from its Gaussian and the inverse mass is its covariance (dense), diagonal (diag) or ones."""
+    from its Gaussian and the metric at its covariance (bayesx.optimize.gaussian_start)."""
     path = single_path(target, start[0], gen)
-    if mass == "dense":
-        inv_mass = path.cov
-    elif mass == "diag":
-        inv_mass = path.cov.diagonal().clone()
-    else:
-        inv_mass = torch.ones_like(path.mean)
-    z = torch.randn(start.shape, generator=gen, dtype=start.dtype, device=gen.device).to(start.device)
-    return path.mean + z @ path.chol().T, inv_mass
+    return gaussian_start(path.mean, path.cov, start, gen, mass)

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+
 from tqdm.auto import tqdm
+
+from bayesx.errors import RunInterrupted
 
 
 def progress_bar(total: int | None, desc: str, progress: bool | None, unit: str = "it") -> tqdm:
@@ -29,3 +34,16 @@ class ChainProgress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+@contextlib.contextmanager
+def interruptible(result, bar, where: Callable[[], str]):
+    """Run a fit's loop: Ctrl-C or SIGTERM inside marks ``result`` interrupted, with ``where()`` (e.g.
+    "fit (step 120)") as its ``stopped_during`` tag, and keeps what the loop has; the bar always closes."""
+    try:
+        yield
+    except (KeyboardInterrupt, RunInterrupted):
+        result.interrupted = True
+        result.tags["stopped_during"] = where()
+    finally:
+        bar.close()

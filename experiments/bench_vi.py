@@ -46,6 +46,20 @@ def time_to_within(trace: list[tuple[int, float]], clock: list[tuple[int, float]
     return float("nan")
 
 
+def windowed_run(step, start: float) -> dict:
+    """STEPS calls of ``step()`` (returning the loss, -ELBO), the ELBO averaged per WINDOW steps with
+    the seconds since ``start`` at each window; the peers' loop."""
+    trace, clock, losses = [], [], []
+    for index in range(1, STEPS + 1):
+        losses.append(step())
+        if index % WINDOW == 0:
+            trace.append((index, -float(np.mean(losses))))
+            clock.append((index, time.perf_counter() - start))
+            losses = []
+    final = trace[-1][1]
+    return dict(wall=time.perf_counter() - start, final=final, to_1pct=time_to_within(trace, clock, final))
+
+
 def bayesx_vi(family: str):
     def run(data):
         target = LogisticRegression(data, prior_scale=10.0)
@@ -83,17 +97,13 @@ def numpyro_svi(guide_name: str):
         start = time.perf_counter()
         state = svi.init(jax.random.PRNGKey(0), x, y)
         update = jax.jit(svi.update)
-        trace, clock, losses = [], [], []
-        for step in range(1, STEPS + 1):
+
+        def step():
+            nonlocal state
             state, loss = update(state, x, y)
-            losses.append(float(loss))
-            if step % WINDOW == 0:
-                trace.append((step, -float(np.mean(losses))))
-                clock.append((step, time.perf_counter() - start))
-                losses = []
-        wall = time.perf_counter() - start
-        final = trace[-1][1]
-        return dict(wall=wall, final=final, to_1pct=time_to_within(trace, clock, final))
+            return float(loss)
+
+        return windowed_run(step, start)
     return run
 
 
@@ -115,17 +125,7 @@ def pyro_svi(guide_name: str):
         pyro.set_rng_seed(0)
         guide = getattr(autoguide, guide_name)(model)
         svi = SVI(model, guide, Adam({"lr": LR}), Trace_ELBO(num_particles=NUM_MC, vectorize_particles=True))
-        start = time.perf_counter()
-        trace, clock, losses = [], [], []
-        for step in range(1, STEPS + 1):
-            losses.append(svi.step(x, y))
-            if step % WINDOW == 0:
-                trace.append((step, -float(np.mean(losses))))
-                clock.append((step, time.perf_counter() - start))
-                losses = []
-        wall = time.perf_counter() - start
-        final = trace[-1][1]
-        return dict(wall=wall, final=final, to_1pct=time_to_within(trace, clock, final))
+        return windowed_run(lambda: svi.step(x, y), time.perf_counter())
     return run
 
 

@@ -15,21 +15,12 @@ import math
 import pytest
 import torch
 from cli_helpers import isolated_store, run_ok
+from method_helpers import gen, infer
 
 from bayesx.errors import BayesxError
-from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.laplace import Laplace
 from bayesx.targets.gaussian import Gaussian
 from bayesx.targets.logreg import LogisticRegression
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def infer(method, target, seed: int = 0):
-    g = gen(seed)
-    return method.infer(target, RunInputs(method.initial_points(target, 4, g), g, progress=False))
 
 
 @pytest.fixture(scope="module")

@@ -19,24 +19,15 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import isolated_store, run_ok
+from method_helpers import gen, infer
 
 from bayesx.errors import BayesxError
-from bayesx.methods.base import RunInputs
 from bayesx.methods.vi import ais as ais_module
 from bayesx.methods.vi.ais import AIS
 from bayesx.methods.vi.smc import SMC, next_beta
 from bayesx.methods.vi.svgd import SVGD, stein_direction
 from bayesx.targets.gaussian import Gaussian
 from bayesx.targets.toy import Density
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def infer(method, target, seed: int = 0):
-    g = gen(seed)
-    return method.infer(target, RunInputs(method.initial_points(target, 4, g), g, progress=False))
 
 
 @pytest.fixture(scope="module")

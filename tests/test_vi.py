@@ -119,20 +119,21 @@ def test_surrogate_gradient_matches_finite_differences(correlated):
         def estimate(m, r):
             return float(method.surrogate_elbo(correlated, method._q(m, r), eps)[1])
 
-        h = 1e-6
-        for param, grad in zip((mean, raw), grads):
-            flat = param.detach().reshape(-1)
-            for i in range(0, flat.numel(), 3):
-                up, down = flat.clone(), flat.clone()
-                up[i] += h
-                down[i] -= h
-                args = [mean.detach(), raw.detach()]
-                index = 0 if param is mean else 1
-                args[index] = up.reshape(param.shape)
-                f_up = estimate(*args)
-                args[index] = down.reshape(param.shape)
-                f_down = estimate(*args)
-                assert grad.reshape(-1)[i].item() == pytest.approx((f_up - f_down) / (2 * h), rel=1e-5, abs=1e-6)
+        assert_central_differences((mean, raw), grads, estimate)
+
+
+def assert_central_differences(params, grads, value, h: float = 1e-6) -> None:
+    """Every third entry of each gradient against (value(.. + h ..) - value(.. - h ..)) / 2h."""
+    base = [p.detach() for p in params]
+    for index, (param, grad) in enumerate(zip(params, grads)):
+        flat = param.detach().reshape(-1)
+        for i in range(0, flat.numel(), 3):
+            up, down = flat.clone(), flat.clone()
+            up[i] += h
+            down[i] -= h
+            f_up = value(*[up.reshape(param.shape) if k == index else b for k, b in enumerate(base)])
+            f_down = value(*[down.reshape(param.shape) if k == index else b for k, b in enumerate(base)])
+            assert grad.reshape(-1)[i].item() == pytest.approx((f_up - f_down) / (2 * h), rel=1e-5, abs=1e-6)
 
 
 def test_weight_summary_on_exact_weights():
@@ -219,19 +220,7 @@ def test_alpha_surrogate_gradient_matches_finite_differences(correlated):
             w = torch.softmax(lp - q0.log_prob(z_fixed), 0)
             return float((w * q.log_prob(z_fixed)).sum())
 
-        h = 1e-6
-        for index, (param, grad) in enumerate(zip((mean, raw), grads)):
-            flat = param.detach().reshape(-1)
-            for i in range(0, flat.numel(), 3):
-                args = [mean.detach(), raw.detach()]
-                up, down = flat.clone(), flat.clone()
-                up[i] += h
-                down[i] -= h
-                args[index] = up.reshape(param.shape)
-                f_up = value(*args)
-                args[index] = down.reshape(param.shape)
-                f_down = value(*args)
-                assert grad.reshape(-1)[i].item() == pytest.approx((f_up - f_down) / (2 * h), rel=1e-5, abs=1e-6)
+        assert_central_differences((mean, raw), grads, value)
 
 
 def test_alpha_outside_its_range_is_one_line():
@@ -277,3 +266,21 @@ def test_jj_lambda_limit_and_a_target_that_is_not_logistic(correlated):
     assert jj_lambda(xi)[2] == pytest.approx(math.tanh(0.5) / 4)
     with pytest.raises(InvalidSetting, match="family=jj is the Jaakkola-Jordan bound"):
         GaussianVI(family="jj").check(correlated, 4)
+
+
+def test_an_interrupted_fit_keeps_its_q(correlated):
+    """Ctrl-C at the 30th step: the run is marked interrupted at that step and keeps the q it had."""
+
+    class Interrupting(Gaussian):
+        calls = 0
+
+        def log_prob_and_grad(self, q):
+            Interrupting.calls += 1
+            if Interrupting.calls == 30:
+                raise KeyboardInterrupt
+            return super().log_prob_and_grad(q)
+
+    target = Interrupting(dim=3)
+    result = fit(target, "meanfield", num_steps=100)
+    assert result.interrupted and result.tags["stopped_during"] == "fit (step 30)"
+    assert result.metrics["n_steps"] == 30 and "q_mean" in result.fitted

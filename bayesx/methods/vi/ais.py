@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from bayesx.methods.base import Approximation, ApproximationSettings, Particles
-from bayesx.methods.vi.tempering import Mover, Tempered, base_for, log_ratio
+from bayesx.methods.vi.tempering import Tempered, log_ratio, start_path
 from bayesx.progress import progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Positive
@@ -56,10 +56,8 @@ class AIS(Approximation):
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
             progress: bool | None = None) -> Particles:
         cfg = self.settings
-        base = base_for(target, cfg.base_mean, cfg.base_scale)
-        z = base.sample(cfg.n_samples, gen, target.dtype, target.device)
+        base, z, mover = start_path(target, cfg, cfg.n_samples, gen)
         log_w = torch.zeros(cfg.n_samples, dtype=target.dtype, device=target.device)
-        mover = Mover(cfg.kernel, cfg.step_size, cfg.n_steps, cfg.n_leapfrog, cfg.adapt_step_size)
         betas = torch.linspace(0.0, 1.0, cfg.n_temps + 1).tolist()
         bar = progress_bar(cfg.n_temps, "ais temperatures", progress, "temp")
         accept_trace = []

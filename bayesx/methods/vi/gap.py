@@ -7,7 +7,8 @@ GAP climbs <sqrt q_theta, sqrt p> along the tangent space of the Gaussian family
 
     v_i  = d sqrt(q_theta) / d theta_i = sqrt(q_theta) s_i,   s = grad_theta (1/2 log q_theta)
     G_ij = <v_i, v_j> = E_{q_theta}[s_i s_j]             (the Gram matrix: a quarter of the Fisher information)
-    a_i  = <v_i, sqrt p> = E_{q_theta}[sqrt(p / q_theta) s_i],   c_0 = <sqrt q_theta, sqrt p> = E_{q_theta} sqrt(p / q_theta)
+    a_i  = <v_i, sqrt p> = E_{q_theta}[sqrt(p / q_theta) s_i]
+    c_0  = <sqrt q_theta, sqrt p> = E_{q_theta} sqrt(p / q_theta)
 
 Gram-Schmidt of the v_i in their order gives the orthonormal basis w = v G_L^{-T} with G = G_L G_L^T
 (Cholesky), so c = <w, sqrt p> = G_L^{-1} a. The thesis writes each c_j with determinants and minors
@@ -55,10 +56,9 @@ from typing import Annotated, Literal
 import torch
 from torch import Tensor
 
-from bayesx.errors import RunInterrupted
 from bayesx.methods.base import Approximation, ApproximationSettings
 from bayesx.methods.vi.gaussian import GaussianQ
-from bayesx.progress import progress_bar
+from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
 
@@ -113,6 +113,12 @@ def scores(z: Tensor, mean: Tensor, chol: Tensor, rows: Tensor, cols: Tensor) ->
     return s_mu, s_l
 
 
+def orthonormal_coordinates(gram: Tensor, inner: Tensor) -> Tensor:
+    """<w_j, sqrt p> for the Gram-Schmidt basis w of vectors with Gram matrix ``gram`` and inner
+    products ``inner`` = <v_i, sqrt p>: G_L^-1 a with G = G_L G_L^T (the thesis' minors formula)."""
+    return torch.linalg.solve_triangular(torch.linalg.cholesky(gram), inner[:, None], upper=False)[:, 0]
+
+
 def positive_diagonal(chol: Tensor) -> Tensor:
     """The same Sigma = L L^T with every column of L signed so that its diagonal entry is positive
     (the updates may carry a diagonal entry through zero; medians need one sign convention)."""
@@ -158,7 +164,7 @@ class GAP(Approximation):
         first_averaged = cfg.num_steps - int(cfg.average * cfg.num_steps)
         kept_means, kept_chols = [], []
         bar = progress_bar(cfg.num_steps, f"gap ({family})", progress, "step")
-        try:
+        with interruptible(result, bar, lambda: f"fit (step {step})"):
             for step in range(1, cfg.num_steps + 1):
                 q = GaussianQ(mean, positive_diagonal(chol))  # the same q; log q needs a positive diagonal
                 z = q.sample(cfg.n_mc, gen)
@@ -176,10 +182,8 @@ class GAP(Approximation):
                 g_mu, g_l = gram_blocks(chol, rows, cols)
                 if family == "meanfield":
                     g_l = torch.diag(g_l.diagonal())
-                c_mu = torch.linalg.solve_triangular(torch.linalg.cholesky(g_mu), (ratio[:, None] * s_mu).mean(0)[:, None],
-                                                     upper=False)[:, 0]
-                c_l = torch.linalg.solve_triangular(torch.linalg.cholesky(g_l), (ratio[:, None] * s_l).mean(0)[:, None],
-                                                    upper=False)[:, 0]
+                c_mu = orthonormal_coordinates(g_mu, (ratio[:, None] * s_mu).mean(0))
+                c_l = orthonormal_coordinates(g_l, (ratio[:, None] * s_l).mean(0))
                 scale = 1.0 / math.sqrt(1.0 - c0 * c0)
                 mean = mean + cfg.eps_mu * c_mu * scale
                 chol = chol.clone()
@@ -190,11 +194,6 @@ class GAP(Approximation):
                     kept_chols.append(positive_diagonal(chol))
                 if step % 50 == 0:
                     bar.set_postfix(distance=f"{trace[-1][1]:.4g}")
-        except (KeyboardInterrupt, RunInterrupted):
-            result.interrupted = True
-            result.tags["stopped_during"] = f"fit (step {step})"
-        finally:
-            bar.close()
         result.traces["distance"] = trace
         result.metrics.update({"n_steps": float(step), "n_skipped_steps": float(skipped),
                                "distance_final": trace[-1][1] if trace else float("nan")})

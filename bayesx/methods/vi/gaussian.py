@@ -35,9 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bayesx.errors import RunInterrupted
 from bayesx.methods.base import Approximation, ApproximationSettings
-from bayesx.progress import progress_bar
+from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
 
@@ -152,17 +151,17 @@ class GaussianVI(Approximation):
         z = q.transform(eps)
         log_p, grad = target.log_prob_and_grad(z.detach())
         log_q = q.log_prob(z)
-        l = log_p - log_q.detach()
-        elbo = l.mean()
+        log_w = log_p - log_q.detach()
+        elbo = log_w.mean()
         if divergence == "kl_pq":
-            w = torch.softmax(l, 0)
+            w = torch.softmax(log_w, 0)
             log_q_fixed = q.log_prob(z.detach())
             objective = (w * log_q_fixed).sum()
             return objective, objective.detach(), elbo.detach()
         a = 0.5 if divergence == "hellinger" else self.settings.alpha
-        w = torch.softmax((1.0 - a) * l, 0)
+        w = torch.softmax((1.0 - a) * log_w, 0)
         surrogate = (w.detach() * ((z * grad).sum(-1) - log_q)).sum()
-        objective = (torch.logsumexp((1.0 - a) * l, 0) - math.log(l.shape[0])) / (1.0 - a)
+        objective = (torch.logsumexp((1.0 - a) * log_w, 0) - math.log(log_w.shape[0])) / (1.0 - a)
         return surrogate, objective.detach(), elbo.detach()
 
     def check(self, target, n_chains: int) -> None:
@@ -182,7 +181,7 @@ class GaussianVI(Approximation):
         averaged = (mean.detach().clone(), raw.detach().clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
         bar = progress_bar(self.settings.num_steps, f"vi ({self.settings.family})", progress, "step")
-        try:
+        with interruptible(result, bar, lambda: f"fit (step {steps})"):
             for steps in range(1, self.settings.num_steps + 1):
                 eps = torch.randn((self.settings.num_mc, mean.shape[0]), generator=gen, dtype=mean.dtype,
                                   device=mean.device)
@@ -211,11 +210,6 @@ class GaussianVI(Approximation):
                     if previous is not None and self.settings.tol > 0 and current - previous < self.settings.tol:
                         break
                     previous, window, elbos = current, [], []
-        except (KeyboardInterrupt, RunInterrupted):
-            result.interrupted = True
-            result.tags["stopped_during"] = f"fit (step {steps})"
-        finally:
-            bar.close()
         result.traces["elbo"] = elbo_trace
         result.traces["fit_elapsed_s"] = clock  # seconds into the fit at each window: time to a given ELBO
         if self.settings.divergence != "kl_qp":

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from bayesx.errors import BayesxError
 from bayesx.methods.base import Approximation, ApproximationSettings, Particles
-from bayesx.methods.vi.tempering import Mover, Tempered, base_for, log_ratio
+from bayesx.methods.vi.tempering import Tempered, log_ratio, start_path
 from bayesx.progress import progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, Positive
@@ -77,9 +77,7 @@ class SMC(Approximation):
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
             progress: bool | None = None) -> Particles:
         cfg = self.settings
-        base = base_for(target, cfg.base_mean, cfg.base_scale)
-        z = base.sample(cfg.n_particles, gen, target.dtype, target.device)
-        mover = Mover(cfg.kernel, cfg.step_size, cfg.n_steps, cfg.n_leapfrog, cfg.adapt_step_size)
+        base, z, mover = start_path(target, cfg, cfg.n_particles, gen)
         beta, log_z, stages = 0.0, 0.0, []
         bar = progress_bar(None, "smc stages", progress, "stage")
         try:

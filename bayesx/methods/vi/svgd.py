@@ -22,9 +22,8 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from bayesx.errors import RunInterrupted
 from bayesx.methods.base import Approximation, ApproximationSettings, Particles
-from bayesx.progress import progress_bar
+from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Positive
 
@@ -78,7 +77,7 @@ class SVGD(Approximation):
         history = torch.zeros_like(x)
         bar = progress_bar(cfg.num_steps, "svgd", progress, "step")
         step = 0
-        try:
+        with interruptible(result, bar, lambda: f"fit (step {step})"):
             for step in range(1, cfg.num_steps + 1):
                 _, grad = target.log_prob_and_grad(x)
                 if not bool(torch.isfinite(grad).all()):
@@ -89,10 +88,5 @@ class SVGD(Approximation):
                 history = MOMENTUM * history + (1.0 - MOMENTUM) * phi * phi if step > 1 else phi * phi
                 x = x + cfg.lr * phi / (FUDGE + history.sqrt())
                 bar.update(1)
-        except (KeyboardInterrupt, RunInterrupted):
-            result.interrupted = True
-            result.tags["stopped_during"] = f"fit (step {step})"
-        finally:
-            bar.close()
         result.metrics.update({"n_steps": float(step), "n_grad_evals": float(step * cfg.n_particles)})
         return Particles(x, None)

@@ -100,3 +100,11 @@ class Mover:
         if self.adapt:  # a multiplicative nudge towards the kernel's usual acceptance rate
             self.step_size *= math.exp(accept - TARGET_ACCEPT[self.kernel])
         return state.position, accept
+
+
+def start_path(target, cfg, n: int, gen: torch.Generator) -> tuple[GaussianBase, Tensor, Mover]:
+    """The start of a tempered run (AIS, SMC): q0 from the settings' base_mean / base_scale, n draws
+    from it, and the mover of the settings' kernel, n_steps, step_size, n_leapfrog, adapt_step_size."""
+    base = base_for(target, cfg.base_mean, cfg.base_scale)
+    z = base.sample(n, gen, target.dtype, target.device)
+    return base, z, Mover(cfg.kernel, cfg.step_size, cfg.n_steps, cfg.n_leapfrog, cfg.adapt_step_size)
