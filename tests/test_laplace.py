@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 from cli_helpers import isolated_store, run_ok
-from method_helpers import gen, infer
+from method_helpers import infer
 
 from bayesx.errors import BayesxError
 from bayesx.methods.vi.laplace import Laplace
