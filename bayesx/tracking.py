@@ -132,7 +132,6 @@ class Tracker:
         status = "FINISHED"
         try:
             yield tracked
-            status = getattr(tracked, "final_status", "FINISHED")
         except (KeyboardInterrupt, RunInterrupted):
             status = "KILLED"
             raise

@@ -92,8 +92,8 @@ def main() -> int:
         start = time.perf_counter()
         result = method.infer(target, RunInputs(method.initial_points(target, 4, g), g, progress=False))
         wall = time.perf_counter() - start
-        metrics = {**result.metrics, **method.draw_metrics(result, target.evaluate(result.draws))}
-        metrics.update(target.evaluate(result.draws).metrics)
+        evaluation = target.evaluate(result.draws)
+        metrics = {**result.metrics, **method.draw_metrics(result, evaluation), **evaluation.metrics}
         metrics.update(reference.posterior_error(result.draws.numpy(), ref))
         metrics["wall_s"] = wall
         rows.append((name, settings, metrics))

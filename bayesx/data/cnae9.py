@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Annotated
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 

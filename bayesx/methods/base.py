@@ -260,7 +260,8 @@ class Approximation(Method):
         else:
             lw = particles.log_weights.detach().double()
             result.metrics.update(importance.weight_summary(lw.cpu().numpy()))
-            w = torch.exp(torch.nan_to_num(lw, nan=-math.inf) - lw.nan_to_num(nan=-math.inf).max())
+            usable = torch.nan_to_num(lw, nan=-math.inf)  # a failed density is a zero weight
+            w = torch.exp(usable - usable.max())
             result.metrics["weights_ess"] = float(w.sum() ** 2 / (w * w).sum())
             pick = torch.multinomial(w.to(gen.device), self.settings.num_draws, replacement=True, generator=gen)
             result.draws = particles.draws.detach()[pick.to(particles.draws.device)].cpu()[None]

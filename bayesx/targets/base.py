@@ -149,5 +149,13 @@ class TargetBase(ModelBase):
         return {"dim": str(self.dim)}
 
 
+def moment_errors(draws: Tensor, mean: np.ndarray, sd: np.ndarray) -> Evaluation:
+    """The largest error of the draws' mean and sd over coordinates, in units of the true sd (targets
+    with ``exact_moments``)."""
+    flat = draws.reshape(-1, draws.shape[-1]).double().cpu().numpy()
+    return Evaluation({"posterior_mean_err_max": float((np.abs(flat.mean(0) - mean) / sd).max()),
+                       "posterior_sd_err_max": float((np.abs(flat.std(0, ddof=1) - sd) / sd).max())})
+
+
 GAUSSIAN_PRIOR_API = ("log_likelihood", "sample_prior", "prior_log_prob", "prior_factor")
 """What a target with ``capabilities.gaussian_prior`` provides (see bayesx.targets.elliptic)."""

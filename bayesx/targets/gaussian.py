@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from bayesx.settings import AtLeast, InvalidSetting, Positive, Settings
-from bayesx.targets.base import Capabilities, Evaluation, TargetBase
+from bayesx.targets.base import Capabilities, Evaluation, TargetBase, moment_errors
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,7 @@ class Gaussian(TargetBase):
 
     def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
         """Largest error of the posterior mean and sd, in units of the true sd."""
-        flat = draws.reshape(-1, self.dim).to(self.dtype)
-        sd = self.cov.diagonal().sqrt().cpu()
-        mean_err = ((flat.mean(0) - self.mean.cpu()).abs() / sd).max()
-        sd_err = ((flat.std(0) - sd).abs() / sd).max()
-        return Evaluation({"posterior_mean_err_max": float(mean_err), "posterior_sd_err_max": float(sd_err)})
+        return moment_errors(draws, self.mean.cpu().double().numpy(), self.cov.diagonal().sqrt().cpu().double().numpy())
 
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "gaussian_kind": self.kind}

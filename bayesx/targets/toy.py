@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from bayesx.settings import Settings
-from bayesx.targets.base import Capabilities, Evaluation, TargetBase
+from bayesx.targets.base import Capabilities, Evaluation, TargetBase, moment_errors
 
 NAMES = ("t1", "bimodal", "far_bimodal", "ais_toy", "u1", "u2", "u3", "u4", "funnel", "banana")
 BOX = 4.0  # u1-u4 live on [-BOX, BOX]^2
@@ -156,10 +156,7 @@ class Density(TargetBase):
         if self.truth.mean is None:  # Cauchy: median 0, quartiles -1 and 1
             q25, q50, q75 = np.quantile(flat[:, 0], [0.25, 0.5, 0.75])
             return Evaluation({"median_err": abs(float(q50)) / 2.0, "iqr_err": abs(float(q75 - q25) - 2.0) / 2.0})
-        sd = self.truth.sd
-        mean_err = np.abs(flat.mean(0) - self.truth.mean) / sd
-        sd_err = np.abs(flat.std(0) - sd) / sd
-        return Evaluation({"posterior_mean_err_max": float(mean_err.max()), "posterior_sd_err_max": float(sd_err.max())})
+        return moment_errors(draws, self.truth.mean, self.truth.sd)
 
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "density": self.name}

@@ -91,26 +91,25 @@ def lower_indices(dim: int, family: str) -> tuple[Tensor, Tensor]:
     return torch.tensor(rows), torch.tensor(cols)
 
 
-def gram_blocks(chol: Tensor, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
-    """(G_mumu, G_LL) in closed form at L = chol."""
+def inverse_transpose(chol: Tensor) -> Tensor:
+    """M = L^-T, which both the Gram blocks and the scores need (one triangular solve per iteration)."""
     eye = torch.eye(chol.shape[0], dtype=chol.dtype, device=chol.device)
-    m = torch.linalg.solve_triangular(chol, eye, upper=False).T  # L^-T
-    g_mu = 0.25 * (m @ m.T)
-    mmt = m @ m.T
+    return torch.linalg.solve_triangular(chol, eye, upper=False).T
+
+
+def gram_blocks(m: Tensor, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
+    """(G_mumu, G_LL) in closed form from M = L^-T."""
+    mmt = m @ m.T  # Sigma^-1
     g_l = 0.25 * (mmt[rows][:, rows] * (cols[:, None] == cols[None, :]) + m[rows][:, cols].T * m[rows][:, cols])
-    return g_mu, g_l
+    return 0.25 * mmt, g_l
 
 
-def scores(z: Tensor, mean: Tensor, chol: Tensor, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-draw s = grad (1/2 log q) in mu (n, D) and in the free entries of L (n, n_l)."""
-    r = z - mean
-    u = torch.linalg.solve_triangular(chol, r.T, upper=False).T  # L^-1 (z - mu)
-    m = torch.linalg.solve_triangular(chol, torch.eye(chol.shape[0], dtype=z.dtype, device=z.device), upper=False).T
-    s_mu = 0.5 * torch.linalg.solve_triangular(chol.T, u.T, upper=True).T  # Sigma^-1 (z - mu) / 2
+def scores(z: Tensor, mean: Tensor, chol: Tensor, m: Tensor, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-draw s = grad (1/2 log q) in mu (n, D) and in the free entries of L (n, n_l); M = L^-T."""
+    u = torch.linalg.solve_triangular(chol, (z - mean).T, upper=False).T  # L^-1 (z - mu)
+    mu_ = u @ m.T  # rows: (M u)^T = (Sigma^-1 (z - mu))^T
     # d(1/2 log q)/dL = 1/2 L^-T (u u^T - I): entry (a, b) = 1/2 [ (M u)_a u_b - M_ab ]
-    mu_ = u @ m.T  # rows: (M u)^T
-    s_l = 0.5 * (mu_[:, rows] * u[:, cols] - m[rows, cols])
-    return s_mu, s_l
+    return 0.5 * mu_, 0.5 * (mu_[:, rows] * u[:, cols] - m[rows, cols])
 
 
 def orthonormal_coordinates(gram: Tensor, inner: Tensor) -> Tensor:
@@ -178,8 +177,9 @@ class GAP(Approximation):
                 if not c0 < 1.0:  # a cosine above 1: Monte Carlo noise near the optimum; no step can be made
                     skipped += 1
                     continue
-                s_mu, s_l = scores(z, mean, chol, rows, cols)
-                g_mu, g_l = gram_blocks(chol, rows, cols)
+                m = inverse_transpose(chol)
+                s_mu, s_l = scores(z, mean, chol, m, rows, cols)
+                g_mu, g_l = gram_blocks(m, rows, cols)
                 if family == "meanfield":
                     g_l = torch.diag(g_l.diagonal())
                 c_mu = orthonormal_coordinates(g_mu, (ratio[:, None] * s_mu).mean(0))

@@ -150,13 +150,11 @@ class GaussianVI(Approximation):
             return surrogate, elbo, elbo
         z = q.transform(eps)
         log_p, grad = target.log_prob_and_grad(z.detach())
-        log_q = q.log_prob(z)
+        log_q = q.log_prob(z.detach() if divergence == "kl_pq" else z)  # kl_pq: the score at fixed draws
         log_w = log_p - log_q.detach()
         elbo = log_w.mean()
         if divergence == "kl_pq":
-            w = torch.softmax(log_w, 0)
-            log_q_fixed = q.log_prob(z.detach())
-            objective = (w * log_q_fixed).sum()
+            objective = (torch.softmax(log_w, 0) * log_q).sum()
             return objective, objective.detach(), elbo.detach()
         a = 0.5 if divergence == "hellinger" else self.settings.alpha
         w = torch.softmax((1.0 - a) * log_w, 0)
