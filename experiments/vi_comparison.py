@@ -100,8 +100,6 @@ def main() -> int:
         print(f"  {name}: " + ", ".join(f"{k}={metrics[k]:.4g}" for k in ("test_accuracy", "posterior_mean_err",
                                                                           "posterior_sd_err", "wall_s")), flush=True)
 
-    prior_constant = 0.5 * target.dim * math.log(2 * math.pi * PRIOR_SCALE**2)
-
     def cell(m, key, fmt="{:.3f}"):
         return fmt.format(m[key]) if key in m and math.isfinite(m[key]) else "-"
 
@@ -112,15 +110,12 @@ def main() -> int:
              f"Reference: bayesx NUTS, 4 chains x ({args.ref_warmup} + {args.ref_draws}), min bulk ESS "
              f"{ref.ess_bulk_min:.0f} (cached at `{Path(ref.path).name}`; {ref.seconds:.0f} s to make now).  ",
              "Errors: mean over coordinates of |mean - reference mean| / reference sd, and the same for the sd. "
-             "log p(y): the method's evidence estimate (of the target's unnormalized density, which leaves out the "
-             "prior's constant D/2 log(2 pi 10^2); added back here) +- its standard error (importance sampling with q for VI, "
+             "log p(y): the method's evidence estimate +- its standard error (importance sampling with q for VI, "
              "Laplace and Pathfinder; AIS's own weights; SMC's product of incremental means, no se). k-hat: PSIS "
              "of the weights (above 0.7: do not trust q or its evidence).", "",
              "| method | settings | test acc | test lpd | mean err | sd err | log p(y) | k-hat | grad evals | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, settings, m in rows:
-        if "log_evidence" in m:  # the target's density leaves out the prior's constant: add it for log p(y)
-            m = {**m, "log_evidence": m["log_evidence"] - prior_constant}
         log_z = (f"{m['log_evidence']:.2f} +- {m['log_evidence_se']:.2f}" if "log_evidence_se" in m
                  and math.isfinite(m.get("log_evidence_se", float("nan"))) else cell(m, "log_evidence", "{:.2f}"))
         lines.append(f"| {name} | {settings} | {cell(m, 'test_accuracy')} | {cell(m, 'test_lpd')} | "

@@ -49,6 +49,25 @@ def test_gradient_matches_central_finite_differences(target):
     torch.testing.assert_close(grad[0], fd, atol=1e-6, rtol=1e-6)
 
 
+def test_density_is_normalized_so_its_integral_is_the_marginal_likelihood():
+    """p(y) = int prod_i p(y_i | beta) N(beta; 0, s^2) d beta by quadrature (one coefficient) equals the
+    integral of exp(log_prob): the prior's constant is in the density. Negative control: without it
+    the integral is off by sqrt(2 pi) s."""
+    data = small_data(p=1, n=30)
+    target = LogisticRegression(data, prior_scale=2.0)
+    grid = torch.linspace(-12.0, 12.0, 20001, dtype=torch.float64)
+    x, y = torch.as_tensor(data.x_train[:, 0]), torch.as_tensor(data.y_train)
+    logits = grid[:, None] * x[None]
+    log_lik = (y * logits - torch.nn.functional.softplus(logits)).sum(-1)
+    prior = torch.distributions.Normal(0.0, 2.0).log_prob(grid)
+    evidence = torch.trapezoid(torch.exp(log_lik + prior), grid)
+    assert float(torch.trapezoid(torch.exp(target.log_prob(grid[:, None])), grid)) == pytest.approx(float(evidence), rel=1e-8)
+    native_lp, _ = target.log_prob_and_grad(grid[::100, None].contiguous())
+    torch.testing.assert_close(native_lp, target.log_prob(grid[::100, None]))
+    unnormalized = torch.trapezoid(torch.exp(log_lik - grid**2 / 8.0), grid)
+    assert float(unnormalized) != pytest.approx(float(evidence), rel=0.1)
+
+
 def test_analytic_hessian_matches_autograd(target):
     q = torch.randn(target.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     auto = torch.autograd.functional.hessian(target.log_prob, q)

@@ -234,10 +234,10 @@ def fit_jaakkola_jordan(target, cfg: GaussianVISettings, result: Result) -> Gaus
 
         S^-1 = S0^-1 + 2 X^T diag(lambda(xi)) X,   m = S X^T (y - 1/2),   xi_n^2 = x_n^T (S + m m^T) x_n,
 
-    with the prior N(0, S0 = s^2 I). The bound on log p(y) (Bishop eq. 10.164) is traced as ``elbo``
-    after adding the prior's constant dim/2 log(2 pi s^2), which the target's unnormalized density
-    leaves out, so that it is comparable with the ELBO of the other families; the fit stops when it
-    rises by less than ``tol`` or after ``num_steps`` updates. No gradients of the target are used."""
+    with the prior N(0, S0 = s^2 I). The bound on log p(y) (Bishop eq. 10.164) is traced as ``elbo``,
+    comparable with the ELBO of the other families (the target's density is p(y, beta), normalizer
+    p(y)); the fit stops when it rises by less than ``tol`` or after ``num_steps`` updates. No
+    gradients of the target are used."""
     x, y, prior_var = target.logistic_design()
     dim = x.shape[1]
     eye = torch.eye(dim, dtype=x.dtype, device=x.device)
@@ -255,7 +255,7 @@ def fit_jaakkola_jordan(target, cfg: GaussianVISettings, result: Result) -> Gaus
         log_det_ratio = -2.0 * float(torch.log(chol_p.diagonal()).sum()) - dim * math.log(prior_var)
         bound = (0.5 * log_det_ratio + 0.5 * float(mean @ precision @ mean)
                  + float((F.logsigmoid(xi) - xi / 2.0 + lam * xi * xi).sum()))
-        elbo = bound + 0.5 * dim * math.log(2.0 * math.pi * prior_var)
+        elbo = bound
         trace.append((step, elbo))
         if previous is not None and cfg.tol > 0 and elbo - previous < cfg.tol:
             break
