@@ -115,11 +115,11 @@ def mixture_section():
         fits = {
             "GAP": fit(GAP(init_mean=[0.5], init_sd=1.0, eps_mu=0.1, eps_l=1.0, num_steps=1500, n_mc=4000), target),
             "Laplace": fit(Laplace(), target),
-            "VFE (KL(q||p))": fit(GaussianVI(family="meanfield", num_mc=64, num_steps=3000, tol=0.0, init_sd=1.0),
+            "VFE (KL(q||p))": fit(GaussianVI(family="meanfield", num_mc=64, num_steps=3000, tol=0.0, lr=0.02, init_sd=1.0),
                                   target),
-            "reverse KL (KL(p||q))": fit(GaussianVI(family="meanfield", divergence="kl_pq", num_mc=256, num_steps=3000,
+            "reverse KL (KL(p||q))": fit(GaussianVI(family="meanfield", divergence="kl_pq", num_mc=256, num_steps=3000, lr=0.02,
                                                     tol=0.0, init_sd=3.0), target),
-            "Hellinger": fit(GaussianVI(family="meanfield", divergence="hellinger", num_mc=256, num_steps=3000,
+            "Hellinger": fit(GaussianVI(family="meanfield", divergence="hellinger", num_mc=256, num_steps=3000, lr=0.02,
                                         tol=0.0, init_sd=3.0), target),
         }
         exact_h = hellinger_optimum(name, (1.0, 4.0))
@@ -140,7 +140,7 @@ def logreg_section():
     target = LogisticRegression(data, intercept=True, prior_scale=10.0)
     fits = {"GAP": fit(GAP(eps_mu=0.2, eps_l=0.2, num_steps=1500, n_mc=4000), target),
             "Laplace": fit(Laplace(), target),
-            "VFE (full-rank KL(q||p))": fit(GaussianVI(family="fullrank", num_mc=32, num_steps=4000, tol=0.0), target),
+            "VFE (full-rank KL(q||p))": fit(GaussianVI(family="fullrank", num_mc=32, num_steps=4000, tol=0.0, lr=0.02), target),
             "VFE (Jaakkola-Jordan bound, the thesis')": fit(GaussianVI(family="jj", tol=1e-8, num_steps=2000), target)}
     g = gen(5)
     nuts = NUTS(num_warmup=1000, num_draws=2000, init="laplace").run(target, target.initial_point(4, g), g, False)

@@ -54,7 +54,7 @@ def main() -> int:
             rows.append((steps, "SVGD" if repulsive else "no repulsion", *summary(particles)))
             if repulsive:
                 snapshots[steps] = particles
-    vi = GaussianVI(family="meanfield", num_steps=3000, tol=0.0, num_mc=32)
+    vi = GaussianVI(family="meanfield", num_steps=3000, tol=0.0, lr=0.02, num_mc=32)
     g = torch.Generator().manual_seed(2)
     vi_draws = vi.infer(target, RunInputs(start[:4], g, progress=False)).draws[0, :, 0].numpy()
     lines = ["# SVGD on Liu and Wang's 1-D Gaussian mixture", "",

@@ -103,23 +103,53 @@ def test_draws_are_iid_from_q_and_evaluated_as_one_chain(correlated, fullrank_fi
     assert fullrank_fit.traces["elbo"] and fullrank_fit.metrics["n_grad_evals"] == 4000 * 32
 
 
-def test_surrogate_gradient_matches_finite_differences(correlated):
-    """The reparameterized gradient of the surrogate equals the derivative of the Monte Carlo ELBO
-    (same eps) taken by central finite differences, for both families."""
+def test_defaults_halve_the_step_at_plateaus_and_stop(correlated):
+    """With the defaults (lr 0.1, halved at each plateau up to 5 times, the next plateau stops) the fit
+    stops on its own before num_steps, its step sizes fall by halves, and q is mean-field's answer."""
+    method = GaussianVI(family="meanfield", num_mc=16)
+    g = gen(11)
+    result = method.infer(correlated, RunInputs(method.initial_points(correlated, 4, g), g, progress=False))
+    rates = [lr for _, lr in result.traces["lr"]]
+    assert rates[0] == 0.1 and rates[-1] == 0.1 / 32 and len(rates) < 50
+    assert all(b in (a, a / 2) for a, b in zip(rates, rates[1:]))
+    sd = correlated.cov.diagonal().sqrt()
+    conditional = 1.0 / torch.linalg.inv(correlated.cov).diagonal()
+    assert ((result.fitted["q_mean"] - correlated.mean).abs() / sd).max() < 0.05
+    assert ((result.fitted["q_scale"] ** 2 - conditional).abs() / conditional).max() < 0.1
+
+
+def kl_pq_value(method, target, mean, raw, eps):
+    """sum_i w_i log q(z_i) as a function of q's parameters, with the draws and weights of (mean, raw) fixed."""
+    q0 = method._q(mean, raw)
+    z_fixed = q0.transform(eps)
+    w = torch.softmax(target.log_prob(z_fixed) - q0.log_prob(z_fixed), 0)
+    return lambda m, r: float((w * method._q(m, r).log_prob(z_fixed)).sum())
+
+
+@pytest.mark.parametrize("family", ["meanfield", "fullrank"])
+@pytest.mark.parametrize("divergence", ["kl_qp", "alpha", "kl_pq"])
+def test_ascent_gradient_matches_finite_differences(correlated, family, divergence):
+    """The closed-form gradient of each objective equals the central-difference derivative of its
+    Monte Carlo estimate with the same eps (for kl_pq: of sum_i w_i log q(z_i) with the draws and
+    weights held fixed, the score-function gradient). Negative control: without the log-det term
+    s diag(1 / L_jj) the check fails."""
     eps = torch.randn(6, correlated.dim, generator=gen(3), dtype=torch.float64)
-    for family in ("meanfield", "fullrank"):
-        method = GaussianVI(family=family)
-        mean, raw = method._parameters(0.3 * torch.randn(2, correlated.dim, generator=gen(4), dtype=torch.float64))
-        with torch.no_grad():
-            noise = 0.1 * torch.randn(raw.shape, generator=gen(5), dtype=torch.float64)
-            raw.add_(noise.tril() if raw.dim() == 2 else noise)
-        surrogate, _ = method.surrogate_elbo(correlated, method._q(mean, raw), eps)
-        grads = torch.autograd.grad(surrogate, [mean, raw])
-
-        def estimate(m, r):
-            return float(method.surrogate_elbo(correlated, method._q(m, r), eps)[1])
-
-        assert_central_differences((mean, raw), grads, estimate)
+    method = GaussianVI(family=family, divergence=divergence, alpha=0.3)
+    mean, raw = method._parameters(0.3 * torch.randn(2, correlated.dim, generator=gen(4), dtype=torch.float64))
+    noise = 0.1 * torch.randn(raw.shape, generator=gen(5), dtype=torch.float64)
+    raw = raw + (noise.tril() if raw.dim() == 2 else noise)
+    step = method.ascent(correlated, mean, raw, eps)
+    if divergence == "kl_pq":
+        value = kl_pq_value(method, correlated, mean, raw, eps)
+        assert value(mean, raw) == pytest.approx(float(step.objective))
+    else:
+        def value(m, r):
+            return float(method.ascent(correlated, m, r, eps).objective)
+    assert_central_differences((mean, raw), (step.mean, step.raw), value)
+    sign = -1.0 if divergence == "kl_pq" else 1.0
+    without_log_det = step.raw - sign * (torch.eye(raw.shape[0], dtype=raw.dtype) if raw.dim() == 2 else 1.0)
+    with pytest.raises(AssertionError):
+        assert_central_differences((mean, raw), (step.mean, without_log_det), value)
 
 
 def assert_central_differences(params, grads, value, h: float = 1e-6) -> None:
@@ -195,32 +225,6 @@ def test_mean_field_variances_order_by_divergence(correlated):
     assert variances["kl_qp"] == pytest.approx(conditional, rel=0.08)
     assert variances["kl_qp"] < variances["hellinger"] < variances["kl_pq"] < 1.05
     assert variances["kl_pq"] > 1.5 * conditional  # the negative control: not the exclusive-KL answer
-
-
-def test_alpha_surrogate_gradient_matches_finite_differences(correlated):
-    """The self-normalized gradient of the Renyi bound equals the derivative of its Monte Carlo
-    estimate (same eps) by central differences; for kl_pq the score-function gradient equals the
-    derivative of sum_i w_i log q(z_i) with the draws and weights held fixed."""
-    eps = torch.randn(6, correlated.dim, generator=gen(7), dtype=torch.float64)
-    for divergence in ("alpha", "kl_pq"):
-        method = GaussianVI(family="fullrank", divergence=divergence, alpha=0.3)
-        mean, raw = method._parameters(0.3 * torch.randn(2, correlated.dim, generator=gen(8), dtype=torch.float64))
-        with torch.no_grad():
-            raw.add_(0.1 * torch.randn(raw.shape, generator=gen(9), dtype=torch.float64).tril())
-        surrogate, _, _ = method.surrogate(correlated, method._q(mean, raw), eps)
-        grads = torch.autograd.grad(surrogate, [mean, raw])
-        z_fixed = method._q(mean, raw).transform(eps).detach()
-
-        def value(m, r):
-            q = method._q(m, r)
-            if divergence == "alpha":
-                return float(method.surrogate(correlated, q, eps)[1])
-            lp = correlated.log_prob(z_fixed)
-            q0 = method._q(mean.detach(), raw.detach())
-            w = torch.softmax(lp - q0.log_prob(z_fixed), 0)
-            return float((w * q.log_prob(z_fixed)).sum())
-
-        assert_central_differences((mean, raw), grads, value)
 
 
 def test_alpha_outside_its_range_is_one_line():

@@ -1,6 +1,7 @@
 """Annealed importance sampling (``method=ais``; Neal 2001; the advanced-VI lecture notes, sec. 2.7).
 
-``n_samples`` independent runs, batched: each starts at z_0 ~ q0 = N(base_mean, base_scale^2 I),
+``n_samples`` independent runs, batched: each starts at z_0 ~ q0 (N(base_mean, base_scale^2 I), or the
+Laplace approximation with ``base: laplace``; bayesx.methods.vi.tempering),
 walks the geometric path pi_beta ∝ q0^(1 - beta) p^beta over ``n_temps`` linear temperatures
 beta_t = t / T, and carries the log weight
 
@@ -25,24 +26,19 @@ from typing import Annotated, Literal
 import torch
 from torch import Tensor
 
-from bayesx.methods.base import Approximation, ApproximationSettings, Particles
-from bayesx.methods.vi.tempering import Tempered, log_ratio, start_path
+from bayesx.methods.base import Approximation, Particles
+from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
 from bayesx.progress import progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Positive
 
 
 @dataclass(frozen=True)
-class AISSettings(ApproximationSettings):
+class AISSettings(TemperedSettings):
     n_temps: Annotated[int, AtLeast(1)] = 100  # linear temperatures beta_t = t / n_temps
     n_samples: Annotated[int, AtLeast(2)] = 1000  # independent AIS runs (batched)
     kernel: Literal["mh", "hmc"] = "mh"
-    n_steps: Annotated[int, AtLeast(1)] = 10  # moves per temperature
-    step_size: Annotated[float, Positive()] = 0.5  # MH proposal sd or HMC step size at the first temperature
-    n_leapfrog: Annotated[int, AtLeast(1)] = 10  # HMC only
-    adapt_step_size: bool = True  # nudge the step size towards 0.3 (mh) / 0.65 (hmc) acceptance per temperature
-    base_mean: float = 0.0
-    base_scale: Annotated[float | None, Positive()] = None  # q0 = N(base_mean, base_scale^2 I); null: the prior's sd
+    step_size: Annotated[float, Positive()] = 0.5
 
 
 class AIS(Approximation):
@@ -56,7 +52,7 @@ class AIS(Approximation):
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
             progress: bool | None = None) -> Particles:
         cfg = self.settings
-        base, z, mover = start_path(target, cfg, cfg.n_samples, gen)
+        base, z, mover = start_path(target, cfg, cfg.n_samples, initial, gen)
         log_w = torch.zeros(cfg.n_samples, dtype=target.dtype, device=target.device)
         betas = torch.linspace(0.0, 1.0, cfg.n_temps + 1).tolist()
         bar = progress_bar(cfg.n_temps, "ais temperatures", progress, "temp")

@@ -1,27 +1,32 @@
-"""Gaussian variational inference by the reparameterized ELBO (``method=vi``), the first method of the
-approximation family and the worked example of ARCHITECTURE.md.
+"""Gaussian variational inference (``method=vi``), the first method of the approximation family and
+the worked example of ARCHITECTURE.md.
 
 q(z) = N(mu, S) with S = diag(sigma^2) (``family: meanfield``) or S = L L^T (``family: fullrank``,
-L lower triangular with a positive diagonal) maximizes
+L lower triangular with a positive diagonal) maximizes, by default,
 
     ELBO(q) = E_q[log p(z)] + H(q),   H(q) = sum_j log L_jj + dim/2 (1 + log 2 pi),
 
 the variational free energy of Beal's and Bishop's treatments ("KL(q || p)"), by Adam on the
-reparameterized Monte Carlo estimate (Kingma and Welling 2014; Titsias and Lazaro-Gredilla 2014):
-z_s = mu + L eps_s, eps_s ~ N(0, I), s = 1..num_mc,
+reparameterized Monte Carlo estimate (Kingma and Welling 2014; Titsias and Lazaro-Gredilla 2014)
+with the draws z_i = mu + L eps_i, eps_i ~ N(0, I), i = 1..num_mc. The other divergences weigh the
+same draws (``ascent``). Every objective's gradient has one closed form,
 
-    d/dtheta E_q[log p] ~= 1/num_mc sum_s grad log p(z_s)^T dz_s/dtheta.
+    d/dmu = sum_i w_i a_i,    d/dL = tril(sum_i w_i a_i eps_i^T) + s diag(1 / L_jj),
 
-Only the target's ``log_prob_and_grad`` is needed, never autograd through the target, so the
-method runs on any target (the PDE posterior's adjoint gradient, the native logistic kernel).
+with a_i = grad log p(z_i), s = +1 for the ELBO and the Renyi bounds (w_i = 1/num_mc for the
+ELBO), and a_i = L^-T eps_i, s = -1 for KL(p || q); only the target's ``log_prob_and_grad`` is
+needed, never autograd, so the method runs on any target (the PDE posterior's adjoint gradient,
+the native logistic kernel) and a step costs little more than the num_mc gradients.
 For a Gaussian target with precision P the mean-field optimum has the exact mean and the variances
 1 / P_jj: it under-estimates marginal variances where the posterior is correlated (MacKay 2003,
 ch. 33; Bishop 2006, sec. 10.1.2), which the tests use as a known answer.
 
-Convergence: every ``check_every`` steps the mean ELBO of that window is compared with the previous
-window's; the fit stops when it rose by less than ``tol`` nats (or at ``num_steps``). The fitted q
-has the parameters averaged over the last window (Polyak and Juditsky 1992): with a constant Adam
-step the last iterate jitters around the optimum by several percent of an sd, the average does not.
+Step sizes and convergence: Adam starts at ``lr``. Every ``check_every`` steps the window's mean
+objective is compared with the previous window's; where it rose by less than ``tol`` nats (a
+plateau), the step size is halved, up to ``lr_halvings`` times, and the next plateau ends the fit
+(or ``num_steps`` does). A large first step crosses a badly scaled posterior quickly and the
+smaller ones settle the noise of the constant-step iterates. The fitted q has the parameters
+averaged over the last window (Polyak and Juditsky 1992).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -55,12 +60,16 @@ class GaussianQ:
         return self.mean + (eps @ self.scale.T if self.dense else eps * self.scale)
 
     def sample(self, n: int, gen: torch.Generator) -> Tensor:
-        eps = torch.randn((n, self.mean.shape[0]), generator=gen, dtype=self.mean.dtype, device=self.mean.device)
-        return self.transform(eps)
+        eps = torch.randn((n, self.mean.shape[0]), generator=gen, dtype=self.mean.dtype, device=gen.device)
+        return self.transform(eps.to(self.mean.device))
 
     def log_det_scale(self) -> Tensor:
         diag = self.scale.diagonal() if self.dense else self.scale
         return torch.log(diag).sum()
+
+    def log_prob_of_noise(self, eps: Tensor) -> Tensor:
+        """log q(mean + L eps), without solving for eps."""
+        return -0.5 * (eps * eps).sum(-1) - self.log_det_scale() - 0.5 * self.mean.shape[0] * LOG_2PI
 
     def log_prob(self, z: Tensor) -> Tensor:
         d = z - self.mean
@@ -69,7 +78,15 @@ class GaussianQ:
             white = white.reshape(d.shape)
         else:
             white = d / self.scale
-        return -0.5 * (white * white).sum(-1) - self.log_det_scale() - 0.5 * self.mean.shape[0] * LOG_2PI
+        return self.log_prob_of_noise(white)
+
+    def grad_log_prob(self, z: Tensor) -> Tensor:
+        """-S^-1 (z - mean) for rows z."""
+        d = z - self.mean
+        if not self.dense:
+            return -d / self.scale**2
+        white = torch.linalg.solve_triangular(self.scale, d.T, upper=False)
+        return -torch.linalg.solve_triangular(self.scale.T, white, upper=True).T
 
     def entropy(self) -> Tensor:
         return self.log_det_scale() + 0.5 * self.mean.shape[0] * (1.0 + LOG_2PI)
@@ -83,12 +100,22 @@ class GaussianVISettings(ApproximationSettings):
     family: Literal["meanfield", "fullrank", "jj"] = "meanfield"
     num_steps: Annotated[int, AtLeast(1)] = 5000
     num_mc: Annotated[int, AtLeast(1)] = 8
-    lr: Annotated[float, Positive()] = 0.02
+    lr: Annotated[float, Positive()] = 0.1
+    lr_halvings: Annotated[int, AtLeast(0)] = 5
     init_sd: Annotated[float, Positive()] = 0.1
     tol: Annotated[float, AtLeast(0.0)] = 0.01
     check_every: Annotated[int, AtLeast(1)] = 100
     divergence: Literal["kl_qp", "kl_pq", "hellinger", "alpha"] = "kl_qp"
     alpha: Annotated[float, Between(0.0, 1.0)] = 0.5  # the Renyi order of divergence=alpha
+
+
+class Ascent(NamedTuple):
+    """One Monte Carlo step: the objective's gradient in (mean, raw), the objective and the ELBO estimates."""
+
+    mean: Tensor
+    raw: Tensor
+    objective: Tensor
+    elbo: Tensor
 
 
 class GaussianVI(Approximation):
@@ -97,10 +124,12 @@ class GaussianVI(Approximation):
     family       meanfield | fullrank
     num_steps    Adam steps at most
     num_mc       Monte Carlo draws per step
-    lr           Adam's learning rate
+    lr           Adam's first learning rate
+    lr_halvings  how often a plateau halves it before the next plateau ends the fit
     init_sd      the starting standard deviations (the mean starts at the mean of the initial points)
-    tol          stop when the windowed mean ELBO rises by less than this (nats); 0: run num_steps
-    check_every  the window of the convergence rule and of the stepped ``elbo`` metric
+    tol          a plateau: the windowed mean objective rose by less than this (nats); 0: run num_steps
+                 at the first learning rate
+    check_every  the window of the plateau rule and of the stepped ``elbo`` metric
     num_draws    iid draws from the fitted q for the evidence, k-hat and the target's evaluation
     """
 
@@ -108,59 +137,69 @@ class GaussianVI(Approximation):
     name = "vi"
 
     def _parameters(self, initial: Tensor) -> tuple[Tensor, Tensor]:
-        mean = initial.mean(0).detach().clone().requires_grad_(True)
+        """(mean, raw): raw is log sigma (meanfield), or sqrt(dim) L below the diagonal with log L_jj
+        on it (fullrank). Adam moves every raw entry by about lr per step whatever its gradient's
+        scale, so the sqrt(dim) makes an off-diagonal entry move lr / sqrt(dim): the noise of a
+        row's dim - 1 entries then changes that row's norm (a marginal sd) about as much as a step
+        of its diagonal does. With the same step for all entries (lr 0.1, 8 draws, 500 dimensions)
+        the noise of the off-diagonals outgrows the signal and the ELBO falls after a few hundred steps."""
+        mean = initial.mean(0).detach().clone()
         log_sd = torch.full_like(mean, math.log(self.settings.init_sd))
-        if self.settings.family == "meanfield":
-            return mean, log_sd.requires_grad_(True)
-        # L = tril(off, -1) + diag(exp(log_sd)); one parameter matrix holds both
-        raw = torch.diag(log_sd)
-        return mean, raw.requires_grad_(True)
+        return mean, (log_sd if self.settings.family == "meanfield" else torch.diag(log_sd))
+
+    @staticmethod
+    def _off_diagonal_scale(raw: Tensor) -> float:
+        return 1.0 / math.sqrt(raw.shape[0])
 
     def _q(self, mean: Tensor, raw: Tensor) -> GaussianQ:
         if raw.dim() == 1:
             return GaussianQ(mean, torch.exp(raw))
-        return GaussianQ(mean, torch.tril(raw, -1) + torch.diag(torch.exp(raw.diagonal())))
+        off = torch.tril(raw, -1) * self._off_diagonal_scale(raw)
+        return GaussianQ(mean, off + torch.diag(torch.exp(raw.diagonal())))
 
-    def surrogate_elbo(self, target, q: GaussianQ, eps: Tensor) -> tuple[Tensor, Tensor]:
-        """(surrogate, estimate): the surrogate's gradient in q's parameters is the reparameterized
-        ELBO gradient, and its value is not the ELBO; ``estimate`` is the ELBO estimate itself."""
-        z = q.transform(eps)
-        log_p, grad = target.log_prob_and_grad(z.detach())
-        estimate = log_p.mean() + q.entropy()
-        surrogate = (z * grad).sum(-1).mean() + q.entropy()
-        return surrogate, estimate.detach()
+    def ascent(self, target, mean: Tensor, raw: Tensor, eps: Tensor) -> Ascent:
+        """The configured objective at the draws z = mean + L eps and its gradient in (mean, raw).
 
-    def surrogate(self, target, q: GaussianQ, eps: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(surrogate, objective, elbo) for the configured divergence: the surrogate's gradient in
-        q's parameters is the objective's (a Monte Carlo estimate with the draws z = q.transform(eps)).
-
-        kl_qp      the ELBO, reparameterized (``surrogate_elbo``)
-        alpha      the Renyi bound L_a = 1/(1-a) log mean_i exp((1-a) l_i), l_i = log p(z_i) - log q(z_i)
-                   (Li and Turner 2016): its gradient is sum_i w_i grad l_i with the self-normalized
-                   weights w_i ∝ exp((1-a) l_i); a -> 1 is the ELBO, a -> 0 log Z
+        kl_qp      the ELBO, mean_i l_i with l_i = log p(z_i) - log q(z_i); w_i = 1 / num_mc
+        alpha      the Renyi bound L_a = 1/(1-a) log mean_i exp((1-a) l_i) (Li and Turner 2016),
+                   w = softmax((1-a) l); a -> 1 is the ELBO, a -> 0 log Z
         hellinger  the squared Hellinger distance 1 - int sqrt(p q) / sqrt(Z) falls as E_q sqrt(p/q)
                    rises, so its minimizer is L_{1/2}'s: the alpha objective at a = 1/2
-        kl_pq      KL(p || q) (the thesis' "reverse KL", mass covering): minus E_p log q, estimated by
-                   self-normalized importance sampling from q, gradient sum_i w_i grad_theta log q(z_i)
-                   with w_i ∝ p(z_i)/q(z_i) and z_i held fixed; objective = sum_i w_i log q(z_i)
+        kl_pq      KL(p || q) (the thesis' "reverse KL", mass covering): minus E_p log q, by
+                   self-normalized importance sampling from q, objective sum_i w_i log q(z_i) with
+                   w = softmax(l) and the draws held fixed (the score-function gradient)
         """
+        q = self._q(mean, raw)
+        z = q.transform(eps)
+        log_p, grad = target.log_prob_and_grad(z)
+        log_q = q.log_prob_of_noise(eps)
+        log_w = log_p - log_q
+        elbo = log_w.mean()
         divergence = self.settings.divergence
         if divergence == "kl_qp":
-            surrogate, elbo = self.surrogate_elbo(target, q, eps)
-            return surrogate, elbo, elbo
-        z = q.transform(eps)
-        log_p, grad = target.log_prob_and_grad(z.detach())
-        log_q = q.log_prob(z.detach() if divergence == "kl_pq" else z)  # kl_pq: the score at fixed draws
-        log_w = log_p - log_q.detach()
-        elbo = log_w.mean()
+            weights, objective = torch.full_like(log_w, 1.0 / log_w.shape[0]), elbo
+        elif divergence == "kl_pq":
+            weights = torch.softmax(log_w, 0)
+            objective = (weights * log_q).sum()
+        else:
+            a = 0.5 if divergence == "hellinger" else self.settings.alpha
+            weights = torch.softmax((1.0 - a) * log_w, 0)
+            objective = (torch.logsumexp((1.0 - a) * log_w, 0) - math.log(log_w.shape[0])) / (1.0 - a)
         if divergence == "kl_pq":
-            objective = (torch.softmax(log_w, 0) * log_q).sum()
-            return objective, objective.detach(), elbo.detach()
-        a = 0.5 if divergence == "hellinger" else self.settings.alpha
-        w = torch.softmax((1.0 - a) * log_w, 0)
-        surrogate = (w.detach() * ((z * grad).sum(-1) - log_q)).sum()
-        objective = (torch.logsumexp((1.0 - a) * log_w, 0) - math.log(log_w.shape[0])) / (1.0 - a)
-        return surrogate, objective.detach(), elbo.detach()
+            sign = -1.0
+            direction = (torch.linalg.solve_triangular(q.scale.T, eps.T, upper=True).T if q.dense
+                         else eps / q.scale)  # a_i = L^-T eps_i: the score of q in z at fixed draws
+        else:
+            sign, direction = 1.0, grad
+        weighted = weights[:, None] * direction
+        grad_mean = weighted.sum(0)
+        if q.dense:
+            outer = weighted.T @ eps  # sum_i w_i a_i eps_i^T
+            grad_raw = (torch.tril(outer, -1) * self._off_diagonal_scale(raw)
+                        + torch.diag(outer.diagonal() * q.scale.diagonal() + sign))
+        else:
+            grad_raw = (weighted * eps).sum(0) * q.scale + sign
+        return Ascent(grad_mean, grad_raw, objective, elbo)
 
     def check(self, target, n_chains: int) -> None:
         if self.settings.family == "jj" and not target.capabilities.logistic_design:
@@ -169,52 +208,60 @@ class GaussianVI(Approximation):
 
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
             progress: bool | None = None) -> GaussianQ:
-        if self.settings.family == "jj":
+        cfg = self.settings
+        if cfg.family == "jj":
             self.check(target, 1)
-            return fit_jaakkola_jordan(target, self.settings, result)
+            return fit_jaakkola_jordan(target, cfg, result)
         mean, raw = self._parameters(initial)
-        optim = torch.optim.Adam([mean, raw], lr=self.settings.lr)
+        mean.grad, raw.grad = torch.zeros_like(mean), torch.zeros_like(raw)
+        lr, halvings = cfg.lr, 0
+        optim = torch.optim.Adam([mean, raw], lr=lr, fused=mean.device.type in ("cpu", "cuda"))
+        eps = torch.empty((cfg.num_mc, mean.shape[0]), dtype=mean.dtype, device=mean.device)
         trace, elbo_trace, window, elbos, previous = [], [], [], [], None
-        clock, started = [], time.perf_counter()
-        averaged = (mean.detach().clone(), raw.detach().clone())  # the last complete window's average
+        clock, lr_trace, started = [], [], time.perf_counter()
+        averaged = (mean.clone(), raw.clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
-        bar = progress_bar(self.settings.num_steps, f"vi ({self.settings.family})", progress, "step")
+        bar = progress_bar(cfg.num_steps, f"vi ({cfg.family})", progress, "step")
         with interruptible(result, bar, lambda: f"fit (step {steps})"):
-            for steps in range(1, self.settings.num_steps + 1):
-                eps = torch.randn((self.settings.num_mc, mean.shape[0]), generator=gen, dtype=mean.dtype,
-                                  device=mean.device)
-                surrogate, estimate, elbo = self.surrogate(target, self._q(mean, raw), eps)
-                if not torch.isfinite(estimate):
-                    result.error = (f"the {self.settings.divergence} objective is not finite at step {steps}: lower "
-                                    f"method.lr (now {self.settings.lr:g}) or method.init_sd (now "
-                                    f"{self.settings.init_sd:g})")
+            for steps in range(1, cfg.num_steps + 1):
+                eps.normal_(generator=gen)
+                step = self.ascent(target, mean, raw, eps)
+                if not torch.isfinite(step.objective):
+                    result.error = (f"the {cfg.divergence} objective is not finite at step {steps}: lower "
+                                    f"method.lr (now {cfg.lr:g}) or method.init_sd (now {cfg.init_sd:g})")
                     break
-                optim.zero_grad()
-                (-surrogate).backward()
+                torch.neg(step.mean, out=mean.grad)  # Adam descends
+                torch.neg(step.raw, out=raw.grad)
                 optim.step()
-                window.append(float(estimate))
-                elbos.append(float(elbo))
-                sums[0] += mean.detach()
-                sums[1] += raw.detach()
+                window.append(float(step.objective))
+                elbos.append(float(step.elbo))
+                sums[0] += mean
+                sums[1] += raw
                 bar.update(1)
-                if steps % self.settings.check_every == 0:
+                if steps % cfg.check_every == 0:
                     averaged = (sums[0] / len(window), sums[1] / len(window))
                     sums = [torch.zeros_like(mean), torch.zeros_like(raw)]
                     current = sum(window) / len(window)
                     trace.append((steps, current))
                     elbo_trace.append((steps, sum(elbos) / len(elbos)))
                     clock.append((steps, time.perf_counter() - started))
-                    bar.set_postfix(objective=f"{current:.4g}")
-                    if previous is not None and self.settings.tol > 0 and current - previous < self.settings.tol:
-                        break
+                    lr_trace.append((steps, lr))
+                    bar.set_postfix(objective=f"{current:.4g}", lr=f"{lr:.2g}")
+                    if previous is not None and cfg.tol > 0 and current - previous < cfg.tol:
+                        if halvings == cfg.lr_halvings:
+                            break
+                        halvings, lr = halvings + 1, lr / 2.0
+                        for group in optim.param_groups:
+                            group["lr"] = lr
                     previous, window, elbos = current, [], []
         result.traces["elbo"] = elbo_trace
         result.traces["fit_elapsed_s"] = clock  # seconds into the fit at each window: time to a given ELBO
-        if self.settings.divergence != "kl_qp":
-            result.traces["objective"] = trace  # what the fit maximizes (see ``surrogate``)
-        result.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * self.settings.num_mc)})
-        result.tags.update({"q_family": self.settings.family, "divergence": self.settings.divergence})
-        q = self._q(*averaged) if steps >= self.settings.check_every else self._q(mean.detach(), raw.detach())
+        result.traces["lr"] = lr_trace
+        if cfg.divergence != "kl_qp":
+            result.traces["objective"] = trace  # what the fit maximizes (see ``ascent``)
+        result.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc)})
+        result.tags.update({"q_family": cfg.family, "divergence": cfg.divergence})
+        q = self._q(*averaged) if steps >= cfg.check_every else self._q(mean, raw)
         result.fitted.update({"q_mean": q.mean.cpu(), "q_scale": q.scale.cpu()})
         return q
 

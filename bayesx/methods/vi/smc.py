@@ -1,7 +1,8 @@
 """Tempered sequential Monte Carlo (``method=smc``; Del Moral, Doucet and Jasra 2006; the adaptive
 tempering of Jasra et al. 2011, as PyMC's and BlackJAX's tempered SMC do it).
 
-``n_particles`` particles start at q0 = N(base_mean, base_scale^2 I) (beta = 0) and move along the
+``n_particles`` particles start at q0 (N(base_mean, base_scale^2 I), or the Laplace approximation with
+``base: laplace``) (beta = 0) and move along the
 geometric path pi_beta ∝ q0^(1 - beta) p^beta (bayesx.methods.vi.tempering). At each stage:
 
 1. the next beta' is the largest one whose incremental weights w_i = exp((beta' - beta) [log p(z_i)
@@ -20,30 +21,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
-from bayesx.methods.base import Approximation, ApproximationSettings, Particles
-from bayesx.methods.vi.tempering import Tempered, log_ratio, start_path
+from bayesx.methods.base import Approximation, Particles
+from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
 from bayesx.progress import progress_bar
 from bayesx.result import Result
-from bayesx.settings import AtLeast, Between, Positive
+from bayesx.settings import AtLeast, Between
 
 
 @dataclass(frozen=True)
-class SMCSettings(ApproximationSettings):
+class SMCSettings(TemperedSettings):
     n_particles: Annotated[int, AtLeast(2)] = 1000
     target_ess: Annotated[float, Between(0.0, 1.0)] = 0.5  # the incremental weights' ESS fraction per stage
-    kernel: Literal["mh", "hmc"] = "hmc"
-    n_steps: Annotated[int, AtLeast(1)] = 10  # moves per stage
-    step_size: Annotated[float, Positive()] = 0.2
-    n_leapfrog: Annotated[int, AtLeast(1)] = 10
-    adapt_step_size: bool = True
-    base_mean: float = 0.0
-    base_scale: Annotated[float | None, Positive()] = None  # null: the prior's sd where the target declares one, else 1
     max_stages: Annotated[int, AtLeast(1)] = 1000
 
 
@@ -77,7 +71,7 @@ class SMC(Approximation):
     def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
             progress: bool | None = None) -> Particles:
         cfg = self.settings
-        base, z, mover = start_path(target, cfg, cfg.n_particles, gen)
+        base, z, mover = start_path(target, cfg, cfg.n_particles, initial, gen)
         beta, log_z, stages = 0.0, 0.0, []
         bar = progress_bar(None, "smc stages", progress, "stage")
         try:

@@ -1,53 +1,58 @@
-"""The tempered path shared by AIS and SMC: a normalized Gaussian base q0 = N(mean, scale^2 I), the
-geometric bridge
+"""The tempered path shared by AIS and SMC: a normalized Gaussian base q0, the geometric bridge
 
     pi_beta(z) ∝ q0(z)^(1 - beta) p(z)^beta,   0 = beta_0 < beta_1 < ... < beta_T = 1,
 
 and MCMC moves that leave one pi_beta invariant (random-walk Metropolis or HMC from
 bayesx.kernels), with the step size carried from one temperature to the next and nudged towards a
 target acceptance rate (the adaptation uses only the previous temperature's moves).
+
+The base (``base``): ``gaussian``, q0 = N(base_mean, base_scale^2 I) with the moves in the
+identity metric; or ``laplace``, q0 = N(mode, H^-1) from the Laplace approximation (bayesx.optimize)
+with the moves in the metric H^-1. Any normalized q0 keeps E[w] = Z; a q0 near the posterior
+shortens the path (fewer temperatures for the same weight variance) and a metric matched to its
+scales lets the moves take steps of the posterior's size in every direction (Neal 2001, sec. 6).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
 
+from bayesx.errors import BayesxError
 from bayesx.kernels import hmc, rwm
-from bayesx.kernels.metric import identity_metric
+from bayesx.kernels.metric import Metric, identity_metric, make_metric
+from bayesx.methods.base import ApproximationSettings
+from bayesx.methods.vi.gaussian import GaussianQ
+from bayesx.optimize import LaplaceFailed, fit_laplace
+from bayesx.settings import AtLeast, Positive
 from bayesx.targets.base import TargetBase
 
 LOG_2PI = math.log(2.0 * math.pi)
 TARGET_ACCEPT = {"mh": 0.3, "hmc": 0.65}
 
 
-@dataclass
-class GaussianBase:
-    """q0 = N(mean, scale^2 I), normalized."""
+@dataclass(frozen=True)
+class TemperedSettings(ApproximationSettings):
+    """The base and the moves of a tempered path (AIS and SMC)."""
 
-    mean: float
-    scale: float
-    dim: int
-
-    def sample(self, n: int, gen: torch.Generator, dtype: torch.dtype, device: torch.device) -> Tensor:
-        eps = torch.randn((n, self.dim), generator=gen, dtype=dtype, device=gen.device).to(device)
-        return self.mean + self.scale * eps
-
-    def log_prob(self, z: Tensor) -> Tensor:
-        u = (z - self.mean) / self.scale
-        return -0.5 * (u * u).sum(-1) - self.dim * (math.log(self.scale) + 0.5 * LOG_2PI)
-
-    def grad(self, z: Tensor) -> Tensor:
-        return -(z - self.mean) / self.scale**2
+    kernel: Literal["mh", "hmc"] = "hmc"
+    n_steps: Annotated[int, AtLeast(1)] = 10  # moves per temperature
+    step_size: Annotated[float, Positive()] = 0.2  # MH proposal sd or HMC step size at the first temperature
+    n_leapfrog: Annotated[int, AtLeast(1)] = 10  # HMC only
+    adapt_step_size: bool = True  # nudge the step size towards 0.3 (mh) / 0.65 (hmc) acceptance per temperature
+    base: Literal["gaussian", "laplace"] = "gaussian"
+    base_mean: float = 0.0  # base=gaussian
+    base_scale: Annotated[float | None, Positive()] = None  # base=gaussian; null: the prior's sd, else 1
 
 
 class Tempered(TargetBase):
     """pi_beta as a target the kernels can move on."""
 
-    def __init__(self, target, base: GaussianBase, beta: float):
+    def __init__(self, target, base: GaussianQ, beta: float):
         self.target, self.base, self.beta = target, base, beta
         self.dim, self.dtype, self.device = target.dim, target.dtype, target.device
 
@@ -57,25 +62,36 @@ class Tempered(TargetBase):
     def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
         lp, grad = self.target.log_prob_and_grad(q)
         b = self.beta
-        return (1.0 - b) * self.base.log_prob(q) + b * lp, (1.0 - b) * self.base.grad(q) + b * grad
+        return (1.0 - b) * self.base.log_prob(q) + b * lp, (1.0 - b) * self.base.grad_log_prob(q) + b * grad
 
 
-def base_for(target, mean: float, scale: float | None) -> GaussianBase:
-    """q0 = N(mean, scale^2 I); scale null: the prior's sd where the target declares a N(0, s^2 I) prior
-    (logistic regression), else 1."""
+def base_for(target, cfg: TemperedSettings, initial: Tensor | None, gen: torch.Generator) -> tuple[GaussianQ, int]:
+    """(q0, gradient evaluations spent on it): N(base_mean, base_scale^2 I), base_scale null meaning the
+    prior's sd where the target declares a N(0, s^2 I) prior (logistic regression), else 1; or the
+    Laplace approximation found from the initial points."""
+    if cfg.base == "laplace":
+        start = initial if initial is not None else target.initial_point(1, gen)
+        try:
+            laplace = fit_laplace(target, start)
+        except LaplaceFailed as exc:
+            raise BayesxError(f"{exc}; use method.base=gaussian") from None
+        return GaussianQ(laplace.mode, torch.linalg.cholesky(laplace.cov)), laplace.n_grad_evals
+    scale = cfg.base_scale
     if scale is None:
         scale = math.sqrt(target.logistic_design()[2]) if target.capabilities.logistic_design else 1.0
-    return GaussianBase(mean, scale, target.dim)
+    full = dict(size=(target.dim,), dtype=target.dtype, device=target.device)
+    return GaussianQ(torch.full(fill_value=cfg.base_mean, **full), torch.full(fill_value=scale, **full)), 0
 
 
-def log_ratio(target, base: GaussianBase, z: Tensor) -> Tensor:
+def log_ratio(target, base: GaussianQ, z: Tensor) -> Tensor:
     """log p(z) - log q0(z): d log pi_beta / d beta, the weight increment per unit of beta."""
     return target.log_prob(z) - base.log_prob(z)
 
 
 @dataclass
 class Mover:
-    """``n_steps`` moves per temperature with ``kernel`` (mh or hmc, ``n_leapfrog`` steps)."""
+    """``n_steps`` moves per temperature with ``kernel`` (mh or hmc, ``n_leapfrog`` steps) in ``metric``
+    (None: the identity)."""
 
     kernel: str
     step_size: float
@@ -83,10 +99,11 @@ class Mover:
     n_leapfrog: int
     adapt: bool = True
     grad_evals: int = 0
+    metric: Metric | None = field(default=None, repr=False)
 
     def move(self, z: Tensor, tempered: Tempered, gen: torch.Generator) -> tuple[Tensor, float]:
         """z moved by n_steps transitions leaving ``tempered`` invariant; returns (z, mean acceptance)."""
-        metric = identity_metric(z.shape[-1], False, z.dtype, z.device)
+        metric = self.metric or identity_metric(z.shape[-1], False, z.dtype, z.device)
         module = rwm if self.kernel == "mh" else hmc
         params = (rwm.RWMParams(self.step_size, metric) if self.kernel == "mh"
                   else hmc.HMCParams(self.step_size, metric, self.n_leapfrog))
@@ -102,9 +119,12 @@ class Mover:
         return state.position, accept
 
 
-def start_path(target, cfg, n: int, gen: torch.Generator) -> tuple[GaussianBase, Tensor, Mover]:
-    """The start of a tempered run (AIS, SMC): q0 from the settings' base_mean / base_scale, n draws
-    from it, and the mover of the settings' kernel, n_steps, step_size, n_leapfrog, adapt_step_size."""
-    base = base_for(target, cfg.base_mean, cfg.base_scale)
-    z = base.sample(n, gen, target.dtype, target.device)
-    return base, z, Mover(cfg.kernel, cfg.step_size, cfg.n_steps, cfg.n_leapfrog, cfg.adapt_step_size)
+def start_path(target, cfg: TemperedSettings, n: int, initial: Tensor | None,
+               gen: torch.Generator) -> tuple[GaussianQ, Tensor, Mover]:
+    """The start of a tempered run (AIS, SMC): q0 (``base_for``), n draws from it, and the mover of
+    the settings, in the metric of q0's covariance where q0 is the Laplace approximation."""
+    base, grad_evals = base_for(target, cfg, initial, gen)
+    z = base.sample(n, gen).to(dtype=target.dtype, device=target.device)
+    metric = make_metric(base.covariance()) if cfg.base == "laplace" else None
+    return base, z, Mover(cfg.kernel, cfg.step_size, cfg.n_steps, cfg.n_leapfrog, cfg.adapt_step_size, grad_evals,
+                          metric)
