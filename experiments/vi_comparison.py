@@ -4,6 +4,7 @@ method estimates one, wall time and gradient evaluations.
 
     python experiments/vi_comparison.py --data digits        # -> results/vi_comparison_digits.md   (~5 min)
     python experiments/vi_comparison.py --data synthetic     # -> results/vi_comparison_synthetic.md
+    python experiments/vi_comparison.py --data mnist01 --ref-warmup 300 --ref-draws 300 --ref-tree-depth 7
 
 Each row calls the method the way `bayesx run method=NAME model=logreg data=DATA` does (same
 classes and family code, the settings listed in the row); the reference is bayesx's own cached NUTS
@@ -24,6 +25,7 @@ import torch
 
 from bayesx import reference
 from bayesx.data.digits import load_digits
+from bayesx.data.mnist import load_mnist01
 from bayesx.data.registry import data_dir
 from bayesx.data.synthetic import load_synthetic
 from bayesx.methods.base import RunInputs
@@ -41,10 +43,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PRIOR_SCALE = 10.0
 
 
-def methods(data: str):
-    """(row name, method, settings text): the CLI's defaults where they are affordable here."""
+def methods(data: str, ref_tree_depth: int):
+    """(row name, method, settings text): the CLI's defaults where they are affordable here; on mnist01
+    (784 coordinates, 1703 rows) the particle methods and GAP with fewer particles and steps."""
+    big = data == "mnist01"
     rows = [
-        ("nuts", NUTS(num_warmup=500, num_draws=500, init="laplace"), "4 chains, 500 + 500, Laplace start"),
+        ("nuts", NUTS(num_warmup=200 if big else 500, num_draws=200 if big else 500, init="laplace",
+                      max_tree_depth=ref_tree_depth),
+         f"4 chains, {'200 + 200' if big else '500 + 500'}, Laplace start, tree depth <= {ref_tree_depth}"),
         ("vi meanfield", GaussianVI(family="meanfield"), "defaults"),
         ("vi fullrank", GaussianVI(family="fullrank"), "defaults"),
         ("vi meanfield kl_pq", GaussianVI(family="meanfield", divergence="kl_pq", num_mc=64, num_steps=2000),
@@ -54,37 +60,46 @@ def methods(data: str):
         ("laplace", Laplace(), "defaults"),
         ("pathfinder", Pathfinder(), "defaults (1 path)"),
         ("pathfinder 4 paths", Pathfinder(n_paths=4), "4 paths x 1000 draws"),
-        ("gap meanfield", GAP(family="meanfield", eps_mu=0.05, eps_l=0.05, n_mc=500, num_steps=1000),
-         "eps 0.05 / 0.05, 500 draws, 1000 steps"),
+        ("gap meanfield", GAP(family="meanfield", eps_mu=0.05, eps_l=0.05, n_mc=100 if big else 500, num_steps=1000),
+         f"eps 0.05 / 0.05, {100 if big else 500} draws, 1000 steps"),
         ("svgd", SVGD(), "defaults (100 particles, 1000 steps)"),
-        ("ais hmc", AIS(kernel="hmc", n_samples=200, n_temps=100, n_steps=2, step_size=0.05, base_scale=PRIOR_SCALE),
-         "200 runs x 100 temps x 2 HMC moves (10 leapfrog), base = the prior"),
-        ("smc hmc", SMC(n_particles=500, n_steps=5, step_size=0.05, base_scale=PRIOR_SCALE),
-         "500 particles, 5 HMC moves per stage, base = the prior"),
+        ("ais hmc", AIS(kernel="hmc", n_samples=100 if big else 200, n_temps=100, n_steps=2, step_size=0.05,
+                        base_scale=PRIOR_SCALE),
+         f"{100 if big else 200} runs x 100 temps x 2 HMC moves (10 leapfrog), base = the prior"),
+        ("ais hmc laplace", AIS(kernel="hmc", base="laplace", n_samples=200 if big else 500, n_temps=400, n_steps=1,
+                                n_leapfrog=5, step_size=0.5),
+         f"{200 if big else 500} runs x 400 temps x 1 HMC move (5 leapfrog), base = Laplace, metric H^-1"),
+        ("smc hmc", SMC(n_particles=200 if big else 500, n_steps=5, step_size=0.05, base_scale=PRIOR_SCALE),
+         f"{200 if big else 500} particles, 5 HMC moves per stage, base = the prior"),
+        ("smc hmc laplace", SMC(n_particles=200 if big else 500, n_steps=2, n_leapfrog=5, step_size=0.5,
+                                base="laplace"),
+         f"{200 if big else 500} particles, 2 HMC moves (5 leapfrog) per stage, base = Laplace, metric H^-1"),
     ]
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", choices=["digits", "synthetic"], default="digits")
+    parser.add_argument("--data", choices=["digits", "synthetic", "mnist01"], default="digits")
     parser.add_argument("--only", nargs="*", help="row names to run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ref-warmup", type=int, default=1000)
     parser.add_argument("--ref-draws", type=int, default=1000)
+    parser.add_argument("--ref-tree-depth", type=int, default=10, help="lower it where trees saturate (mnist01: 7)")
     parser.add_argument("--out")
     args = parser.parse_args()
     torch.set_default_dtype(torch.float64)
-    data = load_digits() if args.data == "digits" else load_synthetic(seed=0)
+    data = {"digits": load_digits, "synthetic": lambda: load_synthetic(seed=0),
+            "mnist01": load_mnist01}[args.data]()
     target = LogisticRegression(data, prior_scale=PRIOR_SCALE)
     key = {"model": {"prior_scale": PRIOR_SCALE, "intercept": False, "init_scale": 0.1}, "data": args.data,
            "dtype": "float64", "script": "vi_comparison"}
     print("reference ...", flush=True)
     ref = reference.reference_moments(target, key, data_dir() / "reference", num_warmup=args.ref_warmup,
-                                      num_draws=args.ref_draws, n_chains=4, max_tree_depth=10, seed=12345,
+                                      num_draws=args.ref_draws, n_chains=4, max_tree_depth=args.ref_tree_depth, seed=12345,
                                       progress=False)
     rows = []
-    for name, method, settings in methods(args.data):
+    for name, method, settings in methods(args.data, args.ref_tree_depth):
         if args.only and name not in args.only:
             continue
         print(f"running {name} ...", flush=True)
@@ -107,7 +122,8 @@ def main() -> int:
              f"Command: `python experiments/vi_comparison.py --data {args.data}` on {platform.machine()}, "
              f"torch {torch.__version__}, Python {sys.version.split()[0]}, 2 threads.  ",
              f"Posterior: {data.description}; prior N(0, {PRIOR_SCALE:g}^2 I), {target.dim} coefficients.  ",
-             f"Reference: bayesx NUTS, 4 chains x ({args.ref_warmup} + {args.ref_draws}), min bulk ESS "
+             f"Reference: bayesx NUTS, 4 chains x ({args.ref_warmup} + {args.ref_draws}), tree depth <= "
+             f"{args.ref_tree_depth}, min bulk ESS "
              f"{ref.ess_bulk_min:.0f} (cached at `{Path(ref.path).name}`; {ref.seconds:.0f} s to make now).  ",
              "Errors: mean over coordinates of |mean - reference mean| / reference sd, and the same for the sd. "
              "log p(y): the method's evidence estimate +- its standard error (importance sampling with q for VI, "
