@@ -119,7 +119,7 @@ def main() -> int:
         return fmt.format(m[key]) if key in m and math.isfinite(m[key]) else "-"
 
     lines = [f"# Approximations against NUTS: logistic regression on `{args.data}`", "",
-             f"Command: `python experiments/vi_comparison.py --data {args.data}` on {platform.machine()}, "
+             f"Command: `python experiments/vi_comparison.py {' '.join(sys.argv[1:])}` on {platform.machine()}, "
              f"torch {torch.__version__}, Python {sys.version.split()[0]}, 2 threads.  ",
              f"Posterior: {data.description}; prior N(0, {PRIOR_SCALE:g}^2 I), {target.dim} coefficients.  ",
              f"Reference: bayesx NUTS, 4 chains x ({args.ref_warmup} + {args.ref_draws}), tree depth <= "

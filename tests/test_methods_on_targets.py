@@ -14,6 +14,7 @@ from bayesx.data.digits import load_digits
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.ais import AIS
+from bayesx.methods.vi.flowvi import FlowVI
 from bayesx.methods.vi.gap import GAP
 from bayesx.methods.vi.gaussian import GaussianVI
 from bayesx.methods.vi.laplace import Laplace
@@ -33,6 +34,7 @@ METHODS = {
     "svgd": lambda: SVGD(n_particles=8, num_steps=10),
     "ais": lambda: AIS(n_samples=16, n_temps=4, n_steps=1, num_draws=40),
     "smc": lambda: SMC(n_particles=16, n_steps=1, kernel="mh", max_stages=200),
+    "flowvi": lambda: FlowVI(flow="realnvp", n_layers=2, hidden=8, batch_size=8, iterations=10, num_draws=40),
 }
 TARGETS = {
     "elliptic": lambda: EllipticInverse(mesh=3),

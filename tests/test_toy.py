@@ -64,9 +64,18 @@ def test_closed_form_truths_by_simulation(name):
 
 
 def test_energies_are_boxed_and_their_quadrature_converges():
+    """U2-U4 are -inf off the box; U1 (a ring) is finite everywhere and its quadrature on the box
+    misses nothing measurable (a grid on [-6, 6]^2 gives the same log Z)."""
+    ring = Density(name="u1")
+    outside = ring.log_prob(torch.tensor([[4.5, 0.0]], dtype=torch.float64)).item()
+    assert math.isfinite(outside) and outside < -50
+    axis = torch.linspace(-6.0, 6.0, 1201, dtype=torch.float64)
+    wide = torch.logsumexp(ring.log_prob(torch.cartesian_prod(axis, axis)), 0) + 2 * math.log(0.01)
+    assert float(wide) == pytest.approx(ring.truth.log_z, abs=1e-4)
     for name in ("u1", "u2", "u3", "u4"):
         target = Density(name=name)
-        assert target.log_prob(torch.tensor([[4.5, 0.0]], dtype=torch.float64)).item() == -math.inf
+        if name != "u1":
+            assert target.log_prob(torch.tensor([[4.5, 0.0]], dtype=torch.float64)).item() == -math.inf
         from bayesx.targets.toy import _quadrature_truth
 
         coarse = _quadrature_truth(name, 401)

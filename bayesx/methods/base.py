@@ -171,13 +171,11 @@ class Sampler(Method):
 
 # --- approximations -------------------------------------------------------------------------------
 class FittedApproximation(Protocol):
-    """A fitted q over the target's parameter: iid draws and their log density."""
+    """A fitted q over the target's parameter: iid draws with their log density (a flow without a
+    closed-form inverse knows its density only at its own draws)."""
 
-    def sample(self, n: int, gen: torch.Generator) -> Tensor:
-        """(n, dim) draws from q."""
-
-    def log_prob(self, z: Tensor) -> Tensor:
-        """log q(z) for z (..., dim), normalized."""
+    def sample_and_log_prob(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """(n, dim) draws from q and log q at them (normalized)."""
 
 
 @dataclass(frozen=True)
@@ -244,8 +242,8 @@ class Approximation(Method):
             self._weigh_particles(fitted, inputs.gen, result)
         else:
             with torch.no_grad():
-                z = fitted.sample(self.settings.num_draws, inputs.gen)
-                log_weights = target.log_prob(z) - fitted.log_prob(z)
+                z, log_q = fitted.sample_and_log_prob(self.settings.num_draws, inputs.gen)
+                log_weights = target.log_prob(z) - log_q
             result.metrics.update(importance.weight_summary(log_weights.double().cpu().numpy()))
             result.draws = z.detach().cpu()[None]
             result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"

@@ -10,8 +10,11 @@ exact mean and standard deviation (closed form, or quadrature on a fine grid for
     far_bimodal  0.9 N(0, 1) + 0.1 N(15, 1)
     ais_toy      exp(-(x + 5)^2 / 4): N(-5, 2) unnormalized, Z = sqrt(4 pi) = 3.545 (the AIS example
                  of the advanced-VI lecture notes, with prior N(0, 1) as the AIS base)
-    u1 .. u4     the 2-D energies of Rezende and Mohamed (2015), p = exp(-U); U2-U4 do not decay in
-                 z1, so all four live on the box [-4, 4]^2 where they are drawn (log p = -inf outside)
+    u1 .. u4     the 2-D energies of Rezende and Mohamed (2015), p = exp(-U); U1 (a ring, the research
+                 journal's eq. 235) decays in every direction and is defined on the plane; U2-U4 do
+                 not decay in z1 and live on the box [-4, 4]^2 where they are drawn (log p = -inf
+                 outside). Moments and log Z by quadrature on that box (U1's mass outside it is
+                 below 1e-6)
     funnel       Neal's funnel in 10-D: v ~ N(0, 9), x_i | v ~ N(0, e^v), i = 1..9 (Z = 1)
     banana       the twisted Gaussian of Haario et al. (1999): x1 ~ N(0, 100),
                  x2 | x1 ~ N(100 b - b x1^2, 1), b = 0.1 (Z = 1)
@@ -76,6 +79,8 @@ def log_density(name: str, q: Tensor) -> Tensor:
         x1, x2 = q[..., 0], q[..., 1]
         return (-0.5 * x1**2 / 100.0 - 0.5 * (x2 + BANANA_B * x1**2 - 100.0 * BANANA_B) ** 2
                 - LOG_2PI - math.log(10.0))
+    if name == "u1":
+        return -_energy(name, q)
     inside = (q.abs() <= BOX).all(-1)
     return torch.where(inside, -_energy(name, q), torch.full_like(q[..., 0], -math.inf))
 

@@ -60,8 +60,12 @@ class GaussianQ:
         return self.mean + (eps @ self.scale.T if self.dense else eps * self.scale)
 
     def sample(self, n: int, gen: torch.Generator) -> Tensor:
+        return self.sample_and_log_prob(n, gen)[0]
+
+    def sample_and_log_prob(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         eps = torch.randn((n, self.mean.shape[0]), generator=gen, dtype=self.mean.dtype, device=gen.device)
-        return self.transform(eps.to(self.mean.device))
+        eps = eps.to(self.mean.device)
+        return self.transform(eps), self.log_prob_of_noise(eps)
 
     def log_det_scale(self) -> Tensor:
         diag = self.scale.diagonal() if self.dense else self.scale

@@ -1,0 +1,39 @@
+"""Planar flow (Rezende and Mohamed 2015, sec. 4.1):
+
+    f(z) = z + u_hat h(w^T z + b),   h = tanh,
+    log |det J| = log |1 + u_hat^T psi(z)|,   psi(z) = h'(w^T z + b) w,
+
+O(dim) per draw. f is invertible when w^T u_hat >= -1; the free parameter u is mapped to
+
+    u_hat = u + (m(w^T u) - w^T u) w / |w|^2,   m(x) = -1 + softplus(x),
+
+so that w^T u_hat = m(w^T u) > -1 always (their appendix A.1). There is no closed-form inverse.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bayesx.nn.flows.base import FlowLayer
+
+
+class Planar(FlowLayer):
+    invertible = False
+
+    def __init__(self, dim: int, gen: torch.Generator, init_scale: float = 0.01):
+        super().__init__()
+        self.u = nn.Parameter(init_scale * torch.randn(dim, generator=gen))
+        self.w = nn.Parameter(init_scale * torch.randn(dim, generator=gen))
+        self.b = nn.Parameter(torch.zeros(()))
+
+    def u_hat(self) -> Tensor:
+        wu = self.w @ self.u
+        return self.u + (F.softplus(wu) - 1.0 - wu) * self.w / (self.w @ self.w)
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        u = self.u_hat()
+        h = torch.tanh(z @ self.w + self.b)
+        psi_u = (1.0 - h * h) * (self.w @ u)  # psi(z)^T u_hat
+        return z + h[:, None] * u, torch.log(torch.abs(1.0 + psi_u))
