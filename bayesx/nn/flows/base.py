@@ -78,12 +78,15 @@ class Flow(nn.Module):
     def invertible(self) -> bool:
         return all(layer.invertible for layer in self.layers)
 
-    def sample_and_log_prob(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        z, log_q = self.base.sample_and_log_prob(n, gen)
+    def push(self, z: Tensor, log_q: Tensor) -> tuple[Tensor, Tensor]:
+        """Base draws and their log density through every layer (the change of variables)."""
         for layer in self.layers:
             z, log_det = layer(z)
             log_q = log_q - log_det
         return z, log_q
+
+    def sample_and_log_prob(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        return self.push(*self.base.sample_and_log_prob(n, gen))
 
     def sample(self, n: int, gen: torch.Generator) -> Tensor:
         return self.sample_and_log_prob(n, gen)[0]
