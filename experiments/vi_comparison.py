@@ -31,6 +31,7 @@ from bayesx.data.synthetic import load_synthetic
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.nuts import NUTS
 from bayesx.methods.vi.ais import AIS
+from bayesx.methods.vi.flowvi import FlowVI
 from bayesx.methods.vi.gap import GAP
 from bayesx.methods.vi.gaussian import GaussianVI
 from bayesx.methods.vi.laplace import Laplace
@@ -57,6 +58,10 @@ def methods(data: str, ref_tree_depth: int):
          "num_mc 64, 2000 steps"),
         ("vi meanfield hellinger", GaussianVI(family="meanfield", divergence="hellinger", num_mc=64, num_steps=2000),
          "num_mc 64, 2000 steps"),
+        ("flowvi realnvp", FlowVI(flow="realnvp", n_layers=8, iterations=3000, lr=1e-3),
+         "8 RealNVP layers, hidden 64, 256 draws x 3000 iterations, lr 0.001"),
+        ("flowvi iaf", FlowVI(flow="iaf", n_layers=4, hidden=128, iterations=3000, lr=1e-3),
+         "4 IAF layers, hidden 128, 256 draws x 3000 iterations, lr 0.001"),
         ("laplace", Laplace(), "defaults"),
         ("pathfinder", Pathfinder(), "defaults (1 path)"),
         ("pathfinder 4 paths", Pathfinder(n_paths=4), "4 paths x 1000 draws"),

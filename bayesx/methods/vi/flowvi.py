@@ -37,11 +37,11 @@ from torch import Tensor
 
 from bayesx.methods.base import Approximation, ApproximationSettings
 from bayesx.nn.flows import FAMILIES, Flow, build_flow, check_dimension
+from bayesx.nn.flows.base import LOG_2PI
 from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, InvalidSetting, Positive
 
-LOG_2PI = math.log(2.0 * math.pi)
 Family = Literal["planar", "radial", "nice", "realnvp", "maf", "iaf"]
 assert set(Family.__args__) == set(FAMILIES)
 

@@ -31,7 +31,6 @@ from bayesx.optimize import LaplaceFailed, fit_laplace
 from bayesx.settings import AtLeast, Positive
 from bayesx.targets.base import TargetBase
 
-LOG_2PI = math.log(2.0 * math.pi)
 TARGET_ACCEPT = {"mh": 0.3, "hmc": 0.65}
 
 
@@ -103,7 +102,7 @@ class Mover:
 
     def move(self, z: Tensor, tempered: Tempered, gen: torch.Generator) -> tuple[Tensor, float]:
         """z moved by n_steps transitions leaving ``tempered`` invariant; returns (z, mean acceptance)."""
-        metric = self.metric or identity_metric(z.shape[-1], False, z.dtype, z.device)
+        metric = self.metric if self.metric is not None else identity_metric(z.shape[-1], False, z.dtype, z.device)
         module = rwm if self.kernel == "mh" else hmc
         params = (rwm.RWMParams(self.step_size, metric) if self.kernel == "mh"
                   else hmc.HMCParams(self.step_size, metric, self.n_leapfrog))
