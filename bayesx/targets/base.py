@@ -37,6 +37,9 @@ class Capabilities:
                           draws are approximate
     exact_log_normalizer  ``log_normalizer()`` gives log Z of the unnormalized density exactly (closed
                           form or quadrature): runs that estimate the evidence report ``log_evidence_err``
+    differentiable        ``log_prob`` is written in differentiable torch, so autograd gives gradients of
+                          its gradient (what Hamiltonian VI's learned leapfrog needs); False for a
+                          density computed outside torch (the PDE solve)
     logistic_design       a Bayesian logistic regression y ~ Bernoulli(sigmoid(X q)), q ~ N(0, s^2 I), whose
                           ``logistic_design()`` returns (X, y, s^2) (for the Jaakkola-Jordan bound of method=vi)
     """
@@ -48,6 +51,7 @@ class Capabilities:
     exact_moments: bool = False
     reference_affordable: bool = True
     exact_log_normalizer: bool = False
+    differentiable: bool = True
     logistic_design: bool = False
 
 

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from bayesx.errors import BayesxError
+from bayesx.nn import hamiltonian
 from bayesx.vae.model import VAEModel, gaussian_log_density
 from bayesx.vae.nets import Auxiliary
 from bayesx.vae.riemann import fisher_metric, generalized_leapfrog
@@ -80,21 +81,8 @@ class VAEBound(nn.Module):
 
 def leapfrog(model: VAEModel, x: Tensor, z: Tensor, v: Tensor, step: Tensor, num_steps: int,
              create_graph: bool) -> tuple[Tensor, Tensor]:
-    """num_steps leapfrog steps of H(z, v) = -log p(x, z) + |v|^2 / 2 with per-dimension step sizes."""
-
-    def grad_log_joint(z: Tensor) -> Tensor:
-        with torch.enable_grad():
-            if not z.requires_grad:
-                z = z.detach().requires_grad_(True)
-            (g,) = torch.autograd.grad(model.log_joint(x, z).sum(), z, create_graph=create_graph)
-        return g
-
-    v = v + 0.5 * step * grad_log_joint(z)
-    for i in range(num_steps):
-        z = z + step * v
-        g = grad_log_joint(z)
-        v = v + (step if i < num_steps - 1 else 0.5 * step) * g
-    return z, v
+    """num_steps leapfrog steps of H(z, v) = -log p(x, z) + |v|^2 / 2 (bayesx.nn.hamiltonian)."""
+    return hamiltonian.leapfrog(lambda latent: model.log_joint(x, latent), z, v, step, num_steps, create_graph)
 
 
 class HVIBound(nn.Module):

@@ -35,9 +35,9 @@ from typing import Annotated, Literal
 import torch
 from torch import Tensor
 
+from bayesx.distributions import LOG_2PI
 from bayesx.methods.base import Approximation, ApproximationSettings
 from bayesx.nn.flows import FAMILIES, Flow, build_flow, check_dimension
-from bayesx.nn.flows.base import LOG_2PI
 from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, InvalidSetting, Positive

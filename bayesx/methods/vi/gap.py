@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from bayesx.methods.base import Approximation, ApproximationSettings
-from bayesx.methods.vi.gaussian import GaussianQ
+from bayesx.distributions import GaussianQ
 from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive

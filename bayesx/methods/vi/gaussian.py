@@ -40,63 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bayesx.distributions import GaussianQ
 from bayesx.methods.base import Approximation, ApproximationSettings
 from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
-
-LOG_2PI = math.log(2.0 * math.pi)
-
-
-class GaussianQ:
-    """N(mean, L L^T) with L = diag(scale) for a vector ``scale`` or L = ``scale`` (lower triangular)."""
-
-    def __init__(self, mean: Tensor, scale: Tensor):
-        self.mean, self.scale = mean, scale
-        self.dense = scale.dim() == 2
-
-    def transform(self, eps: Tensor) -> Tensor:
-        """z = mean + L eps for rows eps (n, dim)."""
-        return self.mean + (eps @ self.scale.T if self.dense else eps * self.scale)
-
-    def sample(self, n: int, gen: torch.Generator) -> Tensor:
-        return self.sample_and_log_prob(n, gen)[0]
-
-    def sample_and_log_prob(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        eps = torch.randn((n, self.mean.shape[0]), generator=gen, dtype=self.mean.dtype, device=gen.device)
-        eps = eps.to(self.mean.device)
-        return self.transform(eps), self.log_prob_of_noise(eps)
-
-    def log_det_scale(self) -> Tensor:
-        diag = self.scale.diagonal() if self.dense else self.scale
-        return torch.log(diag).sum()
-
-    def log_prob_of_noise(self, eps: Tensor) -> Tensor:
-        """log q(mean + L eps), without solving for eps."""
-        return -0.5 * (eps * eps).sum(-1) - self.log_det_scale() - 0.5 * self.mean.shape[0] * LOG_2PI
-
-    def log_prob(self, z: Tensor) -> Tensor:
-        d = z - self.mean
-        if self.dense:
-            white = torch.linalg.solve_triangular(self.scale, d.reshape(-1, d.shape[-1]).T, upper=False).T
-            white = white.reshape(d.shape)
-        else:
-            white = d / self.scale
-        return self.log_prob_of_noise(white)
-
-    def grad_log_prob(self, z: Tensor) -> Tensor:
-        """-S^-1 (z - mean) for rows z."""
-        d = z - self.mean
-        if not self.dense:
-            return -d / self.scale**2
-        white = torch.linalg.solve_triangular(self.scale, d.T, upper=False)
-        return -torch.linalg.solve_triangular(self.scale.T, white, upper=True).T
-
-    def entropy(self) -> Tensor:
-        return self.log_det_scale() + 0.5 * self.mean.shape[0] * (1.0 + LOG_2PI)
-
-    def covariance(self) -> Tensor:
-        return self.scale @ self.scale.T if self.dense else torch.diag(self.scale**2)
 
 
 @dataclass(frozen=True)

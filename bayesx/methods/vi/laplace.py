@@ -23,7 +23,7 @@ from torch import Tensor
 
 from bayesx.errors import BayesxError
 from bayesx.methods.base import Approximation, ApproximationSettings
-from bayesx.methods.vi.gaussian import GaussianQ
+from bayesx.distributions import GaussianQ
 from bayesx.optimize import LaplaceFailed, fit_laplace
 from bayesx.result import Result
 from bayesx.settings import AtLeast

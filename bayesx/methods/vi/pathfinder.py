@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from bayesx.methods.base import Approximation, ApproximationSettings, Particles
-from bayesx.methods.vi.gaussian import GaussianQ
+from bayesx.distributions import GaussianQ
 from bayesx.pathfinder import single_path
 from bayesx.progress import progress_bar
 from bayesx.result import Result

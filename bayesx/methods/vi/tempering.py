@@ -26,7 +26,7 @@ from bayesx.errors import BayesxError
 from bayesx.kernels import hmc, rwm
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import ApproximationSettings
-from bayesx.methods.vi.gaussian import GaussianQ
+from bayesx.distributions import GaussianQ
 from bayesx.optimize import LaplaceFailed, fit_laplace
 from bayesx.settings import AtLeast, Positive
 from bayesx.targets.base import TargetBase

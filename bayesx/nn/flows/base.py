@@ -14,15 +14,13 @@ draws (``sample_and_log_prob``), which is all variational inference needs.
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from bayesx.distributions import GaussianQ
 from bayesx.errors import BayesxError
-
-LOG_2PI = math.log(2.0 * math.pi)
 
 
 class NotInvertible(BayesxError):
@@ -55,15 +53,14 @@ class GaussianBase(nn.Module):
             self.register_buffer("mean", mean.clone())
             self.register_buffer("log_scale", log_scale)
 
+    def gaussian(self) -> GaussianQ:
+        return GaussianQ(self.mean, torch.exp(self.log_scale))
+
     def sample_and_log_prob(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        eps = torch.randn((n, self.mean.shape[0]), generator=gen, dtype=self.mean.dtype, device=gen.device)
-        eps = eps.to(self.mean.device)
-        log_prob = -0.5 * (eps * eps).sum(-1) - self.log_scale.sum() - 0.5 * self.mean.shape[0] * LOG_2PI
-        return self.mean + torch.exp(self.log_scale) * eps, log_prob
+        return self.gaussian().sample_and_log_prob(n, gen)
 
     def log_prob(self, z: Tensor) -> Tensor:
-        white = (z - self.mean) * torch.exp(-self.log_scale)
-        return -0.5 * (white * white).sum(-1) - self.log_scale.sum() - 0.5 * self.mean.shape[0] * LOG_2PI
+        return self.gaussian().log_prob(z)
 
 
 class Flow(nn.Module):

@@ -56,7 +56,7 @@ class EllipticInverse(TargetBase):
     # it makes its own observations; a NUTS reference costs up to 2^max_tree_depth PDE solves per draw (opt in
     # with reference.enabled=true)
     Settings = EllipticSettings
-    capabilities = Capabilities(uses_data=False, gaussian_prior=True, reference_affordable=False)
+    capabilities = Capabilities(uses_data=False, gaussian_prior=True, reference_affordable=False, differentiable=False)
     param_name = "u"
 
     def __init__(self, settings: EllipticSettings | None = None, data=None, device: str | torch.device = "cpu",
