@@ -94,20 +94,26 @@ class Truth:
     sd: np.ndarray | None
 
 
-def _quadrature_truth(name: str, n: int = 801) -> Truth:
-    """log Z, mean and sd of a 2-D energy on its box by the trapezoid rule on an n x n grid."""
-    grid = torch.linspace(-BOX, BOX, n, dtype=torch.float64)
-    z = torch.stack(torch.meshgrid(grid, grid, indexing="ij"), -1)
-    log_p = log_density(name, z)
-    h = float(grid[1] - grid[0])
+def quadrature_truth(log_prob, box: tuple[tuple[float, float], tuple[float, float]], n: int = 801) -> Truth:
+    """log Z, mean and sd of a 2-D unnormalized log density on box = ((x0, x1), (y0, y1)) by the
+    trapezoid rule on an n x n grid."""
+    axes = [torch.linspace(lo, hi, n, dtype=torch.float64) for lo, hi in box]
+    z = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1)
+    log_p = log_prob(z)
     w = torch.ones(n, dtype=torch.float64)
     w[0] = w[-1] = 0.5
-    log_w = torch.log(w[:, None] * w[None, :]) + 2 * math.log(h)
+    log_w = torch.log(w[:, None] * w[None, :]) + math.log(float(axes[0][1] - axes[0][0])) \
+        + math.log(float(axes[1][1] - axes[1][0]))
     log_z = float(torch.logsumexp(log_p + log_w, (0, 1)))
     p = torch.exp(log_p + log_w - log_z)
     mean = (p[..., None] * z).sum((0, 1))
     var = (p[..., None] * (z - mean) ** 2).sum((0, 1))
     return Truth(log_z, mean.numpy(), var.sqrt().numpy())
+
+
+def _quadrature_truth(name: str, n: int = 801) -> Truth:
+    """A 2-D energy's truth on its box [-BOX, BOX]^2."""
+    return quadrature_truth(lambda z: log_density(name, z), ((-BOX, BOX), (-BOX, BOX)), n)
 
 
 def truth_of(name: str) -> Truth:

@@ -134,7 +134,7 @@ class HamiltonianVI(Approximation):
                 optim.zero_grad()
                 (-elbo).backward()
                 optim.step()
-                window.append(float(elbo))
+                window.append(float(elbo.detach()))
                 bar.update(1)
                 if iteration % cfg.check_every == 0:
                     elbo_trace.append((iteration, sum(window) / len(window)))
