@@ -30,8 +30,7 @@ import torch
 from torch import Tensor
 
 from bayesx.settings import Settings
-from bayesx.targets.base import Capabilities, Evaluation, TargetBase, moment_errors
-from bayesx.targets.toy import quadrature_truth
+from bayesx.targets.toy import KnownAnswers, quadrature_truth
 
 BOX = ((-4.0, 0.0), (-2.0, 45.0))
 
@@ -48,12 +47,10 @@ class BetaBinomialSettings(Settings):
     pass
 
 
-class BetaBinomial(TargetBase):
+class BetaBinomial(KnownAnswers):
     """The rat-tumour beta-binomial posterior in (log(alpha / beta), log(alpha + beta))."""
 
     Settings = BetaBinomialSettings
-    capabilities = Capabilities(uses_data=False, exact_moments=True, exact_log_normalizer=True)
-    param_name = "z"
     init_scale = 0.5
 
     def __init__(self, settings: BetaBinomialSettings | None = None, data=None, device: str | torch.device = "cpu",
@@ -82,12 +79,6 @@ class BetaBinomial(TargetBase):
         likelihood = (self.c_y * torch.log(alpha + k) + self.c_f * torch.log(beta + k)
                       - self.c_n * torch.log(alpha + beta + k)).sum(-1)
         return likelihood + (log_alpha + log_beta - 2.5 * v)[..., 0]
-
-    def log_normalizer(self) -> float:
-        return self.truth.log_z
-
-    def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
-        return moment_errors(draws, self.truth.mean, self.truth.sd)
 
     def describe(self) -> dict[str, str]:
         return {"dim": "2", "data_description": "rat tumours, 71 groups (Tarone 1982; BDA Table 5.1)",

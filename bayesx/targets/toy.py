@@ -140,12 +140,25 @@ class DensitySettings(Settings):
     name: Literal["t1", "bimodal", "far_bimodal", "ais_toy", "u1", "u2", "u3", "u4", "funnel", "banana"] = "bimodal"
 
 
-class Density(TargetBase):
+class KnownAnswers(TargetBase):
+    """A target that makes its own observations and knows its ``truth`` (log Z, mean, sd): it reports
+    the log normalizer and the errors of draws against the exact moments."""
+
+    capabilities = Capabilities(uses_data=False, exact_moments=True, exact_log_normalizer=True)
+    param_name = "z"
+    truth: Truth
+
+    def log_normalizer(self) -> float:
+        return self.truth.log_z
+
+    def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
+        return moment_errors(draws, self.truth.mean, self.truth.sd)
+
+
+class Density(KnownAnswers):
     """One of the toy densities of the module docstring; evaluation against its exact answers."""
 
     Settings = DensitySettings
-    capabilities = Capabilities(uses_data=False, exact_moments=True, exact_log_normalizer=True)
-    param_name = "z"
     init_scale = 2.0
 
     def __init__(self, settings: DensitySettings | None = None, data=None, device: str | torch.device = "cpu",
@@ -158,16 +171,13 @@ class Density(TargetBase):
     def log_prob(self, q: Tensor) -> Tensor:
         return log_density(self.name, q)
 
-    def log_normalizer(self) -> float:
-        return self.truth.log_z
-
     def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
         """Errors of the draws' mean and sd in units of the true sd (median and IQR for t1)."""
-        flat = draws.reshape(-1, self.dim).double().cpu().numpy()
         if self.truth.mean is None:  # Cauchy: median 0, quartiles -1 and 1
+            flat = draws.reshape(-1, self.dim).double().cpu().numpy()
             q25, q50, q75 = np.quantile(flat[:, 0], [0.25, 0.5, 0.75])
             return Evaluation({"median_err": abs(float(q50)) / 2.0, "iqr_err": abs(float(q75 - q25) - 2.0) / 2.0})
-        return moment_errors(draws, self.truth.mean, self.truth.sd)
+        return super().evaluate(draws, sample_stats)
 
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "density": self.name}
