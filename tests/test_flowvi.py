@@ -105,6 +105,14 @@ def test_a_nan_objective_stops_the_fit_with_an_error():
     assert result.error is not None and "not finite at iteration 1" in result.error
 
 
+def test_a_boxed_target_stops_the_fit_with_the_reason():
+    """U2-U4 are zero outside [-4, 4]^2; a flow's draws leave the box sooner or later, and the error says
+    why rather than blaming the step size."""
+    result = infer(FlowVI(flow="planar", n_layers=2, base="standard", base_scale=3.0, iterations=50), Density(name="u2"),
+                   seed=0)
+    assert result.error is not None and "density is zero" in result.error and "u2-u4" in result.error
+
+
 def test_bad_options_are_one_line(correlated):
     with pytest.raises(BayesxError, match=r"^method\.n_layers must be an integer >= 1"):
         FlowVI(n_layers=0)

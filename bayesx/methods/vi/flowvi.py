@@ -103,7 +103,11 @@ class FlowVI(Approximation):
                 log_p, grad = target.log_prob_and_grad(z.detach())
                 elbo = (log_p - log_q.detach()).mean()
                 if not torch.isfinite(elbo):
-                    result.error = (f"the flow ELBO is not finite at iteration {iteration}: lower method.lr (now "
+                    result.error = (f"the flow drew points where the target's density is zero at iteration {iteration} "
+                                    f"(outside its support, e.g. the box [-4, 4]^2 of model.name=u2-u4): a flow's "
+                                    f"draws cover the plane, so flowvi needs a density positive everywhere"
+                                    if bool(torch.isneginf(log_p).any()) else
+                                    f"the flow ELBO is not finite at iteration {iteration}: lower method.lr (now "
                                     f"{cfg.lr:g}) or use method.anneal=exp")
                     break
                 beta = self.beta(iteration)
