@@ -87,6 +87,17 @@ def test_planar_stays_invertible_and_a_wrong_log_det_is_caught():
     assert not torch.allclose(wrong, jacobian_log_det(layer, z), atol=1e-3)
 
 
+def test_squash_log_det_and_inverse():
+    from bayesx.nn.flows.coupling import Squash
+
+    layer = Squash(4.0)
+    z = 2.0 * torch.randn(6, 2, generator=gen(11), dtype=torch.float64)
+    y, log_det = layer(z)
+    assert float(y.abs().max()) < 4.0
+    torch.testing.assert_close(log_det, jacobian_log_det(layer, z))
+    torch.testing.assert_close(layer.inverse(y), z)
+
+
 def test_planar_and_radial_have_no_closed_form_inverse():
     flow = build_flow("planar", 2, 2, 8, torch.zeros(2), torch.ones(2), False, gen(8))
     with pytest.raises(NotInvertible, match="no closed-form inverse"):

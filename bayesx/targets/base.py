@@ -144,6 +144,11 @@ class TargetBase(ModelBase):
 
         return AffineRestriction(self, offset, basis)
 
+    def support_box(self) -> float | None:
+        """h where the density is zero outside the box [-h, h]^dim (a flow then ends with a squashing
+        layer onto it); None: positive everywhere."""
+        return None
+
     def log_normalizer(self) -> float:
         """log of the integral of exp(log_prob) (targets declaring ``exact_log_normalizer``)."""
         raise NotImplementedError(f"{type(self).__name__} does not know its log normalizer")

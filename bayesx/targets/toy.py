@@ -171,6 +171,9 @@ class Density(KnownAnswers):
     def log_prob(self, q: Tensor) -> Tensor:
         return log_density(self.name, q)
 
+    def support_box(self) -> float | None:
+        return BOX if self.name in ("u2", "u3", "u4") else None
+
     def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
         """Errors of the draws' mean and sd in units of the true sd (median and IQR for t1)."""
         if self.truth.mean is None:  # Cauchy: median 0, quartiles -1 and 1

@@ -19,6 +19,9 @@ gradually. The traced ``elbo`` is always against p itself (windowed means over `
 draws goes from 14.5 to 4.9 ms per iteration after about a minute of compilation
 (results/bench_flows.md), worth it for long fits only.
 
+A target that lives in a box (``support_box``: U2-U4 on [-4, 4]^2) gets a last layer y = h tanh(z)
+onto it, so no draw falls where its density is zero.
+
 ``base``: ``standard`` keeps q0 = N(base_mean, base_scale^2 I) fixed (the journal's choice, and
 its Figure 34 with base_mean [4, 0] and base_scale^2 1 or 10); ``diagonal`` learns its mean and
 scales from that start. Cost per iteration: batch_size gradients of the target and a forward and
@@ -84,7 +87,7 @@ class FlowVI(Approximation):
                 else torch.full((target.dim,), float(cfg.base_mean), **options))
         seed = int(torch.randint(0, 2**62, (1,), generator=gen, device=gen.device))
         return build_flow(cfg.flow, target.dim, cfg.n_layers, cfg.hidden, mean, torch.full_like(mean, cfg.base_scale),
-                          cfg.base == "diagonal", torch.Generator().manual_seed(seed))
+                          cfg.base == "diagonal", torch.Generator().manual_seed(seed), target.support_box())
 
     def beta(self, iteration: int) -> float:
         return 1.0 - math.exp(-self.settings.anneal_rate * iteration) if self.settings.anneal == "exp" else 1.0
@@ -103,9 +106,9 @@ class FlowVI(Approximation):
                 log_p, grad = target.log_prob_and_grad(z.detach())
                 elbo = (log_p - log_q.detach()).mean()
                 if not torch.isfinite(elbo):
-                    result.error = (f"the flow drew points where the target's density is zero at iteration {iteration} "
-                                    f"(outside its support, e.g. the box [-4, 4]^2 of model.name=u2-u4): a flow's "
-                                    f"draws cover the plane, so flowvi needs a density positive everywhere"
+                    result.error = (f"the flow drew points where the target's density is zero at iteration {iteration}: "
+                                    f"a flow's draws cover the space (or the box the target declares), so flowvi "
+                                    f"needs a density positive there"
                                     if bool(torch.isneginf(log_p).any()) else
                                     f"the flow ELBO is not finite at iteration {iteration}: lower method.lr (now "
                                     f"{cfg.lr:g}) or use method.anneal=exp")

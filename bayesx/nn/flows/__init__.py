@@ -11,7 +11,7 @@ from torch import Tensor
 from bayesx.errors import BayesxError
 from bayesx.nn.flows.autoregressive import IAF, MAF
 from bayesx.nn.flows.base import Flow, FlowLayer, GaussianBase, NotInvertible
-from bayesx.nn.flows.coupling import AdditiveCoupling, AffineCoupling, Rescale
+from bayesx.nn.flows.coupling import AdditiveCoupling, AffineCoupling, Rescale, Squash
 from bayesx.nn.flows.planar import Planar
 from bayesx.nn.flows.radial import Radial
 
@@ -44,9 +44,10 @@ def layers_of(family: str, dim: int, n_layers: int, hidden: int, gen: torch.Gene
 
 
 def build_flow(family: str, dim: int, n_layers: int, hidden: int, base_mean: Tensor, base_scale: Tensor,
-               learned_base: bool, gen: torch.Generator) -> Flow:
+               learned_base: bool, gen: torch.Generator, box: float | None = None) -> Flow:
     """K layers of ``family`` on the base N(base_mean, diag(base_scale^2)) (learned or fixed), in the
-    base's dtype and device; the layers' initial weights come from ``gen`` (CPU)."""
-    layers = layers_of(family, dim, n_layers, hidden, gen)
+    base's dtype and device, then a squashing layer onto (-box, box)^dim where ``box`` is given; the
+    layers' initial weights come from ``gen`` (CPU)."""
+    layers = layers_of(family, dim, n_layers, hidden, gen) + ([Squash(box)] if box is not None else [])
     flow = Flow(GaussianBase(base_mean.cpu(), base_scale.cpu(), learned_base), layers)
     return flow.to(dtype=base_mean.dtype, device=base_mean.device)

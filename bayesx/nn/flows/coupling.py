@@ -8,12 +8,16 @@ the others:
 with t and s small networks (s bounded by tanh for stability). Both invert in closed form with one
 pass. Consecutive layers alternate the mask (even and odd coordinates), so every coordinate is
 transformed and any dimension >= 2 works, odd ones included. NICE ends with a diagonal rescaling
-y = z exp(s) (their sec. 3.3), which carries all of its volume change.
+y = z exp(s) (their sec. 3.3), which carries all of its volume change. ``Squash`` (y = h tanh(z)) is
+the last layer of any flow on a target that lives in a box.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesx.nn.flows.base import FlowLayer
@@ -92,3 +96,19 @@ class Rescale(FlowLayer):
 
     def inverse(self, y: Tensor) -> Tensor:
         return y * torch.exp(-self.log_scale)
+
+
+class Squash(FlowLayer):
+    """y = h tanh(z): the plane onto the open box (-h, h)^dim, for targets that are zero outside it,
+    log|det J| = sum log(h (1 - tanh(z)^2)) = sum [log h + 2 (log 2 - z - softplus(-2 z))]."""
+
+    def __init__(self, half_width: float):
+        super().__init__()
+        self.half_width = float(half_width)
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        log_det = math.log(self.half_width) + 2.0 * (math.log(2.0) - z - F.softplus(-2.0 * z))
+        return self.half_width * torch.tanh(z), log_det.sum(-1)
+
+    def inverse(self, y: Tensor) -> Tensor:
+        return torch.atanh(y / self.half_width)
