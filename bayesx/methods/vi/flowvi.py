@@ -31,7 +31,6 @@ backward pass of the flow (O(K dim) per draw for planar and radial).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -40,6 +39,7 @@ from torch import Tensor
 
 from bayesx.distributions import LOG_2PI
 from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.methods.vi.windows import ElboWindows
 from bayesx.nn.flows import FAMILIES, Flow, build_flow, check_dimension
 from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
@@ -98,7 +98,7 @@ class FlowVI(Approximation):
         flow = self.build(target, gen)
         optim = torch.optim.Adam(flow.parameters(), lr=cfg.lr)
         push = torch.compile(flow.push) if cfg.compile else flow.push
-        elbo_trace, clock, window, started, iteration = [], [], [], time.perf_counter(), 0
+        windows, iteration = ElboWindows(cfg.check_every), 0
         bar = progress_bar(cfg.iterations, f"flowvi ({cfg.flow}, K={cfg.n_layers})", progress, "it")
         with interruptible(result, bar, lambda: f"fit (iteration {iteration})"):
             for iteration in range(1, cfg.iterations + 1):
@@ -119,15 +119,10 @@ class FlowVI(Approximation):
                 optim.zero_grad()
                 (-surrogate).backward()
                 optim.step()
-                window.append(float(elbo))
                 bar.update(1)
-                if iteration % cfg.check_every == 0:
-                    elbo_trace.append((iteration, sum(window) / len(window)))
-                    clock.append((iteration, time.perf_counter() - started))
-                    bar.set_postfix(elbo=f"{elbo_trace[-1][1]:.4g}", beta=f"{beta:.3f}")
-                    window = []
-        result.traces["elbo"] = elbo_trace
-        result.traces["fit_elapsed_s"] = clock
+                if windows.add(iteration, float(elbo)):
+                    bar.set_postfix(elbo=f"{windows.last:.4g}", beta=f"{beta:.3f}")
+        windows.record(result)
         result.metrics.update({"n_steps": float(iteration), "n_grad_evals": float(iteration * cfg.batch_size),
                                "n_flow_parameters": float(sum(p.numel() for p in flow.parameters()))})
         result.tags.update({"q_family": f"flow:{cfg.flow}", "flow_layers": str(cfg.n_layers), "anneal": cfg.anneal})

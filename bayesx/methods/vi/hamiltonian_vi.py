@@ -22,7 +22,6 @@ then log mean exp(integrand), a valid importance-sampling estimate with the join
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -32,6 +31,7 @@ from torch import Tensor, nn
 
 from bayesx.distributions import LOG_2PI
 from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.methods.vi.windows import ElboWindows
 from bayesx.nn.hamiltonian import leapfrog
 from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
@@ -121,7 +121,7 @@ class HamiltonianVI(Approximation):
         self.check(target, 1)
         chain = HamiltonianChain(initial.mean(0).detach(), cfg)
         optim = torch.optim.Adam(chain.parameters(), lr=cfg.lr)
-        elbo_trace, clock, window, started, iteration = [], [], [], time.perf_counter(), 0
+        windows, iteration = ElboWindows(cfg.check_every), 0
         bar = progress_bar(cfg.iterations, f"hamiltonian_vi (T={cfg.n_transitions})", progress, "it")
         with interruptible(result, bar, lambda: f"fit (iteration {iteration})"):
             for iteration in range(1, cfg.iterations + 1):
@@ -134,16 +134,11 @@ class HamiltonianVI(Approximation):
                 optim.zero_grad()
                 (-elbo).backward()
                 optim.step()
-                window.append(float(elbo.detach()))
                 bar.update(1)
-                if iteration % cfg.check_every == 0:
-                    elbo_trace.append((iteration, sum(window) / len(window)))
-                    clock.append((iteration, time.perf_counter() - started))
-                    bar.set_postfix(elbo=f"{elbo_trace[-1][1]:.4g}")
-                    window = []
+                if windows.add(iteration, float(elbo.detach())):
+                    bar.set_postfix(elbo=f"{windows.last:.4g}")
         gradients = cfg.batch_size * (1 + cfg.n_transitions * (cfg.n_leapfrog + 1))
-        result.traces["elbo"] = elbo_trace
-        result.traces["fit_elapsed_s"] = clock
+        windows.record(result)
         result.metrics.update({"n_steps": float(iteration), "n_grad_evals": float(iteration * gradients)})
         result.tags.update({"q_family": f"hamiltonian:T={cfg.n_transitions},L={cfg.n_leapfrog}"})
         chain.requires_grad_(False)
