@@ -19,6 +19,14 @@ gradients flow through the integrator. Leapfrog is volume preserving, so
 
 (equal to the telescoped form of the sum). q_t and r_t are diagonal Gaussians from small networks.
 
+Flow VAEs (Rezende and Mohamed 2015 sec. 6; Kingma et al. 2016): z_0 ~ q(z_0 | x) from the encoder, then
+K amortized flow layers z_k = f_k(z_{k-1}; x) whose parameters come from a context network on x:
+
+    log w = log p(x, z_K) - log q(z_0 | x) + sum_k log |det df_k / dz_{k-1}|
+
+planar: the network outputs each image's (u_k, w_k, b_k); iaf: it outputs a context vector h(x) that
+every IAF layer's MADE takes beside z (bayesx.nn.flows).
+
 DPP-VAE (Chen (2019) ch. 4) replaces the N(0, I) prior of the minibatch's latents by a k-DPP with k = N
 (bayesx.vae.dpp): the minibatch objective is sum_n [log p(x_n | z_n) - log q(z_n | x_n)] + log p(Z),
 shared out as log p(Z) / N per example. Single images have no DPP prior; their importance weights
@@ -39,6 +47,8 @@ from torch import Tensor, nn
 
 from bayesx.errors import BayesxError
 from bayesx.nn import hamiltonian
+from bayesx.nn.flows.autoregressive import IAF
+from bayesx.nn.flows.planar import planar
 from bayesx.vae.model import VAEModel, gaussian_log_density
 from bayesx.vae.nets import Auxiliary
 from bayesx.vae.riemann import fisher_metric, generalized_leapfrog
@@ -148,6 +158,60 @@ class RMHVIBound(HVIBound):
         z, v = generalized_leapfrog(lambda w: model.log_joint(x, w), metric, z, v0, step, self.leapfrog_steps,
                                     self.fixed_point_iters, 1, create_graph=self.training)
         return z, v, gaussian_log_density(v0, torch.zeros_like(z), torch.log(g0))
+
+
+class FlowBound(nn.Module):
+    """The encoder's Gaussian pushed through ``n_layers`` amortized flow layers of ``flow`` (planar or
+    iaf); the context network is one softplus layer of ``context_hidden`` units on the flattened image,
+    like HVI's auxiliary networks; ``hidden`` is the width of each IAF layer's MADE."""
+
+    name = "flowvae"
+
+    def __init__(self, model: VAEModel, flow: str = "planar", n_layers: int = 10, hidden: int = 100,
+                 context_hidden: int = 300):
+        super().__init__()
+        check_options(n_layers=n_layers, hidden=hidden, context_hidden=context_hidden)
+        if flow not in ("planar", "iaf"):
+            raise BayesxError(f"method.flow must be planar or iaf for a VAE, got {flow!r}")
+        d, pixels = model.latent_dim, math.prod(model.image_shape)
+        self.flow, self.n_layers, self.latent_dim = flow, n_layers, d
+        self.context = nn.Sequential(nn.Linear(pixels, context_hidden), nn.Softplus())
+        if flow == "planar":  # (u_k, w_k, b_k) per image; the head starts from one shared small layer per k
+            self.head = nn.Linear(context_hidden, n_layers * (2 * d + 1))
+            with torch.no_grad():
+                self.head.weight.mul_(0.01)
+                self.head.bias.copy_(0.01 * torch.randn(n_layers * (2 * d + 1)))
+        else:
+            gen = torch.Generator().manual_seed(int(torch.randint(2**62, ())))  # from the run's seeded default RNG
+            self.layers = nn.ModuleList(IAF(d, gen, hidden, reverse=bool(k % 2), context_dim=context_hidden)
+                                        for k in range(n_layers))
+        self.to(device=model.device, dtype=model.dtype)
+
+    def transform(self, x: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        """(z_K, sum_k log|det J_k|) for base draws z (B, d) of the images x."""
+        c = self.context(x.flatten(1))
+        log_det = torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
+        if self.flow == "planar":
+            d = self.latent_dim
+            params = self.head(c).view(-1, self.n_layers, 2 * d + 1)
+            for k in range(self.n_layers):
+                u, w, b = params[:, k, :d], params[:, k, d:2 * d], params[:, k, 2 * d]
+                z, step = planar(z, u, w, b)
+                log_det = log_det + step
+        else:
+            for layer in self.layers:
+                z, step = layer(z, c)
+                log_det = log_det + step
+        return z, log_det
+
+    def log_weight(self, model: VAEModel, x: Tensor) -> Tensor:
+        mean, log_var = model.encode(x)
+        z0 = sample_gaussian(mean, log_var)
+        z, log_det = self.transform(x, z0)
+        return model.log_joint(x, z) - gaussian_log_density(z0, mean, log_var) + log_det
+
+    def objective(self, model: VAEModel, x: Tensor) -> Tensor:
+        return self.log_weight(model, x)
 
 
 class DPPVAEBound(VAEBound):

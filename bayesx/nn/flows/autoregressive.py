@@ -13,6 +13,10 @@ so IAF draws fast (what variational inference does) and MAF evaluates densities 
 estimation does). MADE makes one network autoregressive by masking its weights: each unit gets a
 degree, a hidden unit sees inputs of degree <= its own, an output of degree i sees hidden units of
 degree < i. Layers alternate the natural and the reversed order. s is bounded by tanh.
+
+A layer may take a context c (the IAF of Kingma et al. 2016 in a VAE, where c is computed from the
+image): c enters the first hidden layer unmasked, so mu_i and s_i depend on (z_{<i}, c) and the
+Jacobian in z stays triangular.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ class MaskedLinear(nn.Linear):
 class MADE(nn.Module):
     """x (n, dim) -> (mu, s), each (n, dim), output i depending only on inputs before i in ``order``."""
 
-    def __init__(self, dim: int, hidden: int, gen: torch.Generator, reverse: bool):
+    def __init__(self, dim: int, hidden: int, gen: torch.Generator, reverse: bool, context_dim: int = 0):
         super().__init__()
         degrees_in = torch.arange(dim, 0, -1) if reverse else torch.arange(1, dim + 1)
         degrees_hidden = torch.arange(hidden) % max(1, dim - 1) + 1 if dim > 1 else torch.zeros(hidden, dtype=torch.long)
@@ -48,20 +52,24 @@ class MADE(nn.Module):
         hidden_to_hidden = (degrees_hidden[:, None] >= degrees_hidden[None, :])
         to_out = (degrees_in[:, None] > degrees_hidden[None, :]).repeat(2, 1)
         self.order = torch.argsort(degrees_in)  # the coordinates in the order they are generated
-        self.net = nn.Sequential(MaskedLinear(to_hidden, gen), nn.Tanh(), MaskedLinear(hidden_to_hidden, gen), nn.Tanh(),
-                                 MaskedLinear(to_out, gen))
+        self.first = MaskedLinear(to_hidden, gen)
+        self.context = nn.Linear(context_dim, hidden, bias=False) if context_dim else None
+        self.rest = nn.Sequential(nn.Tanh(), MaskedLinear(hidden_to_hidden, gen), nn.Tanh(), MaskedLinear(to_out, gen))
         with torch.no_grad():
-            self.net[-1].weight.zero_()  # the flow starts at the identity
+            self.rest[-1].weight.zero_()  # the flow starts at the identity
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        mu, raw_s = self.net(x).chunk(2, dim=-1)
+    def forward(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        h = self.first(x)
+        if self.context is not None:
+            h = h + self.context(context)
+        mu, raw_s = self.rest(h).chunk(2, dim=-1)
         return mu, torch.tanh(raw_s)
 
 
 class _AutoregressiveAffine(FlowLayer):
-    def __init__(self, dim: int, gen: torch.Generator, hidden: int = 64, reverse: bool = False):
+    def __init__(self, dim: int, gen: torch.Generator, hidden: int = 64, reverse: bool = False, context_dim: int = 0):
         super().__init__()
-        self.made = MADE(dim, hidden, gen, reverse)
+        self.made = MADE(dim, hidden, gen, reverse, context_dim)
 
     def _solve(self, known: Tensor, update) -> Tensor:
         """x with x_i = update(known_i, mu_i(x), s_i(x)), found coordinate by coordinate in MADE's order
@@ -77,8 +85,8 @@ class _AutoregressiveAffine(FlowLayer):
 class IAF(_AutoregressiveAffine):
     """Inverse autoregressive flow: one pass to draw."""
 
-    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        mu, s = self.made(z)
+    def forward(self, z: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        mu, s = self.made(z, context)
         return z * torch.exp(s) + mu, s.sum(-1)
 
     def inverse(self, y: Tensor) -> Tensor:

@@ -26,6 +26,23 @@ from bayesx.nn.flows.base import FlowLayer
 SHIFT = math.log(math.e - 1.0)  # m(0) = 0
 
 
+def constrained_u(u: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    """(u_hat, w^T u_hat) with w^T u_hat = m(w^T u) > -1, over the last dimension (kept, size 1)."""
+    wu = (w * u).sum(-1, keepdim=True)
+    w_u_hat = F.softplus(wu + SHIFT) - 1.0
+    return u + (w_u_hat - wu) * w / (w * w).sum(-1, keepdim=True), w_u_hat
+
+
+def planar(z: Tensor, u: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """f(z) and log|det J| for parameters that broadcast against z: u, w (..., dim), b (...). One set of
+    parameters for every row (a flow fitted to one target), or one per row (amortized: an inference network
+    gives each image its own layer, as in Rezende and Mohamed's VAE)."""
+    u_hat, w_u_hat = constrained_u(u, w)
+    h = torch.tanh((z * w).sum(-1) + b)
+    psi_u = (1.0 - h * h) * w_u_hat.squeeze(-1)  # psi(z)^T u_hat
+    return z + h.unsqueeze(-1) * u_hat, torch.log(torch.abs(1.0 + psi_u))
+
+
 class Planar(FlowLayer):
     invertible = False
 
@@ -36,11 +53,7 @@ class Planar(FlowLayer):
         self.b = nn.Parameter(torch.zeros(()))
 
     def u_hat(self) -> Tensor:
-        wu = self.w @ self.u
-        return self.u + (F.softplus(wu + SHIFT) - 1.0 - wu) * self.w / (self.w @ self.w)
+        return constrained_u(self.u, self.w)[0]
 
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        u = self.u_hat()
-        h = torch.tanh(z @ self.w + self.b)
-        psi_u = (1.0 - h * h) * (self.w @ u)  # psi(z)^T u_hat
-        return z + h[:, None] * u, torch.log(torch.abs(1.0 + psi_u))
+        return planar(z, self.u, self.w, self.b)
