@@ -10,6 +10,7 @@ energy U1 of its eq. 235 (``model=density model.name=u1``), with bayesx's ``meth
    the distance between two independent grid samples (the floor), and the share of draws in each mode.
 
     python experiments/flows_u1.py           # -> results/flows_u1.md and flows_u1_*.png (about 10 minutes)
+    python experiments/flows_u1.py --target u2 --out results/flows_u2.md    # the same on another 2-D energy
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from bayesx.diagnostics.transport import grid_sample, sinkhorn_distance  # noqa:
 from bayesx.methods.base import RunInputs  # noqa: E402
 from bayesx.methods.vi.ais import AIS  # noqa: E402
 from bayesx.methods.vi.flowvi import FlowVI  # noqa: E402
-from bayesx.targets.toy import Density  # noqa: E402
+from bayesx.errors import BayesxError  # noqa: E402
+from bayesx.targets.toy import plane_density  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ITERATIONS_PER_EPOCH, BATCH = 512, 512
@@ -60,6 +62,7 @@ def scatter(ax, draws, title, grid):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", default="u1", help="a 2-D energy of model=density: u1 (default), u2, u3 or u4")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--layers", default="2,4,8,16,32")
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -68,7 +71,11 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(2)
     out = Path(args.out)
-    target = Density(name="u1")
+    try:
+        target = plane_density(args.target, "experiments/flows_u1.py")
+    except BayesxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     log_z = target.log_normalizer()
     rate = 5.0 / (args.epochs * ITERATIONS_PER_EPOCH / 2)  # beta = 1 - e^-5 halfway through
     grid = density_grid(target)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bayesx.errors import BayesxError
 from bayesx.settings import Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase, moment_errors
 
@@ -133,6 +134,18 @@ def truth_of(name: str) -> Truth:
 
 
 DIMS = {"funnel": 10, "u1": 2, "u2": 2, "u3": 2, "u4": 2, "banana": 2}
+PLANE = ("u1", "u2", "u3", "u4")  # the 2-D energies whose mass lies in [-4, 4]^2 (grids, density plots)
+
+
+def plane_density(name: str, experiment: str) -> "Density":
+    """The toy density ``name`` for an experiment that draws on the plane [-4, 4]^2; a one-line error
+    for a density of another dimension or one whose mass is not in that square."""
+    if name not in PLANE:
+        dim = DIMS.get(name, 1) if name in NAMES else None
+        what = f"{name!r} has dimension {dim}" if dim is not None else f"{name!r} is not a toy density"
+        raise BayesxError(f"{experiment} draws densities on the plane [-4, 4]^2, but {what}; "
+                          f"choose one of {', '.join(PLANE)}")
+    return Density(name=name)
 
 
 @dataclass(frozen=True)
