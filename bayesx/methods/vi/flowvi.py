@@ -15,9 +15,8 @@ fixed), so any target works, not only those written in differentiable torch.
 (1 - beta_t) log N(z; 0, I) + beta_t log p(z) with beta_t = 1 - exp(-anneal_rate t), so the first
 iterations fit something close to the standard normal and the flow is led to the posterior
 gradually. The traced ``elbo`` is always against p itself (windowed means over ``check_every``).
-``compile: true`` hands the layers to torch.compile: on this CPU a 32-layer planar flow on 512
-draws goes from 14.5 to 4.9 ms per iteration after about a minute of compilation
-(results/bench_flows.md), worth it for long fits only.
+``compile: true`` hands the layers to torch.compile: fewer, fused kernels per iteration after a
+compilation of tens of seconds, worth it for long fits only (results/bench_flows.md has the times).
 
 A target that lives in a box (``support_box``: U2-U4 on [-4, 4]^2) gets a last layer y = h tanh(z)
 onto it, so no draw falls where its density is zero.

@@ -30,7 +30,7 @@ def check_dimension(family: str, dim: int) -> None:
 def layers_of(family: str, dim: int, n_layers: int, hidden: int, gen: torch.Generator) -> list[FlowLayer]:
     check_dimension(family, dim)
     if family == "planar":
-        return [Planar(dim, gen) for _ in range(n_layers)]
+        return [Planar(dim, gen, n_layers)]  # one module: the K maps share a hand-written backward pass
     if family == "radial":
         return [Radial(dim, gen) for _ in range(n_layers)]
     if family == "nice":
