@@ -52,6 +52,7 @@ def make_form(design_t, offset, labels, precision, shift, constant: float = 0.0)
 class _Kernels(NamedTuple):
     density: ctypes._CFuncPtr
     leapfrog: ctypes._CFuncPtr
+    nuts: ctypes._CFuncPtr
     work_size: ctypes._CFuncPtr  # (n, k) -> scratch numbers one thread of the two functions needs
     openmp: bool  # whether one call can split its chains over threads
 
@@ -67,10 +68,13 @@ def _kernels(dtype: torch.dtype):
     density.argtypes = [ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real] + [ctypes.c_void_p] * 4
     leapfrog.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real, ctypes.c_void_p,
                          ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] + [ctypes.c_void_p] * 2)
-    for function in (density, leapfrog):
+    nuts = getattr(library, f"logistic_nuts_{_SUFFIX[dtype]}")
+    nuts.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real, ctypes.c_void_p,
+                     ctypes.c_int, real, ctypes.c_int] + [ctypes.c_void_p] * 7)
+    for function in (density, leapfrog, nuts):
         function.restype = None
     library.logistic_work_size.restype = ctypes.c_int
-    return _Kernels(density, leapfrog, library.logistic_work_size, bool(library.logistic_openmp()))
+    return _Kernels(density, leapfrog, nuts, library.logistic_work_size, bool(library.logistic_openmp()))
 
 
 def available(dtype: torch.dtype = torch.float64) -> bool:
@@ -177,3 +181,38 @@ def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size
     kernels.leapfrog(threads, chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
                      inv_mass.dim() == 2, _ptr(eps), _ptr(u), _ptr(p), _ptr(g), start_known, _ptr(out), _ptr(work))
     return Trajectory(u, p, g, out[1], out[0], out[2], out[3])
+
+
+class NUTSTransition(NamedTuple):
+    """Each chain's draw after one NUTS transition and what the tree did (bayesx.kernels.nuts.NUTSInfo)."""
+
+    position: Tensor  # (chains, k)
+    log_prob: Tensor  # (chains,)
+    grad: Tensor
+    accept_prob: Tensor  # mean over the leaves of min(1, exp(H0 - H))
+    moved: Tensor  # bool
+    energy: Tensor  # H at the draw
+    divergent: Tensor  # bool
+    n_leaves: Tensor  # long: leapfrog steps
+    depth: Tensor  # long: doublings
+
+
+def nuts(form: LogisticForm, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
+         inv_mass: Tensor, max_depth: int, seeds: Tensor) -> NUTSTransition:
+    """One NUTS transition of every chain in one native call, each chain's tree built on its own
+    (logistic_leapfrog.h); ``seeds`` (chains,) int64 seed each chain's uniforms. The inputs are not
+    modified; the caller has checked :func:`supports`."""
+    kernels = _kernels(position.dtype)
+    u, p, g = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum, grad))
+    lp = log_prob.detach().clone().contiguous()
+    chains, k = u.shape
+    info = torch.empty(6, chains, dtype=u.dtype)
+    inv_mass = inv_mass.detach().contiguous()
+    seeds = seeds.to(torch.int64).contiguous()
+    failed = ctypes.c_int(0)
+    kernels.nuts(kernel_threads(form, chains), chains, form.labels.shape[0], k, *_form_args(form), _ptr(inv_mass),
+                 inv_mass.dim() == 2, float(step_size), int(max_depth), _ptr(seeds), _ptr(u), _ptr(p), _ptr(g), _ptr(lp),
+                 _ptr(info), ctypes.addressof(failed))
+    if failed.value:
+        raise MemoryError("the native NUTS kernel could not allocate its scratch memory")
+    return NUTSTransition(u, lp, g, info[0], info[1] > 0, info[2], info[3] > 0, info[4].long(), info[5].long())

@@ -130,6 +130,13 @@ class TargetBase(ModelBase):
         kernel returns the end state and H at both ends (see bayesx.native.logistic.Trajectory)."""
         return None
 
+    def fused_nuts(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
+                   inv_mass: Tensor, max_depth: int, gen: torch.Generator):
+        """One NUTS transition of every chain in one fused call, each chain's tree on its own, or None where
+        this target has no such kernel for these chains (then bayesx.kernels.nuts builds the trees in
+        PyTorch, chains in lock-step). See bayesx.native.logistic.NUTSTransition for what it returns."""
+        return None
+
     def kernel_name(self, position: Tensor) -> str:
         """Which implementation evaluates this target for these chains (the run's ``kernels`` tag)."""
         return "pytorch"

@@ -48,6 +48,14 @@ class FusedLogistic:
         return native.trajectory(self.logistic_form(), position, momentum, step_size, num_steps, inv_mass, grad,
                                  log_prob)
 
+    def fused_nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, gen):
+        if not self._native(position):
+            return None
+        seeds = torch.randint(-(2**63), 2**63 - 1, (position.shape[0],), generator=gen, dtype=torch.int64,
+                              device=gen.device).cpu()
+        return native.nuts(self.logistic_form(), position, momentum, log_prob, grad, step_size, inv_mass, max_depth,
+                           seeds)
+
     def kernel_name(self, position: Tensor) -> str:
         return "native" if self._native(position) else "pytorch"
 
