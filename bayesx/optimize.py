@@ -81,10 +81,10 @@ def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
 def gaussian_start(mean: Tensor, cov: Tensor, start: Tensor, gen: torch.Generator,
                    mass: str) -> tuple[Tensor, Tensor]:
     """Starting points drawn from N(mean, cov), one per row of ``start``, and the starting inverse mass:
-    cov (mass=dense), its diagonal (diag) or ones (identity). Shared by the Laplace and Pathfinder starts."""
-    if mass == "dense":
+    cov (mass=dense or lowrank), its diagonal (diag, diag_grad) or ones (identity). Shared by the Laplace and Pathfinder starts."""
+    if mass in ("dense", "lowrank"):
         inv_mass = cov
-    elif mass == "diag":
+    elif mass in ("diag", "diag_grad"):
         inv_mass = cov.diagonal().clone()
     else:
         inv_mass = torch.ones_like(mean)

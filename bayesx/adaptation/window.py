@@ -20,6 +20,20 @@ window the step size search restarts and the inverse mass matrix becomes
       Sigma = L S^{1/2} ((1 - lambda) R + lambda I) S^{1/2} L^T,   S = diag(var(z)).
   With few draws the update keeps the current metric's shape and corrects its scales; with
   many it approaches the sample covariance.
+- diag_grad: the diagonal from draws *and gradients* (Seyboldt, Carlson and Kumar, the adaptation
+  of nutpie): M^-1_i = sqrt(var(q_i) / var(d log p / dq_i)). For a Gaussian posterior with
+  covariance S both variances are known (var q_i = S_ii, var grad_i = (S^-1)_ii), and the ratio is
+  exact for independent coordinates; it uses the gradients the sampler computed anyway, so one short
+  window already gives the scales. The warm-up also starts from M^-1_i = 1 / |grad_i| at the initial
+  points (averaged over chains), not from the identity.
+- lowrank: diag_grad's diagonal D times a correction of rank at most ``rank`` found from the same
+  draws and gradients. In the coordinates scaled by D^(-1/2), the draws' covariance P and the
+  gradients' covariance C are restricted to the span of the window's scaled draws and gradients; the
+  covariance that fits both, the S with S C S = P (the geometric mean of P and C^-1, exact for a
+  Gaussian), is diagonalized there, and its eigenvalues furthest from 1 (outside [1/2, 2], the
+  ``rank`` largest in |log|) replace 1 in their directions:
+      M^-1 = D^(1/2) (I + W (Lambda - I) W^T) D^(1/2),
+  stored dense. It pays where a few directions are strongly correlated in many dimensions.
 """
 
 from __future__ import annotations
@@ -136,9 +150,64 @@ def shrunk_covariance(draws: Tensor, current: Metric) -> Tensor:
     return 0.5 * (cov + cov.T)
 
 
-def update_inverse_mass(draws: Tensor, current: Metric, dense: bool) -> Tensor:
+MASS_FORMS = ("diag", "dense", "identity", "diag_grad", "lowrank")
+DENSE_FORMS = ("dense", "lowrank")  # stored as a full matrix
+GRADIENT_FORMS = ("diag_grad", "lowrank")  # estimated from the draws and their gradients
+
+
+def gradient_scaled_variance(draws: Tensor, grads: Tensor) -> Tensor:
+    """sqrt(var(q) / var(grad)) per coordinate, within-chain, for draws and grads (chains, n, dim)."""
+    flat_q, dof = _centred(draws)
+    flat_g, _ = _centred(grads)
+    var_q = (flat_q * flat_q).sum(0) / dof
+    var_g = (flat_g * flat_g).sum(0) / dof
+    tiny = torch.finfo(draws.dtype).tiny ** 0.5
+    return torch.sqrt(var_q.clamp(min=tiny) / var_g.clamp(min=tiny))
+
+
+def low_rank_inverse_mass(draws: Tensor, grads: Tensor, rank: int, cutoff: float = 2.0) -> Tensor:
+    """diag_grad's diagonal with a rank <= ``rank`` correction (the module docstring), as a dense matrix."""
+    diag = gradient_scaled_variance(draws, grads)
+    root = diag.sqrt()
+    flat_q, dof = _centred(draws)
+    flat_g, _ = _centred(grads)
+    x, g = flat_q / root, flat_g * root  # the scaled coordinates: draws' and gradients' covariances ~ S, S^-1
+    basis, _ = torch.linalg.qr(torch.cat([x, g], 0).T)  # (dim, r0): their span
+    p = basis.T @ (x.T @ x) @ basis / dof
+    c = basis.T @ (g.T @ g) @ basis / dof
+    eye = torch.eye(p.shape[0], dtype=p.dtype, device=p.device)
+    ridge = 1e-10 * eye
+    c_val, c_vec = torch.linalg.eigh(c + ridge)
+    c_half = c_vec @ torch.diag(c_val.clamp(min=1e-12).sqrt()) @ c_vec.T
+    c_half_inv = c_vec @ torch.diag(c_val.clamp(min=1e-12).rsqrt()) @ c_vec.T
+    m_val, m_vec = torch.linalg.eigh(c_half @ (p + ridge) @ c_half)
+    middle = m_vec @ torch.diag(m_val.clamp(min=1e-24).sqrt()) @ m_vec.T
+    fit = c_half_inv @ middle @ c_half_inv  # S with S C S = P
+    values, vectors = torch.linalg.eigh(0.5 * (fit + fit.T))
+    values = values.clamp(min=1e-12)
+    keep = torch.argsort(values.log().abs(), descending=True)[:rank]
+    keep = keep[values[keep].log().abs() > math.log(cutoff)]
+    w = basis @ vectors[:, keep]  # (dim, kept), orthonormal columns
+    scaled = torch.eye(len(diag), dtype=diag.dtype, device=diag.device) + (w * (values[keep] - 1.0)) @ w.T
+    inv_mass = root[:, None] * scaled * root[None, :]
+    return 0.5 * (inv_mass + inv_mass.T)
+
+
+def initial_gradient_metric(grad: Tensor, dense: bool) -> Tensor:
+    """M^-1_i = 1 / |grad_i| (mean over chains) at the starting points, clamped to [1e-4, 1e4]: the
+    scales diag_grad and lowrank start from (Seyboldt et al.)."""
+    inv_mass = (1.0 / grad.abs().mean(0).clamp(min=1e-300)).clamp(1e-4, 1e4)
+    return torch.diag(inv_mass) if dense else inv_mass
+
+
+def update_inverse_mass(draws: Tensor, current: Metric, mass: str, grads: Tensor | None = None,
+                        rank: int = 10) -> Tensor:
     """The inverse mass matrix at the end of a slow window (see the module docstring)."""
-    return shrunk_covariance(draws, current) if dense else regularized_variance(draws)
+    if mass == "diag_grad":
+        return gradient_scaled_variance(draws, grads)
+    if mass == "lowrank":
+        return low_rank_inverse_mass(draws, grads, rank)
+    return shrunk_covariance(draws, current) if mass == "dense" else regularized_variance(draws)
 
 
 def find_initial_step_size(state, target, metric, gen, step_size: float = 1.0, threshold: float = 0.8) -> float:
@@ -200,7 +269,8 @@ class WindowAdaptation:
     schedule: WarmupSchedule
     target_accept: float
     adapt_step_size: bool = True
-    dense: bool = False
+    mass: str = "diag"  # one of MASS_FORMS
+    rank: int = 10  # of the lowrank correction
 
     def run(self, progress: WarmupProgress, target, gen, on_step=None) -> WarmupProgress:
         """Run the schedule's iterations, updating ``progress`` as it goes; ``on_step(info, step_size,
@@ -208,6 +278,8 @@ class WindowAdaptation:
         controller = DualAveraging(progress.step_size, self.target_accept)
         params = self.make_params(progress.step_size, progress.metric)
         window_draws: list[Tensor] = []
+        window_grads: list[Tensor] = []
+        with_grads = self.mass in GRADIENT_FORMS
         for it in range(self.schedule.num_warmup):
             progress.state, info = self.step(progress.state, target, params, gen)
             progress.grad_evals += int(info.n_grad_evals.sum())
@@ -216,10 +288,13 @@ class WindowAdaptation:
             window = self.schedule.window_at(it)
             if window is not None:
                 window_draws.append(progress.state.position)
+                if with_grads:
+                    window_grads.append(progress.state.grad)
                 if it == window[1] - 1:
+                    grads = torch.stack(window_grads, 1) if with_grads else None
                     progress.metric = make_metric(update_inverse_mass(torch.stack(window_draws, 1), progress.metric,
-                                                                      self.dense))
-                    window_draws = []
+                                                                      self.mass, grads, self.rank))
+                    window_draws, window_grads = [], []
                     if self.adapt_step_size:
                         progress.step_size = self.search_step_size(progress.state, progress.metric, progress.step_size)
                         controller.restart(progress.step_size)

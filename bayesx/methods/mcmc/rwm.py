@@ -22,6 +22,7 @@ class RWM(MCMCMethod):
     Settings = RWMSettings
     kernel = rwm
     name = "rwm"
+    uses_gradients = False
 
     def make_params(self, step_size, metric):
         return rwm.RWMParams(step_size, metric)

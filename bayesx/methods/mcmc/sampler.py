@@ -17,7 +17,15 @@ from typing import Annotated, Literal
 import numpy as np
 import torch
 
-from bayesx.adaptation.window import WarmupProgress, WarmupSchedule, WindowAdaptation, find_initial_step_size
+from bayesx.adaptation.window import (
+    DENSE_FORMS,
+    GRADIENT_FORMS,
+    WarmupProgress,
+    WarmupSchedule,
+    WindowAdaptation,
+    find_initial_step_size,
+    initial_gradient_metric,
+)
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import Sampler
@@ -25,7 +33,7 @@ from bayesx.optimize import laplace_start
 from bayesx.pathfinder import pathfinder_start
 from bayesx.progress import ChainProgress
 from bayesx.result import Result
-from bayesx.settings import AtLeast, Between, Positive, Settings
+from bayesx.settings import AtLeast, Between, InvalidSetting, Positive, Settings
 
 
 @dataclass(frozen=True)
@@ -37,7 +45,10 @@ class MCMCSettings(Settings):
     step_size       initial step size; null asks the heuristic of Hoffman and Gelman (Alg. 4)
     target_accept   acceptance statistic that dual averaging aims at
     adapt_step_size tune the step size during warm-up
-    mass            inverse-mass-matrix (or proposal covariance) form: diag, dense or identity
+    mass            inverse-mass-matrix (or proposal covariance) form: diag, dense or identity (Stan's
+                    windowed estimates), diag_grad or lowrank (from draws and gradients, as nutpie;
+                    gradient-based samplers only; see bayesx.adaptation.window)
+    mass_rank       the most directions the lowrank correction changes
     thin            keep every thin-th draw
     init_buffer, term_buffer, base_window
                     Stan's warm-up windows (fast, slow doubling from base_window, fast)
@@ -52,7 +63,8 @@ class MCMCSettings(Settings):
     step_size: Annotated[float | None, Positive()] = None
     target_accept: Annotated[float, Between(0.0, 1.0)] = 0.8
     adapt_step_size: bool = True
-    mass: Literal["diag", "dense", "identity"] = "diag"
+    mass: Literal["diag", "dense", "identity", "diag_grad", "lowrank"] = "diag"
+    mass_rank: Annotated[int, AtLeast(1)] = 10
     thin: Annotated[int, AtLeast(1)] = 1
     init_buffer: Annotated[int, AtLeast(0)] = 75
     term_buffer: Annotated[int, AtLeast(0)] = 50
@@ -70,6 +82,16 @@ class MCMCMethod(Sampler):
     Settings = MCMCSettings
     kernel: ModuleType
     name = "mcmc"
+    uses_gradients = True  # the kernel's state carries grad log p (diag_grad and lowrank need it)
+
+    def check(self, target, n_chains: int) -> None:
+        cfg = self.settings
+        if cfg.mass in GRADIENT_FORMS and not self.uses_gradients:
+            raise InvalidSetting("mass", f"={cfg.mass} adapts from gradients, which method={self.name} does not "
+                                         f"compute; use mass=diag or dense")
+        if cfg.mass == "lowrank" and cfg.mass_rank > target.dim:
+            raise InvalidSetting("mass_rank", f"={cfg.mass_rank} is larger than the target's dimension "
+                                              f"{target.dim}; use at most {target.dim}")
 
     # --- what a subclass provides -------------------------------------------------------------
     def make_params(self, step_size: float, metric: Metric):
@@ -92,7 +114,7 @@ class MCMCMethod(Sampler):
         """Warm up and sample all chains from ``initial_position`` (chains, dim)."""
         cfg = self.settings
         n_chains, dim = initial_position.shape
-        dense = cfg.mass == "dense"
+        dense = cfg.mass in DENSE_FORMS
         result = Result()
         result.tags["kernels"] = self.kernel_name(target, initial_position)
         start = time.perf_counter()
@@ -111,13 +133,15 @@ class MCMCMethod(Sampler):
         state = self.kernel.init(initial_position, target)
         if not bool(torch.isfinite(self.kernel.log_density(state)).all()):
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller model.init_scale")
+        if cfg.mass in GRADIENT_FORMS and cfg.init == "prior":
+            metric = make_metric(initial_gradient_metric(state.grad, dense))
         if cfg.step_size is not None:
             step_size = float(cfg.step_size)
         else:
             step_size = self.search_step_size(state, target, metric, gen, 1.0)
         adaptation = WindowAdaptation(self.kernel.step, self.make_params,
                                       lambda s, m, guess: self.search_step_size(s, target, m, gen, guess),
-                                      cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, dense)
+                                      cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, cfg.mass, cfg.mass_rank)
         warm = WarmupProgress(state, step_size, metric)
         stats: dict[str, list[np.ndarray]] = {}
         kept = []
