@@ -70,6 +70,39 @@ def test_sampler_recovers_gaussian_moments(case, kwargs, name, make):
     assert 0.1 < result.metrics["accept_rate"] <= 1.0
 
 
+@pytest.mark.parametrize("case,kwargs", CASES, ids=[c[0] for c in CASES])
+def test_chees_recovers_gaussian_moments_with_many_chains(case, kwargs):
+    from bayesx.methods.mcmc.chees import Chees
+
+    target = Gaussian(**kwargs)
+    draws, result = run(Chees(num_warmup=400, num_draws=300), target, n_chains=32)
+    z_mean, z_var = moment_z_scores(draws, target.mean.numpy(), target.cov.numpy())
+    assert np.all(np.abs(z_mean) < Z_MAX) and np.all(np.abs(z_var) < Z_MAX), (case, z_mean, z_var)
+    assert result.metrics["n_divergent"] == 0 and 0.4 < result.metrics["accept_rate"] <= 1.0
+    assert result.metrics["trajectory_length"] > result.metrics["step_size"]  # T grew from one step
+
+
+def test_chees_trajectory_length_follows_the_scale():
+    """On N(0, s^2 I) with an identity metric the adapted T grows with s (ChEES's optimum is about
+    pi s / 2 for a Gaussian: a quarter period); T at s = 4 is between 2x and 8x T at s = 1."""
+    from bayesx.methods.mcmc.chees import Chees
+
+    lengths = {}
+    for sd in (1.0, 4.0):
+        target = Gaussian(dim=5, cov=tuple(tuple(sd**2 * float(i == j) for j in range(5)) for i in range(5)))
+        _, result = run(Chees(num_warmup=400, num_draws=50, mass="identity"), target, n_chains=32)
+        lengths[sd] = result.metrics["trajectory_length"]
+    assert 2.0 < lengths[4.0] / lengths[1.0] < 8.0, lengths
+
+
+def test_chees_needs_two_chains():
+    from bayesx.errors import BayesxError
+    from bayesx.methods.mcmc.chees import Chees
+
+    with pytest.raises(BayesxError, match="n_chains"):
+        Chees().check(Gaussian(dim=2), 1)
+
+
 def test_z_score_check_detects_a_wrong_variance():
     """The moment check is not vacuous: draws with a 15% too large sd fail it."""
     target = Gaussian(dim=5, kind="correlated", rho=0.9)

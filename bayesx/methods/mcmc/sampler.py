@@ -104,6 +104,13 @@ class MCMCMethod(Sampler):
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
         return {}
 
+    def make_adaptation(self, target, gen: torch.Generator):
+        """The warm-up around the kernel (``run(progress, target, gen, on_step)``): Stan's windows."""
+        cfg = self.settings
+        return WindowAdaptation(self.kernel.step, self.make_params,
+                                lambda s, m, guess: self.search_step_size(s, target, m, gen, guess),
+                                cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, cfg.mass, cfg.mass_rank)
+
     def kernel_name(self, target, position: torch.Tensor) -> str:
         """Which implementation evaluates the density this kernel moves on (the ``kernels`` tag)."""
         return target.kernel_name(position)
@@ -139,9 +146,7 @@ class MCMCMethod(Sampler):
             step_size = float(cfg.step_size)
         else:
             step_size = self.search_step_size(state, target, metric, gen, 1.0)
-        adaptation = WindowAdaptation(self.kernel.step, self.make_params,
-                                      lambda s, m, guess: self.search_step_size(s, target, m, gen, guess),
-                                      cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, cfg.mass, cfg.mass_rank)
+        adaptation = self.make_adaptation(target, gen)
         warm = WarmupProgress(state, step_size, metric)
         stats: dict[str, list[np.ndarray]] = {}
         kept = []

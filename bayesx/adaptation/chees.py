@@ -1,0 +1,105 @@
+"""ChEES warm-up (Hoffman, Radul and Sountsov 2021, "An adaptive MCMC scheme for setting trajectory
+lengths in Hamiltonian Monte Carlo"): the step size, the trajectory length T and a diagonal metric of
+jittered HMC (bayesx.kernels.chees), adapted from many chains at once.
+
+Every warm-up iteration makes one jittered HMC proposal (q'_m, p'_m) per chain m, with acceptance
+probability a_m, and then:
+
+- T climbs the ChEES criterion, E[(|q' - E q'|^2 - |q - E q|^2)^2] / 4 (the change in the squared
+  distance from the centre, measured in the metric's whitened coordinates), by Adam on log T with
+  the per-chain gradient estimates, weighted by the acceptance probabilities,
+      g_m = (|q'_m - mean q'|^2 - |q_m - mean q|^2) (q'_m - mean q') . p'_m u   (whitened; u the jitter),
+  Adam's learning rate 0.025 and beta_1 = 0, beta_2 = 0.95 (their settings); the value used after
+  warm-up is the average of log T over the second half of warm-up.
+- the step size by dual averaging (bayesx.adaptation.window.DualAveraging) on the *harmonic* mean of
+  the a_m, which a few stuck chains pull down (their choice), towards ``target_accept`` (0.651);
+- the diagonal metric (mass=diag) as the cross-chain variance of the current states, averaged with
+  weight 0.95 per iteration, frozen at three quarters of warm-up so step size and T settle on it.
+
+It needs at least two chains (the means across chains); it is meant for tens to thousands.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from bayesx.adaptation.window import DualAveraging, WarmupProgress
+from bayesx.kernels import chees
+from bayesx.kernels.common import DIVERGENCE_THRESHOLD, energy_error, metropolis_accept, where_rows
+from bayesx.kernels.hmc import HMCInfo, HMCState
+from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
+from bayesx.kernels.metric import make_metric, sample_momentum
+
+LEARNING_RATE, BETA_2 = 0.025, 0.95
+METRIC_DECAY = 0.95
+
+
+@dataclass
+class CheesAdaptation:
+    """The warm-up above; ``trajectory_length`` holds T as it adapts (the start: one step)."""
+
+    num_warmup: int
+    target_accept: float
+    adapt_metric: bool
+    max_steps: int
+    trajectory_length: float = 0.0
+
+    def run(self, progress: WarmupProgress, target, gen, on_step=None) -> WarmupProgress:
+        controller = DualAveraging(progress.step_size, self.target_accept)
+        log_t = math.log(self.trajectory_length or progress.step_size)
+        second_moment, log_t_sum, log_t_count = 0.0, 0.0, 0
+        variance = None
+        freeze = int(0.75 * self.num_warmup)
+        for it in range(self.num_warmup):
+            state, metric = progress.state, progress.metric
+            params = chees.CheesParams(progress.step_size, metric, math.exp(log_t), self.max_steps)
+            jitter = float(torch.rand((), generator=gen, device=gen.device))
+            n = chees.num_steps(jitter, params)
+            p0 = sample_momentum(metric, state.position.shape, gen)
+            end, h0, h1 = leapfrog_trajectory(PhaseState(state.position, p0, state.log_prob, state.grad),
+                                              params.step_size, n, metric, target)
+            delta = energy_error(h1, h0)
+            accept_prob, accepted = metropolis_accept(-delta, gen)
+            progress.grad_evals += n * state.position.shape[0]
+
+            # ChEES gradient in whitened coordinates (z = q / sqrt(M^-1), its velocity sqrt(M^-1) p)
+            scale = metric.chol
+            z, z_new = state.position / scale, end.position / scale
+            centred, centred_new = z - z.mean(0), z_new - z_new.mean(0)
+            change = (centred_new * centred_new).sum(-1) - (centred * centred).sum(-1)
+            per_chain = change * (centred_new * (end.momentum * scale)).sum(-1) * jitter
+            weights = torch.nan_to_num(accept_prob, nan=0.0)
+            finite = torch.isfinite(per_chain)
+            if float(weights[finite].sum()) > 0:
+                grad = float((weights[finite] * per_chain[finite]).sum() / weights[finite].sum())
+                grad_log_t = grad * math.exp(log_t)  # ascent on log T
+                second_moment = BETA_2 * second_moment + (1 - BETA_2) * grad_log_t**2
+                corrected = second_moment / (1 - BETA_2 ** (it + 1))
+                log_t += LEARNING_RATE * grad_log_t / (math.sqrt(corrected) + 1e-8)
+                log_t = min(log_t, math.log(self.max_steps * progress.step_size))
+            if it >= self.num_warmup // 2:
+                log_t_sum, log_t_count = log_t_sum + log_t, log_t_count + 1
+
+            progress.state = HMCState(where_rows(accepted, end.position, state.position),
+                                      torch.where(accepted, end.log_prob, state.log_prob),
+                                      where_rows(accepted, end.grad, state.grad))
+            harmonic = float(1.0 / (1.0 / accept_prob.clamp(min=1e-10)).mean())
+            progress.step_size = controller.update(harmonic)
+            if self.adapt_metric and it < freeze:
+                current = progress.state.position.var(0)
+                variance = current if variance is None else METRIC_DECAY * variance + (1 - METRIC_DECAY) * current
+                if it >= 10:  # a few iterations of spread before the first change
+                    progress.metric = make_metric(variance.clamp(min=1e-8))
+            self.trajectory_length = math.exp(log_t)
+            if on_step is not None:
+                info = HMCInfo(accept_prob, accepted, torch.where(accepted, h1, h0), delta > DIVERGENCE_THRESHOLD,
+                               torch.full_like(delta, n, dtype=torch.long))
+                on_step(info, progress.step_size, it)
+        if self.num_warmup > 0:
+            progress.step_size = controller.final_step_size
+            if log_t_count:
+                self.trajectory_length = math.exp(log_t_sum / log_t_count)
+        return progress

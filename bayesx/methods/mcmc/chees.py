@@ -1,0 +1,52 @@
+"""ChEES-HMC as a method of the runner (kernel: bayesx.kernels.chees; warm-up: bayesx.adaptation.chees)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import numpy as np
+
+from bayesx.adaptation.chees import CheesAdaptation
+from bayesx.kernels import chees
+from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
+from bayesx.errors import BayesxError
+from bayesx.settings import AtLeast, Between
+
+
+@dataclass(frozen=True)
+class CheesSettings(MCMCSettings):
+    target_accept: Annotated[float, Between(0.0, 1.0)] = 0.651  # Hoffman, Radul and Sountsov (2021)
+    mass: Literal["diag", "identity"] = "diag"  # diag: cross-chain variances during warm-up
+    max_leapfrog_steps: Annotated[int, AtLeast(1)] = 1000  # cap on the steps of one transition
+
+
+class Chees(MCMCMethod):
+    """Jittered HMC whose trajectory length, step size and diagonal metric adapt across many chains."""
+
+    Settings = CheesSettings
+    kernel = chees
+    name = "chees"
+
+    def check(self, target, n_chains: int) -> None:
+        super().check(target, n_chains)
+        if n_chains < 2:
+            raise BayesxError(f"method=chees adapts from the spread across chains and needs n_chains >= 2, got "
+                              f"n_chains={n_chains}; set n_chains=64 (it is built for many chains)")
+
+    def make_adaptation(self, target, gen):
+        cfg = self.settings
+        self._adaptation = CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass == "diag", cfg.max_leapfrog_steps)
+        return self._adaptation
+
+    def make_params(self, step_size, metric):
+        adapted = getattr(self, "_adaptation", None)
+        length = adapted.trajectory_length if adapted is not None and adapted.trajectory_length else step_size
+        return chees.CheesParams(step_size, metric, length, self.settings.max_leapfrog_steps)
+
+    def extra_metrics(self, stats):
+        adapted = getattr(self, "_adaptation", None)
+        out = {"trajectory_length": float(adapted.trajectory_length)} if adapted is not None else {}
+        if stats:
+            out["leapfrog_steps_mean"] = float(np.mean(stats["n_grad_evals"]))
+        return out
