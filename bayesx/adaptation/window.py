@@ -24,8 +24,9 @@ window the step size search restarts and the inverse mass matrix becomes
   of nutpie): M^-1_i = sqrt(var(q_i) / var(d log p / dq_i)). For a Gaussian posterior with
   covariance S both variances are known (var q_i = S_ii, var grad_i = (S^-1)_ii), and the ratio is
   exact for independent coordinates; it uses the gradients the sampler computed anyway, so one short
-  window already gives the scales. The warm-up also starts from M^-1_i = 1 / |grad_i| at the initial
-  points (averaged over chains), not from the identity.
+  window already gives the scales. (nutpie also starts from M^-1_i = 1 / |grad_i| at the initial
+  points; inside Stan's windows, where the first 75 iterations keep the starting metric, that start
+  doubled the warm-up's gradient count on digits, so the warm-up starts from the identity as for diag.)
 - lowrank: diag_grad's diagonal D times a correction of rank at most ``rank`` found from the same
   draws and gradients. In the coordinates scaled by D^(-1/2), the draws' covariance P and the
   gradients' covariance C are restricted to the span of the window's scaled draws and gradients; the
@@ -191,13 +192,6 @@ def low_rank_inverse_mass(draws: Tensor, grads: Tensor, rank: int, cutoff: float
     scaled = torch.eye(len(diag), dtype=diag.dtype, device=diag.device) + (w * (values[keep] - 1.0)) @ w.T
     inv_mass = root[:, None] * scaled * root[None, :]
     return 0.5 * (inv_mass + inv_mass.T)
-
-
-def initial_gradient_metric(grad: Tensor, dense: bool) -> Tensor:
-    """M^-1_i = 1 / |grad_i| (mean over chains) at the starting points, clamped to [1e-4, 1e4]: the
-    scales diag_grad and lowrank start from (Seyboldt et al.)."""
-    inv_mass = (1.0 / grad.abs().mean(0).clamp(min=1e-300)).clamp(1e-4, 1e4)
-    return torch.diag(inv_mass) if dense else inv_mass
 
 
 def update_inverse_mass(draws: Tensor, current: Metric, mass: str, grads: Tensor | None = None,

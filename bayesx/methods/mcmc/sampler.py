@@ -24,7 +24,6 @@ from bayesx.adaptation.window import (
     WarmupSchedule,
     WindowAdaptation,
     find_initial_step_size,
-    initial_gradient_metric,
 )
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
@@ -140,8 +139,6 @@ class MCMCMethod(Sampler):
         state = self.kernel.init(initial_position, target)
         if not bool(torch.isfinite(self.kernel.log_density(state)).all()):
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller model.init_scale")
-        if cfg.mass in GRADIENT_FORMS and cfg.init == "prior":
-            metric = make_metric(initial_gradient_metric(state.grad, dense))
         if cfg.step_size is not None:
             step_size = float(cfg.step_size)
         else:
