@@ -25,7 +25,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
-	$(BIN)/python experiments/bench_logreg.py
+	$(BIN)/python experiments/bench_samplers.py
 
 clean:
 	rm -rf $(VENV) outputs multirun mlflow.db mlartifacts .pytest_cache

@@ -32,3 +32,10 @@ def test_plane_experiments_reject_other_targets(stem, argv, monkeypatch, capsys)
     assert load(stem).main() == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "[-4, 4]^2" in err and "u1, u2, u3, u4" in err and argv[1].split(",")[-1] in err
+
+
+def test_bench_samplers_csv_without_a_path_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["bench_samplers", "--posteriors", "csv"])
+    assert load("bench_samplers").main() == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--csv PATH" in err

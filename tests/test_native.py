@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from method_helpers import logistic_2d
 
 from bayesx.data.digits import load_digits
 from bayesx.kernels import latent_hmc as latent
@@ -224,19 +225,6 @@ def test_hmc_gives_the_same_chains_with_and_without_native_kernels(digits, monke
     ours = with_native(True, monkeypatch, run)
     theirs = with_native(False, monkeypatch, run)
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
-
-
-def logistic_2d(prior_scale: float = 3.0):
-    """A 2-D logistic posterior and its mean and sd by quadrature."""
-    from bayesx.data.classification import ClassificationData
-    from bayesx.targets.toy import quadrature_truth
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(40, 2))
-    y = (rng.random(40) < 1 / (1 + np.exp(-x @ np.array([1.5, -1.0])))).astype(float)
-    target = LogisticRegression(ClassificationData("t", x, y, x[:5], y[:5], "test", "generated"),
-                                prior_scale=prior_scale)
-    return target, quadrature_truth(target.log_prob, ((-6.0, 6.0), (-6.0, 6.0)))
 
 
 def moment_z_scores(draws: torch.Tensor, truth) -> np.ndarray:

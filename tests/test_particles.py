@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import isolated_store, run_ok
-from method_helpers import gen, infer
+from method_helpers import gen, infer, logistic_2d
 
 from bayesx.errors import BayesxError
 from bayesx.methods.vi import ais as ais_module
@@ -70,28 +70,13 @@ def test_ais_hmc_kernel_and_draws(gaussian):
     assert ev["posterior_mean_err_max"] < 0.2 and ev["posterior_sd_err_max"] < 0.2
 
 
-def logistic_2d():
-    """A two-coefficient logistic regression and its log evidence by quadrature on a grid."""
-    from bayesx.data.classification import ClassificationData
-    from bayesx.targets.logreg import LogisticRegression
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(40, 2))
-    y = (rng.random(40) < 1 / (1 + np.exp(-x @ np.array([1.5, -1.0])))).astype(float)
-    target = LogisticRegression(ClassificationData("t", x, y, x[:5], y[:5], "test", "generated"), prior_scale=3.0)
-    axis = torch.linspace(-6.0, 6.0, 601, dtype=torch.float64)
-    grid = torch.cartesian_prod(axis, axis)
-    density = torch.exp(target.log_prob(grid)).reshape(601, 601)
-    log_z = math.log(float(torch.trapezoid(torch.trapezoid(density, axis), axis)))
-    return target, log_z
-
-
 @pytest.mark.parametrize("method", ["ais", "smc"])
 def test_laplace_base_is_unbiased_and_shortens_the_path(method):
     """base=laplace: q0 = N(mode, H^-1) and moves in that metric. On a logistic regression (skewed,
     log Z by quadrature) the evidence stays within its error, and for AIS the weights are more even
     than from the prior-scale Gaussian base at the same cost (the point of it)."""
-    target, log_z = logistic_2d()
+    target, truth = logistic_2d()
+    log_z = truth.log_z
     if method == "smc":
         estimates = [infer(SMC(n_particles=300, base="laplace", n_steps=5, step_size=0.5), target,
                            seed=s).metrics["log_evidence"] for s in range(6)]
