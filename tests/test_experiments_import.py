@@ -4,6 +4,7 @@ rather than when someone reproduces a table."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ def load(stem: str):
     script = next(s for s in SCRIPTS if s.stem == stem)
     spec = importlib.util.spec_from_file_location(f"experiment_{stem}", script)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
     spec.loader.exec_module(module)
     return module
 
