@@ -27,11 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from bayesx.adaptation.window import DualAveraging, WarmupProgress
-from bayesx.kernels import chees
-from bayesx.kernels.common import DIVERGENCE_THRESHOLD, energy_error, metropolis_accept, where_rows
-from bayesx.kernels.hmc import HMCInfo, HMCState
-from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
-from bayesx.kernels.metric import make_metric, sample_momentum
+from bayesx.kernels import chees, hmc
+from bayesx.kernels.metric import make_metric
 
 LEARNING_RATE, BETA_2 = 0.025, 0.95
 METRIC_DECAY = 0.95
@@ -58,11 +55,9 @@ class CheesAdaptation:
             params = chees.CheesParams(progress.step_size, metric, math.exp(log_t), self.max_steps)
             jitter = float(torch.rand((), generator=gen, device=gen.device))
             n = chees.num_steps(jitter, params)
-            p0 = sample_momentum(metric, state.position.shape, gen)
-            end, h0, h1 = leapfrog_trajectory(PhaseState(state.position, p0, state.log_prob, state.grad),
-                                              params.step_size, n, metric, target)
-            delta = energy_error(h1, h0)
-            accept_prob, accepted = metropolis_accept(-delta, gen)
+            end, h0, h1 = hmc.propose(state, target, hmc.HMCParams(params.step_size, metric, n), gen)
+            new_state, info = hmc.accept(state, end, h0, h1, n, gen)
+            accept_prob = info.accept_prob
             progress.grad_evals += n * state.position.shape[0]
 
             # ChEES gradient in whitened coordinates (z = q / sqrt(M^-1), its velocity sqrt(M^-1) p)
@@ -83,9 +78,7 @@ class CheesAdaptation:
             if it >= self.num_warmup // 2:
                 log_t_sum, log_t_count = log_t_sum + log_t, log_t_count + 1
 
-            progress.state = HMCState(where_rows(accepted, end.position, state.position),
-                                      torch.where(accepted, end.log_prob, state.log_prob),
-                                      where_rows(accepted, end.grad, state.grad))
+            progress.state = new_state
             harmonic = float(1.0 / (1.0 / accept_prob.clamp(min=1e-10)).mean())
             progress.step_size = controller.update(harmonic)
             if self.adapt_metric and it < freeze:
@@ -95,8 +88,6 @@ class CheesAdaptation:
                     progress.metric = make_metric(variance.clamp(min=1e-8))
             self.trajectory_length = math.exp(log_t)
             if on_step is not None:
-                info = HMCInfo(accept_prob, accepted, torch.where(accepted, h1, h0), delta > DIVERGENCE_THRESHOLD,
-                               torch.full_like(delta, n, dtype=torch.long))
                 on_step(info, progress.step_size, it)
         if self.num_warmup > 0:
             progress.step_size = controller.final_step_size

@@ -49,11 +49,16 @@ def init(position: Tensor, target) -> HMCState:
     return HMCState(position, log_prob, grad)
 
 
-def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
-    n_chains = state.position.shape[0]
+def propose(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[PhaseState, Tensor, Tensor]:
+    """Draw p ~ N(0, M) and integrate: the proposal's end state and H at the start and at the end."""
     p0 = sample_momentum(params.metric, state.position.shape, gen)
     start = PhaseState(state.position, p0, state.log_prob, state.grad)
-    end, h0, h1 = leapfrog_trajectory(start, params.step_size, params.num_steps, params.metric, target)
+    return leapfrog_trajectory(start, params.step_size, params.num_steps, params.metric, target)
+
+
+def accept(state: HMCState, end: PhaseState, h0: Tensor, h1: Tensor, num_steps: int,
+           gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
+    """The Metropolis decision for each chain's proposal, and what happened."""
     delta = energy_error(h1, h0)
     accept_prob, accepted = metropolis_accept(-delta, gen)
     new_state = HMCState(
@@ -66,6 +71,11 @@ def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tu
         accepted=accepted,
         energy=torch.where(accepted, h1, h0),
         divergent=delta > DIVERGENCE_THRESHOLD,
-        n_grad_evals=torch.full((n_chains,), params.num_steps, device=delta.device),
+        n_grad_evals=torch.full((state.position.shape[0],), num_steps, device=delta.device),
     )
     return new_state, info
+
+
+def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
+    end, h0, h1 = propose(state, target, params, gen)
+    return accept(state, end, h0, h1, params.num_steps, gen)

@@ -28,6 +28,10 @@ class Chees(MCMCMethod):
     kernel = chees
     name = "chees"
 
+    def __init__(self, settings: CheesSettings | None = None, **options):
+        super().__init__(settings, **options)
+        self._adaptation: CheesAdaptation | None = None  # the last run's warm-up, which holds T
+
     def check(self, target, n_chains: int) -> None:
         super().check(target, n_chains)
         if n_chains < 2:
@@ -40,12 +44,12 @@ class Chees(MCMCMethod):
         return self._adaptation
 
     def make_params(self, step_size, metric):
-        adapted = getattr(self, "_adaptation", None)
+        adapted = self._adaptation
         length = adapted.trajectory_length if adapted is not None and adapted.trajectory_length else step_size
         return chees.CheesParams(step_size, metric, length, self.settings.max_leapfrog_steps)
 
     def extra_metrics(self, stats):
-        adapted = getattr(self, "_adaptation", None)
+        adapted = self._adaptation
         out = {"trajectory_length": float(adapted.trajectory_length)} if adapted is not None else {}
         if stats:
             out["leapfrog_steps_mean"] = float(np.mean(stats["n_grad_evals"]))
