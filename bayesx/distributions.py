@@ -30,17 +30,17 @@ class GaussianQ:
         return self.sample_and_log_prob(n, gen)[0]
 
     def sample_and_log_prob(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        eps = torch.randn((n, self.mean.shape[0]), generator=gen, dtype=self.mean.dtype, device=gen.device)
+        eps = torch.randn((n, self.mean.shape[-1]), generator=gen, dtype=self.mean.dtype, device=gen.device)
         eps = eps.to(self.mean.device)
         return self.transform(eps), self.log_prob_of_noise(eps)
 
     def log_det_scale(self) -> Tensor:
         diag = self.scale.diagonal() if self.dense else self.scale
-        return torch.log(diag).sum()
+        return torch.log(diag).sum(-1)
 
     def log_prob_of_noise(self, eps: Tensor) -> Tensor:
         """log q(mean + L eps), without solving for eps."""
-        return -0.5 * (eps * eps).sum(-1) - self.log_det_scale() - 0.5 * self.mean.shape[0] * LOG_2PI
+        return -0.5 * (eps * eps).sum(-1) - self.log_det_scale() - 0.5 * self.mean.shape[-1] * LOG_2PI
 
     def log_prob(self, z: Tensor) -> Tensor:
         d = z - self.mean
@@ -60,7 +60,7 @@ class GaussianQ:
         return -torch.linalg.solve_triangular(self.scale.T, white, upper=True).T
 
     def entropy(self) -> Tensor:
-        return self.log_det_scale() + 0.5 * self.mean.shape[0] * (1.0 + LOG_2PI)
+        return self.log_det_scale() + 0.5 * self.mean.shape[-1] * (1.0 + LOG_2PI)
 
     def covariance(self) -> Tensor:
         return self.scale @ self.scale.T if self.dense else torch.diag(self.scale**2)

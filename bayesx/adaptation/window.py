@@ -159,19 +159,23 @@ GRADIENT_FORMS = ("diag_grad", "lowrank")  # estimated from the draws and their 
 def gradient_scaled_variance(draws: Tensor, grads: Tensor) -> Tensor:
     """sqrt(var(q) / var(grad)) per coordinate, within-chain, for draws and grads (chains, n, dim)."""
     flat_q, dof = _centred(draws)
-    flat_g, _ = _centred(grads)
+    return _variance_ratio(flat_q, _centred(grads)[0], dof)
+
+
+def _variance_ratio(flat_q: Tensor, flat_g: Tensor, dof: int) -> Tensor:
+    """sqrt(var(q) / var(grad)) from centred rows."""
     var_q = (flat_q * flat_q).sum(0) / dof
     var_g = (flat_g * flat_g).sum(0) / dof
-    tiny = torch.finfo(draws.dtype).tiny ** 0.5
+    tiny = torch.finfo(flat_q.dtype).tiny ** 0.5
     return torch.sqrt(var_q.clamp(min=tiny) / var_g.clamp(min=tiny))
 
 
 def low_rank_inverse_mass(draws: Tensor, grads: Tensor, rank: int, cutoff: float = 2.0) -> Tensor:
     """diag_grad's diagonal with a rank <= ``rank`` correction (the module docstring), as a dense matrix."""
-    diag = gradient_scaled_variance(draws, grads)
-    root = diag.sqrt()
     flat_q, dof = _centred(draws)
     flat_g, _ = _centred(grads)
+    diag = _variance_ratio(flat_q, flat_g, dof)
+    root = diag.sqrt()
     x, g = flat_q / root, flat_g * root  # the scaled coordinates: draws' and gradients' covariances ~ S, S^-1
     basis, _ = torch.linalg.qr(torch.cat([x, g], 0).T)  # (dim, r0): their span
     p = basis.T @ (x.T @ x) @ basis / dof

@@ -32,7 +32,6 @@ averaged over the last window (Polyak and Juditsky 1992).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Annotated, Literal, NamedTuple
 
@@ -42,6 +41,7 @@ from torch import Tensor
 
 from bayesx.distributions import GaussianQ
 from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.methods.vi.windows import ElboWindows
 from bayesx.progress import interruptible, progress_bar
 from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
@@ -169,8 +169,8 @@ class GaussianVI(Approximation):
         lr, halvings = cfg.lr, 0
         optim = torch.optim.Adam([mean, raw], lr=lr, fused=mean.device.type in ("cpu", "cuda"))
         eps = torch.empty((cfg.num_mc, mean.shape[0]), dtype=mean.dtype, device=mean.device)
-        trace, elbo_trace, window, elbos, previous = [], [], [], [], None
-        clock, lr_trace, started = [], [], time.perf_counter()
+        elbo_windows, objective_windows = ElboWindows(cfg.check_every), ElboWindows(cfg.check_every)
+        lr_trace, previous = [], None
         averaged = (mean.clone(), raw.clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
         bar = progress_bar(cfg.num_steps, f"vi ({cfg.family})", progress, "step")
@@ -185,18 +185,14 @@ class GaussianVI(Approximation):
                 torch.neg(step.mean, out=mean.grad)  # Adam descends
                 torch.neg(step.raw, out=raw.grad)
                 optim.step()
-                window.append(float(step.objective))
-                elbos.append(float(step.elbo))
                 sums[0] += mean
                 sums[1] += raw
                 bar.update(1)
-                if steps % cfg.check_every == 0:
-                    averaged = (sums[0] / len(window), sums[1] / len(window))
+                objective_windows.add(steps, float(step.objective))
+                if elbo_windows.add(steps, float(step.elbo)):  # a window of check_every steps closed
+                    averaged = (sums[0] / cfg.check_every, sums[1] / cfg.check_every)
                     sums = [torch.zeros_like(mean), torch.zeros_like(raw)]
-                    current = sum(window) / len(window)
-                    trace.append((steps, current))
-                    elbo_trace.append((steps, sum(elbos) / len(elbos)))
-                    clock.append((steps, time.perf_counter() - started))
+                    current = objective_windows.last
                     lr_trace.append((steps, lr))
                     bar.set_postfix(objective=f"{current:.4g}", lr=f"{lr:.2g}")
                     if previous is not None and cfg.tol > 0 and current - previous < cfg.tol:
@@ -205,12 +201,11 @@ class GaussianVI(Approximation):
                         halvings, lr = halvings + 1, lr / 2.0
                         for group in optim.param_groups:
                             group["lr"] = lr
-                    previous, window, elbos = current, [], []
-        result.traces["elbo"] = elbo_trace
-        result.traces["fit_elapsed_s"] = clock  # seconds into the fit at each window: time to a given ELBO
+                    previous = current
+        elbo_windows.record(result)  # the stepped elbo and the seconds into the fit at each window
         result.traces["lr"] = lr_trace
         if cfg.divergence != "kl_qp":
-            result.traces["objective"] = trace  # what the fit maximizes (see ``ascent``)
+            result.traces["objective"] = objective_windows.trace  # what the fit maximizes (see ``ascent``)
         result.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc)})
         result.tags.update({"q_family": cfg.family, "divergence": cfg.divergence})
         q = self._q(*averaged) if steps >= cfg.check_every else self._q(mean, raw)

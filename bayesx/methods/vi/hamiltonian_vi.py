@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bayesx.distributions import LOG_2PI
+from bayesx.distributions import GaussianQ
 from bayesx.methods.base import Approximation, ApproximationSettings
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.nn.hamiltonian import leapfrog
@@ -48,11 +48,6 @@ class HamiltonianVISettings(ApproximationSettings):
     iterations: Annotated[int, AtLeast(1)] = 2000
     lr: Annotated[float, Positive()] = 5e-3
     check_every: Annotated[int, AtLeast(1)] = 100
-
-
-def normal_log_density(x: Tensor, mean: Tensor, log_sd: Tensor) -> Tensor:
-    white = (x - mean) * torch.exp(-log_sd)
-    return -0.5 * (white * white).sum(-1) - log_sd.sum(-1) - 0.5 * x.shape[-1] * LOG_2PI
 
 
 class HamiltonianChain(nn.Module):
@@ -74,21 +69,16 @@ class HamiltonianChain(nn.Module):
     def sample_and_log_weight(self, target, n: int, gen: torch.Generator,
                               create_graph: bool) -> tuple[Tensor, Tensor, Tensor]:
         """(z_T, log p(z_T), the bound's integrand log p(z_T) + sum log r - log q(z_0) - sum log q_t)."""
-        dim = self.mean.shape[0]
-
-        def noise() -> Tensor:
-            return torch.randn((n, dim), generator=gen, dtype=self.mean.dtype, device=gen.device).to(self.mean.device)
-
-        eps = noise()
-        z = self.mean + torch.exp(self.log_sd) * eps
-        log_w = -normal_log_density(z, self.mean, self.log_sd)
+        z, log_q = GaussianQ(self.mean, torch.exp(self.log_sd)).sample_and_log_prob(n, gen)
+        log_w = -log_q
         steps = F.softplus(self.raw_step)
         for t in range(self.cfg.n_transitions):
-            v0 = torch.exp(self.log_momentum_sd[t]) * noise()
-            log_w = log_w - normal_log_density(v0, torch.zeros_like(v0), self.log_momentum_sd[t])
+            v0, log_q_momentum = GaussianQ(torch.zeros_like(self.mean), torch.exp(self.log_momentum_sd[t])) \
+                .sample_and_log_prob(n, gen)
+            log_w = log_w - log_q_momentum
             z, v = leapfrog(target.log_prob, z, v0, steps[t], self.cfg.n_leapfrog, create_graph)
-            reverse_mean = self.reverse_slope[t] * z + self.reverse_shift[t]
-            log_w = log_w + normal_log_density(v, reverse_mean, self.reverse_log_sd[t])
+            reverse = GaussianQ(self.reverse_slope[t] * z + self.reverse_shift[t], torch.exp(self.reverse_log_sd[t]))
+            log_w = log_w + reverse.log_prob(v)
         log_p = target.log_prob(z)
         return z, log_p, log_w + log_p
 
