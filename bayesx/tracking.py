@@ -3,6 +3,11 @@
 A :class:`Tracker` owns one store (a tracking URI) and one experiment; :meth:`Tracker.run`
 opens a run as a context manager that ends it FINISHED, FAILED (an exception) or KILLED
 (Ctrl-C, SIGTERM), so a run is never left RUNNING and never marked FINISHED by mistake.
+
+Many processes may share one SQLite store (a parallel sweep): the store's schema is created and its
+experiment found or created once, under a file lock beside the database (MLflow migrates an empty
+store on first use, and processes that race there all fail); the database runs in WAL mode (readers
+do not block the writer), and a write that still meets ``database is locked`` is retried.
 """
 
 from __future__ import annotations
@@ -10,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
 import pandas as pd
+from filelock import FileLock, Timeout
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -60,6 +67,38 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):])
 
 
+STORE_LOCK_TIMEOUT_S = 300
+LOCKED_RETRIES = 8
+
+
+def store_lock(path: Path) -> FileLock:
+    """The lock that serialises creating (and migrating) a SQLite store and its experiments."""
+    return FileLock(str(path) + ".lock", timeout=STORE_LOCK_TIMEOUT_S)
+
+
+def prepare_sqlite_store(client: MlflowClient, path: Path) -> None:
+    """Switch the database (its tables made by the client's construction) to WAL mode; call under
+    :func:`store_lock`."""
+    with contextlib.closing(sqlite3.connect(path, timeout=60)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+
+
+def is_locked_error(exc: BaseException) -> bool:
+    return "database is locked" in str(exc)
+
+
+def retry_locked(call, *args, **kwargs):
+    """``call(*args, **kwargs)``, retried with back-off while SQLite answers ``database is locked``."""
+    for attempt in range(LOCKED_RETRIES):
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            if not is_locked_error(exc) or attempt == LOCKED_RETRIES - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
 class TrackedRun:
     """An open MLflow run: params, metrics, tags and artifacts go through here."""
 
@@ -69,7 +108,7 @@ class TrackedRun:
     def log_params(self, params: dict[str, object]) -> None:
         items = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items()]
         for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i:i + 100])
+            retry_locked(self.client.log_batch, self.run_id, params=items[i:i + 100])
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         now = int(time.time() * 1000)
@@ -81,17 +120,17 @@ class TrackedRun:
 
     def _log_batch(self, metrics: list[Metric]) -> None:
         for i in range(0, len(metrics), 500):  # the store's limit per batch is 1000
-            self.client.log_batch(self.run_id, metrics=metrics[i:i + 500])
+            retry_locked(self.client.log_batch, self.run_id, metrics=metrics[i:i + 500])
 
     def set_tags(self, tags: dict[str, object]) -> None:
         for k, v in tags.items():
-            self.client.set_tag(self.run_id, k, str(v))
+            retry_locked(self.client.set_tag, self.run_id, k, str(v))
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), folder)
+        retry_locked(self.client.log_artifact, self.run_id, str(path), folder)
 
     def log_text(self, text: str, name: str) -> None:
-        self.client.log_text(self.run_id, text, name)
+        retry_locked(self.client.log_text, self.run_id, text, name)
 
 
 class Tracker:
@@ -103,8 +142,18 @@ class Tracker:
         if path is not None and not path.parent.exists():
             raise BayesxError(f"the folder of the MLflow database '{path}' does not exist; create it or set tracking.uri")
         check_reachable(uri)
-        self.client = MlflowClient(tracking_uri=uri)
-        self.experiment_id = self._experiment(experiment_name, artifact_root)
+        if path is None:
+            self.client = MlflowClient(tracking_uri=uri)
+            self.experiment_id = self._experiment(experiment_name, artifact_root)
+            return
+        try:
+            with store_lock(path):  # MlflowClient creates the store's tables on construction
+                self.client = MlflowClient(tracking_uri=uri)
+                prepare_sqlite_store(self.client, path)
+                self.experiment_id = self._experiment(experiment_name, artifact_root)
+        except Timeout:
+            raise BayesxError(f"another process has held the lock on the MLflow store '{path}' for "
+                              f"{STORE_LOCK_TIMEOUT_S} s; if none is running, delete {path}.lock") from None
 
     def _experiment(self, name: str, artifact_root: str | None) -> str:
         try:
@@ -127,7 +176,7 @@ class Tracker:
         all_tags = dict(tags)
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
+        run = retry_locked(self.client.create_run, self.experiment_id, run_name=run_name, tags=all_tags)
         tracked = TrackedRun(self.client, run.info.run_id)
         status = "FINISHED"
         try:
@@ -139,21 +188,21 @@ class Tracker:
             status = "FAILED"
             raise
         finally:
-            self.client.set_terminated(tracked.run_id, status)
+            retry_locked(self.client.set_terminated, tracked.run_id, status)
 
     def start_parent(self, run_name: str, tags: dict[str, str]) -> str:
-        return self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
+        return retry_locked(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags).info.run_id
 
     def end_parent(self, run_id: str) -> str:
         """End a sweep's parent run: FAILED if a child failed, KILLED if one was killed."""
         children = self.client.search_runs([self.experiment_id], f"tags.`{PARENT_TAG}` = '{run_id}'")
         statuses = {c.info.status for c in children}
         status = "FAILED" if "FAILED" in statuses else "KILLED" if "KILLED" in statuses else "FINISHED"
-        self.client.set_terminated(run_id, status)
+        retry_locked(self.client.set_terminated, run_id, status)
         return status
 
     def terminate(self, run_id: str, status: str) -> None:
-        self.client.set_terminated(run_id, status)
+        retry_locked(self.client.set_terminated, run_id, status)
 
 
 def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:
@@ -164,7 +213,11 @@ def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:
             raise BayesxError(f"no MLflow store at '{path}', so no experiment '{experiment}'; check tracking.uri")
         return pd.DataFrame()
     check_reachable(uri)
-    client = MlflowClient(tracking_uri=uri)
+    if path is not None:
+        with store_lock(path):  # not while another process creates the store's tables
+            client = MlflowClient(tracking_uri=uri)
+    else:
+        client = MlflowClient(tracking_uri=uri)
     try:
         if experiment:
             found = client.get_experiment_by_name(experiment)
