@@ -182,10 +182,13 @@ def summary_keys(method: Method, evaluation: Evaluation, metrics: dict[str, floa
     return [k for k in keys if k in metrics]
 
 
-def print_summary(title: str, metrics: dict[str, float], keys: list[str], status: str, warnings: list[str]) -> None:
+def print_summary(title: str, metrics: dict[str, float], keys: list[str], status: str, warnings: list[str],
+                  remarks: list[str]) -> None:
     print(f"\n{title}  [{status}]")
     for k in keys:
         print(f"  {k:<22} {metrics[k]:>14.4g}")
+    for remark in remarks:
+        print(f"  note: {remark}")
     for warning in warnings:
         print(f"  warning: {warning}")
 
@@ -286,7 +289,9 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         warnings = result.warnings + method.warnings(metrics)
         if warnings:
             run.set_tags({"health_warnings": " | ".join(warnings)})
-        print_summary(f"{run_name} (run {run.run_id})", metrics, shown, status, warnings)
+        if evaluation.remarks:
+            run.set_tags({"evaluation_notes": " | ".join(evaluation.remarks)})
+        print_summary(f"{run_name} (run {run.run_id})", metrics, shown, status, warnings, evaluation.remarks)
         if result.error is not None:  # recorded above with what the method had; the run ends FAILED
             raise BayesxError(result.error)
         if result.interrupted:

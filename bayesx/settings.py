@@ -69,17 +69,22 @@ class Positive:
 
 @dataclass(frozen=True)
 class Between:
-    """low < value < high (open), or low <= value <= high with closed=True."""
+    """low < value < high (open), low <= value <= high with closed=True, low <= value < high with
+    closed_low=True."""
 
     low: float
     high: float
     closed: bool = False
+    closed_low: bool = False
 
     def problem(self, value) -> str | None:
-        inside = self.low <= value <= self.high if self.closed else self.low < value < self.high
-        if inside:
+        above = self.low <= value if (self.closed or self.closed_low) else self.low < value
+        below = value <= self.high if self.closed else value < self.high
+        if above and below:
             return None
-        return f"between {self.low:g} and {self.high:g}" if self.closed else f"in ({self.low:g}, {self.high:g})"
+        if self.closed:
+            return f"between {self.low:g} and {self.high:g}"
+        return f"in [{self.low:g}, {self.high:g})" if self.closed_low else f"in ({self.low:g}, {self.high:g})"
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,14 @@ def test_seeded_split_is_stratified_and_deterministic():
     assert sorted(rows.tolist()) == x[:, 0].tolist()  # a partition of the rows
 
 
-@pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1, 1.5])
+def test_seeded_split_with_fraction_zero_keeps_every_row_for_training():
+    x, y = np.arange(20.0).reshape(10, 2), np.array([0, 1] * 5)
+    x_train, y_train, x_test, y_test = seeded_split(x, y, 0.0, seed=0)
+    assert len(y_train) == 10 and len(y_test) == 0 and x_test.shape == (0, 2)
+    assert sorted(x_train[:, 0].tolist()) == x[:, 0].tolist()
+
+
+@pytest.mark.parametrize("fraction", [1.0, -0.1, 1.5])
 def test_seeded_split_rejects_bad_fraction(fraction):
     with pytest.raises(BayesxError) as excinfo:
         seeded_split(np.zeros((10, 1)), np.zeros(10), fraction, seed=0)

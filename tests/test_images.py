@@ -213,6 +213,7 @@ def test_two_classes_without_imbalance_and_random_subsets():
         ({"classes": [0, 1], "imbalance": 10, "n_train": 5000, "source": "vendored"}, ["data.n_train=5000", "class 0"]),
         ({"classes": [0, 1], "imbalance": 10, "n_test": 300, "source": "vendored"}, ["data.n_test=300", "200"]),
         ({"test_fraction": 1.5}, ["data.test_fraction"]),
+        ({"test_fraction": 0.0}, ["data.test_fraction", "test ELBO needs test images"]),
         ({"seed": -1}, ["data.seed"]),
     ],
 )

@@ -14,7 +14,7 @@ import math
 
 import pytest
 import torch
-from cli_helpers import isolated_store, run_ok
+from cli_helpers import all_runs, call, isolated_store, run_ok
 from method_helpers import infer
 
 from bayesx.errors import BayesxError
@@ -88,3 +88,21 @@ def test_cli_records_a_laplace_run(tmp_path_factory):
         assert key in metrics and math.isfinite(metrics[key]), key
     assert metrics["test_accuracy"] > 0.95
     assert "ess_bulk_min" not in metrics
+
+
+def test_cli_fits_on_every_row_with_test_fraction_zero(tmp_path_factory):
+    """data.test_fraction=0: the posterior sees all rows; test metrics are absent (not zero), and the
+    summary and a tag say why."""
+    with isolated_store(tmp_path_factory, "laplace_all_rows") as (_, uri):
+        code, out, err = call(["run", "method=laplace", "data=digits", "data.test_fraction=0", "progress=false",
+                               "plots.n_coords=0", "method.num_draws=100"])
+        assert code == 0, err
+        run = run_ok(uri, ["run", "method=laplace", "data=digits", "data.test_fraction=0.2", "progress=false",
+                           "plots.n_coords=0", "method.num_draws=100"])
+        all_rows = [r for r in all_runs(uri) if r.info.run_id != run.info.run_id][0]
+    assert "note: no test rows (data.test_fraction=0)" in out
+    assert "test_accuracy" not in all_rows.data.metrics and "test_lpd" not in all_rows.data.metrics
+    assert "test_fraction=0" in all_rows.data.tags["evaluation_notes"]
+    assert int(all_rows.data.tags["target.n_train"]) == 360 and all_rows.data.tags["target.n_test"] == "0"
+    assert int(run.data.tags["target.n_train"]) + int(run.data.tags["target.n_test"]) == 360
+    assert "test_accuracy" in run.data.metrics

@@ -132,10 +132,11 @@ def seeded_split(
     """Split rows into (x_train, y_train, x_test, y_test), stratified by label and seeded.
 
     Each label value contributes ``round(test_fraction * count)`` rows to the test part; both parts
-    are then shuffled. The same inputs and seed always give the same split.
+    are then shuffled. The same inputs and seed always give the same split. ``test_fraction=0``
+    puts every row in the training part (the test part is empty).
     """
-    if not 0.0 < test_fraction < 1.0:
-        raise BayesxError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction!r}")
+    if not 0.0 <= test_fraction < 1.0:
+        raise BayesxError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     fraction = test_fraction
     rng = np.random.default_rng(seed)
     x, y = np.asarray(x), np.asarray(y)
@@ -149,7 +150,7 @@ def seeded_split(
         train_parts.append(rows[n_test:])
     train_rows = rng.permutation(np.concatenate(train_parts)) if train_parts else np.zeros(0, dtype=int)
     test_rows = rng.permutation(np.concatenate(test_parts)) if test_parts else np.zeros(0, dtype=int)
-    if len(train_rows) == 0 or len(test_rows) == 0:
+    if len(train_rows) == 0 or (len(test_rows) == 0 and fraction > 0):
         raise BayesxError(
             f"cannot split {len(y)} rows with test_fraction={fraction}: one part would be empty; "
             "use more rows or a test_fraction nearer 0.5"

@@ -260,6 +260,9 @@ class ImagesSettings(SplitSettings):
     n_test: Annotated[int | None, AtLeast(1)] = None
 
     def check(self):
+        if self.test_fraction == 0:
+            raise InvalidSetting("test_fraction", "must be above 0 for the VAE images (the test ELBO needs test "
+                                 "images); leave it at 0.2 or set data.n_train to train on fewer")
         if self.source not in SOURCES[self.name]:
             raise InvalidSetting("source", f"must be one of {', '.join(SOURCES[self.name])} for data.name={self.name}, "
                                  f"got {self.source!r} (vendored exists only for mnist)")

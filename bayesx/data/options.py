@@ -10,9 +10,9 @@ from bayesx.settings import AtLeast, Between, Described, InvalidSetting, Setting
 
 @dataclass(frozen=True)
 class SplitSettings(Settings):
-    """A seeded train/test split."""
+    """A seeded train/test split; test_fraction=0 fits on every row (no test metrics then)."""
 
-    test_fraction: Annotated[float, Between(0.0, 1.0)] = 0.2
+    test_fraction: Annotated[float, Between(0.0, 1.0, closed_low=True)] = 0.2
     seed: Annotated[int, AtLeast(0)] = 0
 
 

@@ -64,12 +64,14 @@ class Evaluation:
                 family reports their ESS as ``ess_<name>`` (``ess_<name>_min`` when k > 1)
     notes       how a quantity was computed, shown beside it in plots
     summaries   posterior summaries the target's own artifacts plot (e.g. the mean and sd fields)
+    remarks     sentences for the run's summary, e.g. why a metric is absent
     """
 
     metrics: dict[str, float] = field(default_factory=dict)
     quantities: dict[str, np.ndarray] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     summaries: dict[str, np.ndarray] = field(default_factory=dict)
+    remarks: list[str] = field(default_factory=list)
 
 
 class ModelBase:

@@ -132,7 +132,10 @@ class LogisticRegression(FusedLogistic, TargetBase):
     def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
         """test_accuracy: thresholded posterior predictive; test_lpd: mean_i log mean_s p(y_i | beta_s)."""
         flat = draws.reshape(-1, self.dim).to(device=self.device, dtype=self.dtype)
-        if flat.shape[0] == 0 or self.y_test.numel() == 0:
+        if self.y_test.numel() == 0:
+            return Evaluation(remarks=["no test rows (data.test_fraction=0): the posterior uses every row, "
+                                       "and test_accuracy and test_lpd are absent"])
+        if flat.shape[0] == 0:
             return Evaluation()
         logits = flat @ self.x_test.T  # (draws, n_test)
         log_p = -F.softplus(torch.where(self.y_test > 0.5, -logits, logits))  # log p(y_i | beta_s)
