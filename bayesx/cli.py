@@ -1,4 +1,4 @@
-"""The ``bayesx`` command: run, ui, compare, data.
+"""The ``bayesx`` command: run, ui, compare, runs, data.
 
 ``bayesx run`` hands its arguments to Hydra (overrides, ``-m`` for a multirun sweep,
 ``--cfg job`` to print the composed config, ``--help`` for Hydra's help); the other commands are
@@ -21,6 +21,7 @@ COMMANDS = {
     "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2)",
     "ui": "start the MLflow UI on the configured store (localhost) and print its URL",
     "compare": "table of recorded runs with their key metrics (--experiment, --sort, --csv)",
+    "runs": "runs clean: mark RUNNING runs whose process is gone (or whose heartbeat is stale) KILLED",
     "data": "list the data sets (data list) or download one (data fetch NAME)",
 }
 
@@ -177,12 +178,38 @@ def compare_table(df, sort: str | None, ascending: bool):
     return table.reset_index(drop=True)
 
 
+def clean_dead_runs(uri: str, stale_after_s: float, experiment: str | None, dry_run: bool = False) -> int:
+    """Find the RUNNING runs whose process is gone, say which and why, and (unless dry_run) end them KILLED."""
+    from bayesx.tracking import dead_runs, mark_killed
+
+    dead = dead_runs(uri, stale_after_s, experiment)
+    verb = "would mark" if dry_run else "marked"
+    for run in dead:
+        print(f"{verb} run {run.run_id[:8]} ({run.run_name}) KILLED: {run.reason}")
+    if not dry_run:
+        mark_killed(uri, dead)
+    return len(dead)
+
+
+def cmd_runs(ns: argparse.Namespace) -> int:
+    tracking = _tracking(ns.overrides)
+    uri = ns.uri or str(tracking.uri)
+    stale = ns.stale_after if ns.stale_after is not None else float(tracking.stale_after_s)
+    if stale <= 0:
+        raise BayesxError(f"--stale-after must be a positive number of seconds, got {stale:g}")
+    if clean_dead_runs(uri, stale, ns.experiment, ns.dry_run) == 0:
+        print(f"no dead runs in {uri}: every RUNNING run's process is alive or has beaten within {stale:g} s")
+    return 0
+
+
 def cmd_compare(ns: argparse.Namespace) -> int:
     import pandas as pd
 
     from bayesx.tracking import search_runs
 
-    uri = ns.uri or str(_tracking(ns.overrides).uri)
+    tracking = _tracking(ns.overrides)
+    uri = ns.uri or str(tracking.uri)
+    clean_dead_runs(uri, float(tracking.stale_after_s), ns.experiment)
     table = compare_table(search_runs(uri, ns.experiment), ns.sort, ns.ascending)
     if table.empty:
         print(f"no runs recorded in {uri}" + (f" under experiment '{ns.experiment}'" if ns.experiment else ""))
@@ -230,6 +257,7 @@ def help_text() -> str:
               "  bayesx run -m method=hmc,nuts seed=0,1,2",
               "  bayesx run --cfg job method=nuts method.mass=dense",
               "  bayesx compare --sort ess_bulk_min_per_s",
+              "  bayesx runs clean",
               "  bayesx ui",
               "", "`bayesx run --help` shows Hydra's help with the composed config."]
     return "\n".join(lines)
@@ -237,7 +265,7 @@ def help_text() -> str:
 
 def _parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"bayesx {command}", description=COMMANDS[command])
-    if command in ("ui", "compare"):
+    if command in ("ui", "compare", "runs"):
         parser.add_argument("--uri", help="tracking URI (default: the tracking config / MLFLOW_TRACKING_URI)")
         parser.add_argument("overrides", nargs="*", help="config overrides, e.g. tracking=server")
     if command == "ui":
@@ -249,6 +277,13 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--ascending", action="store_true", help="sort ascending instead")
         parser.add_argument("--limit", type=int, help="show at most this many runs")
         parser.add_argument("--csv", metavar="FILE", help="also write the table to a CSV file")
+    if command == "runs":
+        parser.add_argument("action", choices=["clean"])
+        parser.add_argument("--experiment", help="only runs of this MLflow experiment")
+        parser.add_argument("--stale-after", type=float, metavar="SECONDS",
+                            help="a run on another host with no heartbeat for this long is dead "
+                                 "(default: tracking.stale_after_s, 600)")
+        parser.add_argument("--dry-run", action="store_true", help="list the dead runs, change nothing")
     if command == "data":
         parser.add_argument("action", choices=["list", "fetch"])
         parser.add_argument("name", nargs="?", help="data set to fetch (see `bayesx data list`)")
@@ -268,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "run":
             return cmd_run(rest)
         ns = _parser(command).parse_args(rest)
-        return {"ui": cmd_ui, "compare": cmd_compare, "data": cmd_data}[command](ns)
+        return {"ui": cmd_ui, "compare": cmd_compare, "runs": cmd_runs, "data": cmd_data}[command](ns)
     except BayesxError as exc:
         fail(str(exc))
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from bayesx.settings import AtLeast, Settings
+from bayesx.settings import AtLeast, Positive, Settings
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class RunSettings(Settings):
     progress: bool | None = None  # null: progress bars only on a terminal
     plots: PlotSettings = field(default_factory=PlotSettings)
     save_draws: bool = True
+    checkpoint_every: Annotated[int, AtLeast(0)] = 250  # MCMC: save the draws every N kept draws (bayesx.checkpoint); 0: only at the end
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
 
 
@@ -49,3 +50,5 @@ class DeviceSettings(Settings):
 class TrackingSettings(Settings):
     uri: str = "sqlite:///mlflow.db"  # an MLflow tracking URI: sqlite:///FILE, http://HOST:PORT, postgresql://...
     artifact_root: str | None = None  # where a local store puts artifacts; null: MLflow's default
+    heartbeat_s: Annotated[float, Positive()] = 30.0  # a running run refreshes its heartbeat tag this often
+    stale_after_s: Annotated[float, Positive()] = 600.0  # `bayesx runs clean`: a run on another host without a beat for this long is dead

@@ -20,6 +20,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from bayesx import reference
+from bayesx.checkpoint import FOLDER as CHECKPOINT
+from bayesx.checkpoint import DrawCheckpoint
 from bayesx.data.registry import data_dir
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
@@ -249,7 +251,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     gen = torch.Generator(device=device).manual_seed(job.seed)
     initial = method.initial_points(target, n_chains, gen)
 
-    tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root)
+    tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
     data_name = choices.get("data", "") if data is not None else "none"
     run_name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
     tags = {
@@ -263,7 +265,12 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
         run.log_params(flatten(cfg))
         run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp)))
+        checkpoint = None
+        if job.checkpoint_every:
+            scratch = Path(tmp) / "checkpoint"
+            scratch.mkdir()
+            checkpoint = DrawCheckpoint(job.checkpoint_every, lambda path: run.log_artifact(path, CHECKPOINT), scratch)
+        result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint))
         metrics = dict(result.metrics)
         metrics.update(result.timings)
         has_draws = result.draws is not None and result.draws.shape[1] > 0
@@ -304,6 +311,8 @@ def log_artifacts(run, job: RunSettings, method: Method, target, result: Result,
     has_draws = result.draws is not None and result.draws.shape[1] > 0
     if has_draws:
         log_draws(run, job, method, target, result, tmp)
+        if job.save_draws:  # draws.nc holds them all
+            run.delete_artifacts(CHECKPOINT)
     files = target.write_artifacts(tmp, result.draws if has_draws else None, evaluation)  # its data, fields, ...
     for folder, paths in [*files.items(), *result.artifacts.items()]:
         for path in paths:

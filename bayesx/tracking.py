@@ -8,6 +8,12 @@ Many processes may share one SQLite store (a parallel sweep): the store's schema
 experiment found or created once, under a file lock beside the database (MLflow migrates an empty
 store on first use, and processes that race there all fail); the database runs in WAL mode (readers
 do not block the writer), and a write that still meets ``database is locked`` is retried.
+
+A run that dies without a word (SIGKILL, out of memory, a preempted node) cannot close itself, so
+every run records its host and process id and refreshes a heartbeat tag from a background thread;
+:func:`dead_runs` finds RUNNING runs whose process is gone (same host, pid not alive) or whose
+heartbeat is stale (any host), and :func:`mark_killed` ends them KILLED. A run whose process is
+alive on this host is never touched.
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -34,6 +43,7 @@ logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creatin
 logging.getLogger("alembic").setLevel(logging.WARNING)
 
 PARENT_TAG = "mlflow.parentRunId"
+HOST_TAG, PID_TAG, HEARTBEAT_TAG = "host", "pid", "heartbeat"  # heartbeat: unix time of the last beat
 COMPARE_TAG = "compare_metrics"  # each run names its key metrics for `bayesx compare` (its family's choice)
 MAX_PARAM_LENGTH = 6000
 
@@ -132,12 +142,80 @@ class TrackedRun:
     def log_text(self, text: str, name: str) -> None:
         retry_locked(self.client.log_text, self.run_id, text, name)
 
+    def delete_artifacts(self, folder: str) -> bool:
+        """Remove an artifact folder where the artifact store allows it (local files, most servers)."""
+        from mlflow.store.artifact.artifact_repository_registry import (
+            get_artifact_repository,
+        )
+
+        try:
+            uri = self.client.get_run(self.run_id).info.artifact_uri
+            get_artifact_repository(uri).delete_artifacts(folder)
+            return True
+        except Exception:  # noqa: BLE001 - a store without deletion keeps the folder; nothing is lost
+            return False
+
+
+class Heartbeat:
+    """Sets a run's heartbeat tag to the current time every ``interval`` seconds, from a daemon thread."""
+
+    def __init__(self, client: MlflowClient, run_id: str, interval: float):
+        self.client, self.run_id, self.interval = client, run_id, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id[:8]}", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            with contextlib.suppress(Exception):  # a missed beat only ages the tag; the next one retries
+                retry_locked(self.client.set_tag, self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}")
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def liveness_tags() -> dict[str, str]:
+    """Who runs this run: the host, the process id and the first heartbeat."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()), HEARTBEAT_TAG: f"{time.time():.0f}"}
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def dead_reason(tags: dict[str, str], start_time_ms: int, now: float, stale_after_s: float,
+                host: str | None = None, alive=process_alive) -> str | None:
+    """Why a RUNNING run is dead, or None when it may be alive: on this host its pid decides (a live
+    pid is never declared dead); elsewhere, a heartbeat (or, for runs without one, a start) older
+    than ``stale_after_s``."""
+    host = host or socket.gethostname()
+    pid = tags.get(PID_TAG, "")
+    if tags.get(HOST_TAG) == host and pid.isdigit():
+        return None if alive(int(pid)) else f"its process {pid} on {host} is gone"
+    last = float(tags[HEARTBEAT_TAG]) if tags.get(HEARTBEAT_TAG) else start_time_ms / 1000.0
+    age = now - last
+    if age > stale_after_s:
+        where = tags.get(HOST_TAG, "an unknown host")
+        return f"no heartbeat from {where} for {age:.0f} s (more than {stale_after_s:.0f} s)"
+    return None
+
 
 class Tracker:
     """One tracking store and experiment."""
 
-    def __init__(self, uri: str, experiment_name: str, artifact_root: str | None = None):
-        self.uri = uri
+    def __init__(self, uri: str, experiment_name: str, artifact_root: str | None = None,
+                 heartbeat_s: float = 30.0):
+        self.uri, self.heartbeat_s = uri, heartbeat_s
         path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
             raise BayesxError(f"the folder of the MLflow database '{path}' does not exist; create it or set tracking.uri")
@@ -172,15 +250,17 @@ class Tracker:
 
     @contextlib.contextmanager
     def run(self, run_name: str, tags: dict[str, str], parent_run_id: str | None = None) -> Iterator[TrackedRun]:
-        """Open a run; it ends FINISHED, or FAILED on an error, or KILLED on an interrupt."""
-        all_tags = dict(tags)
+        """Open a run; it ends FINISHED, or FAILED on an error, or KILLED on an interrupt. While open,
+        it carries its host and pid and a heartbeat (see the module's docstring)."""
+        all_tags = {**tags, **liveness_tags()}
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
         run = retry_locked(self.client.create_run, self.experiment_id, run_name=run_name, tags=all_tags)
         tracked = TrackedRun(self.client, run.info.run_id)
         status = "FINISHED"
         try:
-            yield tracked
+            with Heartbeat(self.client, tracked.run_id, self.heartbeat_s):
+                yield tracked
         except (KeyboardInterrupt, RunInterrupted):
             status = "KILLED"
             raise
@@ -191,7 +271,9 @@ class Tracker:
             retry_locked(self.client.set_terminated, tracked.run_id, status)
 
     def start_parent(self, run_name: str, tags: dict[str, str]) -> str:
-        return retry_locked(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags).info.run_id
+        """A sweep's parent run; it carries the sweeping process's host and pid (its children beat)."""
+        return retry_locked(self.client.create_run, self.experiment_id, run_name=run_name,
+                            tags={**tags, **liveness_tags()}).info.run_id
 
     def end_parent(self, run_id: str) -> str:
         """End a sweep's parent run: FAILED if a child failed, KILLED if one was killed."""
@@ -244,3 +326,48 @@ def ui_command(uri: str, host: str, port: int, artifact_root: str | None) -> lis
         cmd += ["--default-artifact-root", Path(artifact_root).resolve().as_uri()]
     return cmd
 
+
+
+@dataclass(frozen=True)
+class DeadRun:
+    run_id: str
+    run_name: str
+    reason: str
+
+
+def dead_runs(uri: str, stale_after_s: float, experiment: str | None = None) -> list[DeadRun]:
+    """RUNNING runs of the store (of one experiment, or all) whose process is gone (:func:`dead_reason`).
+    A sweep's parent counts as alive while any of its children is."""
+    df = search_runs(uri, experiment)
+    if df.empty:
+        return []
+    running = df[df["status"] == "RUNNING"]
+    now = time.time()
+    out, parents = [], {}
+    for _, row in running.iterrows():
+        tags = {k[len("tags."):]: v for k, v in row.items() if k.startswith("tags.") and isinstance(v, str)}
+        start_ms = int(row["start_time"].timestamp() * 1000)
+        reason = dead_reason(tags, start_ms, now, stale_after_s)
+        if tags.get("sweep") == "parent":
+            parents[row["run_id"]] = (tags.get("mlflow.runName", ""), reason)
+        elif reason:
+            out.append(DeadRun(row["run_id"], tags.get("mlflow.runName", ""), reason))
+    dead_ids = {d.run_id for d in out}
+    parent_col = f"tags.{PARENT_TAG}"
+    for run_id, (name, reason) in parents.items():
+        children = running[running[parent_col] == run_id] if parent_col in running else running.iloc[:0]
+        if reason and all(c in dead_ids for c in children["run_id"]):
+            out.append(DeadRun(run_id, name, reason))
+    return out
+
+
+def mark_killed(uri: str, runs: list[DeadRun]) -> None:
+    """End the given runs KILLED, each with a ``killed_reason`` tag."""
+    if not runs:
+        return
+    path = sqlite_path(uri)
+    with store_lock(path) if path is not None else contextlib.nullcontext():
+        client = MlflowClient(tracking_uri=uri)
+    for run in runs:
+        retry_locked(client.set_tag, run.run_id, "killed_reason", run.reason)
+        retry_locked(client.set_terminated, run.run_id, "KILLED")

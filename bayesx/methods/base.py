@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bayesx.checkpoint import DrawCheckpoint
 from bayesx.diagnostics import convergence, importance
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.result import Result
@@ -50,12 +51,14 @@ KHAT_LIMIT = 0.7
 @dataclass
 class RunInputs:
     """What the runner hands a method: starting points (None for trainers), the run's generator,
-    whether to show progress bars, and a folder for the files the method writes."""
+    whether to show progress bars, a folder for the files the method writes, and where a sampler
+    saves its draws as it goes (bayesx.checkpoint; None: only at the end)."""
 
     initial: Tensor | None
     gen: torch.Generator
     progress: bool | None = None
     artifact_dir: Path | None = None
+    checkpoint: DrawCheckpoint | None = None
 
 
 class Method(ABC):
@@ -105,7 +108,9 @@ class Method(ABC):
 
 def check_fits(method: Method, target, method_choice: str, model_choice: str) -> None:
     """Samplers and approximations need a posterior; trainers need a model that is trained."""
-    from bayesx.config import methods_of_family  # the choices are read from conf/method, not listed here
+    from bayesx.config import (
+        methods_of_family,  # the choices are read from conf/method, not listed here
+    )
 
     if method.family == Trainer.family and target.capabilities.posterior:
         raise BayesxError(f"method={method_choice} trains a VAE; use model=vae (got model={model_choice})")
@@ -127,11 +132,11 @@ class Sampler(Method):
 
     @abstractmethod
     def run(self, target, initial_position: Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None) -> Result:
+            artifact_dir: Path | None = None, checkpoint: DrawCheckpoint | None = None) -> Result:
         """Warm up and sample all chains from ``initial_position`` (chains, dim)."""
 
     def infer(self, target, inputs: RunInputs) -> Result:
-        result = self.run(target, inputs.initial, inputs.gen, inputs.progress, inputs.artifact_dir)
+        result = self.run(target, inputs.initial, inputs.gen, inputs.progress, inputs.artifact_dir, inputs.checkpoint)
         result.tags["ess_per_s_time"] = "sampling_time_s"
         return result
 

@@ -25,6 +25,7 @@ from bayesx.adaptation.window import (
     WindowAdaptation,
     find_initial_step_size,
 )
+from bayesx.checkpoint import DrawCheckpoint
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import Sampler
@@ -116,8 +117,9 @@ class MCMCMethod(Sampler):
 
     # --- the driver ------------------------------------------------------------------------------
     def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir=None) -> Result:
-        """Warm up and sample all chains from ``initial_position`` (chains, dim)."""
+            artifact_dir=None, checkpoint: DrawCheckpoint | None = None) -> Result:
+        """Warm up and sample all chains from ``initial_position`` (chains, dim); the retained draws go to
+        ``checkpoint`` as they gather."""
         cfg = self.settings
         n_chains, dim = initial_position.shape
         dense = cfg.mass in DENSE_FORMS
@@ -164,6 +166,8 @@ class MCMCMethod(Sampler):
                     kept.append(state.position.detach().to("cpu"))
                     for name, value in info._asdict().items():
                         stats.setdefault(name, []).append(value.detach().to("cpu").numpy())
+                    if checkpoint is not None:
+                        checkpoint.update(kept)
                 bar.tick(info, step_size, it)
         except (KeyboardInterrupt, RunInterrupted):
             result.interrupted = True

@@ -1,0 +1,132 @@
+"""Runs that die without a word (SIGKILL): they keep the draws they checkpointed, and `bayesx runs
+clean` / `bayesx compare` end them KILLED, never a live run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cli_helpers import all_runs, call
+from mlflow.tracking import MlflowClient
+
+from bayesx import checkpoint
+from bayesx.tracking import HEARTBEAT_TAG, HOST_TAG, PID_TAG, dead_reason
+
+pytestmark = pytest.mark.slow
+
+LONG_RUN = ["method=hmc", "data=digits", "method.num_warmup=50", "method.num_draws=1000000", "method.num_steps=5",
+            "checkpoint_every=40", "tracking.heartbeat_s=1", "progress=false", "plots.n_coords=0"]
+
+
+def start(tmp_path: Path, seed: int) -> subprocess.Popen:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "bayesx", "run", *LONG_RUN, f"seed={seed}"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_chunks(client: MlflowClient, seed: int, n: int, timeout: float = 180.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for run in client.search_runs([e.experiment_id for e in client.search_experiments()]):
+            if run.data.tags.get("seed") == str(seed):
+                chunks = client.list_artifacts(run.info.run_id, checkpoint.FOLDER)
+                if len(chunks) >= n:
+                    return run
+        time.sleep(0.5)
+    raise AssertionError(f"no run with seed {seed} saved {n} checkpoint chunks within {timeout} s")
+
+
+def test_sigkilled_run_keeps_its_draws_and_is_marked_killed(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    victim, survivor = start(tmp_path, 0), start(tmp_path, 1)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        killed = wait_for_chunks(client, 0, 2)
+        alive = wait_for_chunks(client, 1, 1)
+        assert killed.data.tags[PID_TAG] == str(victim.pid) and killed.data.tags[HOST_TAG]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+        assert client.get_run(killed.info.run_id).info.status == "RUNNING"  # nobody closed it
+
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        code, out, err = call(["runs", "clean", "--dry-run"])
+        assert code == 0 and f"would mark run {killed.info.run_id[:8]}" in out
+        assert client.get_run(killed.info.run_id).info.status == "RUNNING"
+        code, out, err = call(["runs", "clean"])
+        assert code == 0, err
+        assert f"marked run {killed.info.run_id[:8]}" in out and f"process {victim.pid}" in out
+        assert alive.info.run_id[:8] not in out
+        after = client.get_run(killed.info.run_id)
+        assert after.info.status == "KILLED" and "is gone" in after.data.tags["killed_reason"]
+        assert client.get_run(alive.info.run_id).info.status == "RUNNING"  # a live run is never touched
+
+        folder = Path(client.download_artifacts(killed.info.run_id, checkpoint.FOLDER, str(tmp_path / "dl")))
+        draws = checkpoint.load_draws(folder)
+        assert draws.shape[0] == 4 and draws.shape[1] >= 80 and draws.shape[2] == 64
+        assert draws.std(axis=1).min() > 0  # real, moving chains
+
+        beat = float(client.get_run(alive.info.run_id).data.tags[HEARTBEAT_TAG])
+        assert time.time() - beat < 30  # the survivor's heartbeat is fresh
+    finally:
+        for proc in (victim, survivor):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+    statuses = {r.info.run_id: r.info.status for r in all_runs(uri)}
+    assert statuses[alive.info.run_id] == "KILLED"  # SIGTERM: closed by the run itself
+
+
+def test_compare_marks_dead_runs_and_says_so(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("bayesx")
+    dead = client.create_run(exp, run_name="ghost", tags={HOST_TAG: "elsewhere", PID_TAG: "1",
+                                                          HEARTBEAT_TAG: f"{time.time() - 3600:.0f}"})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    code, out, err = call(["compare"])
+    assert code == 0, err
+    assert f"marked run {dead.info.run_id[:8]} (ghost) KILLED: no heartbeat from elsewhere" in out
+    assert client.get_run(dead.info.run_id).info.status == "KILLED"
+
+
+def test_dead_reason():
+    now = 10_000.0
+    here = {HOST_TAG: "me", PID_TAG: "42", HEARTBEAT_TAG: "0"}
+    # on this host the pid decides, however old the heartbeat: a live process is never dead
+    assert dead_reason(here, 0, now, 60, host="me", alive=lambda pid: True) is None
+    assert "process 42 on me is gone" in dead_reason(here, 0, now, 60, host="me", alive=lambda pid: False)
+    # elsewhere, the heartbeat's age decides
+    there = {HOST_TAG: "node7", PID_TAG: "42", HEARTBEAT_TAG: f"{now - 30}"}
+    assert dead_reason(there, 0, now, 60, host="me") is None
+    assert "no heartbeat from node7 for 90 s" in dead_reason({**there, HEARTBEAT_TAG: f"{now - 90}"}, 0, now, 60,
+                                                              host="me")
+    # a run from before heartbeats: its start time stands in
+    assert dead_reason({}, int((now - 30) * 1000), now, 60, host="me") is None
+    assert "unknown host" in dead_reason({}, int((now - 900) * 1000), now, 60, host="me")
+
+
+def test_checkpoint_chunks_join_in_order_and_stop_at_a_gap(tmp_path):
+    import numpy as np
+    import torch
+
+    saved = []
+    ckpt = checkpoint.DrawCheckpoint(every=3, save=lambda p: saved.append(p.read_bytes()) or
+                                     (tmp_path / "run" / p.name).write_bytes(saved[-1]), scratch=tmp_path)
+    (tmp_path / "run").mkdir()
+    kept = []
+    for i in range(8):
+        kept.append(torch.full((2, 1), float(i)))
+        ckpt.update(kept)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["draws_0000000-0000003.npy",
+                                                                    "draws_0000003-0000006.npy"]
+    kept.append(torch.full((2, 1), 8.0))
+    ckpt.update(kept)
+    draws = checkpoint.load_draws(tmp_path / "run")
+    assert np.array_equal(draws[0, :, 0], np.arange(9.0))
+    (tmp_path / "run" / "draws_0000003-0000006.npy").unlink()
+    assert checkpoint.load_draws(tmp_path / "run").shape[1] == 3  # up to the gap
