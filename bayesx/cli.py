@@ -43,6 +43,15 @@ def _task(cfg) -> None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     parent = os.environ.get(sweep.PARENT_ENV) if multirun else None
     choices = dict(hydra_cfg.runtime.choices)
+    if multirun and cfg.device.get("num_threads") is None:  # parallel jobs share the cores
+        from omegaconf import open_dict
+
+        from bayesx.launchers import threads_per_job
+
+        threads = threads_per_job(hydra_cfg.launcher)
+        if threads:
+            with open_dict(cfg):
+                cfg.device.num_threads = threads
     try:
         apply_data_default(cfg, choices, list(hydra_cfg.overrides.task))
         run_job(cfg, choices, parent)

@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from bayesx.errors import BayesxError
+from bayesx.launchers import PLUGINS, missing_plugin
 
 GROUPS = ("model", "data", "method", "device", "tracking", "experiment")
 
@@ -70,6 +71,10 @@ def _first_values(overrides: list[str]) -> list[str]:
         else:
             values = [override.get_value_element_as_str()] if not override.is_delete() else []
         group = override.key_or_group.lstrip("+~")
+        for value in values:
+            hint = missing_plugin(group, value)
+            if hint:
+                raise BayesxError(hint)
         if group in GROUPS and not override.is_delete():
             options = group_choices(group)
             for value in values:
@@ -118,5 +123,9 @@ def _explain(message: str) -> str:
     if "Could not append to config" in text:
         return lines[0] + "; the key already exists, so drop the leading '+'"
     if "Could not find" in text:
+        for (group, choice) in PLUGINS:  # an experiment preset that names a plugin
+            hint = missing_plugin(group, choice) if f"'{group}/{choice}'" in text else None
+            if hint:
+                return hint
         return lines[0] + "; run `bayesx --help` for the config groups and their choices"
     return lines[0] if lines else "invalid configuration"
