@@ -1,4 +1,4 @@
-"""The ``bayesx`` command: run, ui, compare, runs, data.
+"""The ``bayesx`` command: run, ui, compare, server, runs, data.
 
 ``bayesx run`` hands its arguments to Hydra (overrides, ``-m`` for a multirun sweep,
 ``--cfg job`` to print the composed config, ``--help`` for Hydra's help); the other commands are
@@ -21,6 +21,7 @@ COMMANDS = {
     "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2)",
     "ui": "start the MLflow UI on the configured store (localhost) and print its URL",
     "compare": "table of recorded runs with their key metrics (--experiment, --sort, --csv)",
+    "server": "start an MLflow tracking server on PostgreSQL (a cluster it owns in --dir, or --backend-uri)",
     "runs": "runs clean: mark RUNNING runs whose process is gone (or whose heartbeat is stale) KILLED",
     "data": "list the data sets (data list) or download one (data fetch NAME)",
 }
@@ -109,28 +110,73 @@ def cmd_ui(ns: argparse.Namespace) -> int:
         if probe.connect_ex((ns.host, ns.port)) == 0:
             raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
     print(f"MLflow UI for {uri} at http://{ns.host}:{ns.port}  (Ctrl-C to stop)", flush=True)
-    # The server (uvicorn workers, job consumers) runs in its own process group, which is stopped
-    # as a whole when bayesx ends: on Ctrl-C, on SIGTERM or SIGHUP, or when the server exits.
-    proc = subprocess.Popen(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root")),
-                            start_new_session=True)
+    return _supervise(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root")))
+
+
+def _supervise(command: list[str], when_ready=None) -> int:
+    """Run a server command in its own process group, which is stopped as a whole when bayesx ends:
+    on Ctrl-C, on SIGTERM or SIGHUP, when the server exits, or when ``when_ready(proc)`` fails."""
 
     def stop(signum, frame):
         raise KeyboardInterrupt
 
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in signals}
+    proc = None
     try:
         for sig in signals[1:]:
             signal.signal(sig, stop)
+        proc = subprocess.Popen(command, start_new_session=True)
+        if when_ready is not None:
+            when_ready(proc)
         return proc.wait()
     except KeyboardInterrupt:
         return 0
     finally:
         for sig in signals:  # a second Ctrl-C must not cut the clean-up short
             signal.signal(sig, signal.SIG_IGN)
-        _stop_group(proc)
+        if proc is not None:
+            _stop_group(proc)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+# --- bayesx server ----------------------------------------------------------------------------------
+def cmd_server(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bayesx import server
+
+    for name in ("port", "db_port"):
+        value = getattr(ns, name)
+        if value is not None and not 1 <= value <= 65535:
+            raise BayesxError(f"--{name.replace('_', '-')} must be between 1 and 65535, got {value}")
+    if server.port_open(ns.host, ns.port):
+        raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
+    folder = Path(ns.dir).resolve()
+    cluster = None
+    try:
+        if ns.backend_uri:
+            backend = ns.backend_uri
+        else:
+            cluster = server.Cluster(folder / "pgdata", ns.db_port or server.free_port(), server.cluster_user())
+            cluster.start()
+            backend = cluster.uri
+        server.prepare_store(backend)
+        artifacts = folder / "artifacts"
+        artifacts.mkdir(parents=True, exist_ok=True)
+        url = f"http://{ns.host}:{ns.port}"
+
+        def announce(proc):
+            server.wait_until_serving(proc, ns.host, ns.port)
+            print(f"MLflow tracking server at {url}  (database {backend}, artifacts in {artifacts}; Ctrl-C to stop)\n"
+                  f"log runs to it:  bayesx run tracking=server tracking.uri={url} ...  "
+                  f"(or export MLFLOW_TRACKING_URI={url})", flush=True)
+
+        return _supervise(server.server_command(backend, artifacts, ns.host, ns.port), announce)
+    finally:
+        if cluster is not None:
+            cluster.stop()
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -267,6 +313,7 @@ def help_text() -> str:
               "  bayesx run --cfg job method=nuts method.mass=dense",
               "  bayesx compare --sort ess_bulk_min_per_s",
               "  bayesx runs clean",
+              "  bayesx server --dir mlflow-server   # then: bayesx run tracking=server ...",
               "  bayesx ui",
               "", "`bayesx run --help` shows Hydra's help with the composed config."]
     return "\n".join(lines)
@@ -286,6 +333,14 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--ascending", action="store_true", help="sort ascending instead")
         parser.add_argument("--limit", type=int, help="show at most this many runs")
         parser.add_argument("--csv", metavar="FILE", help="also write the table to a CSV file")
+    if command == "server":
+        parser.add_argument("--dir", default="mlflow-server",
+                            help="folder of the PostgreSQL cluster (pgdata) and the artifacts (default: mlflow-server)")
+        parser.add_argument("--host", default="127.0.0.1", help="address the tracking server binds (default: localhost)")
+        parser.add_argument("--port", type=int, default=5000, help="tracking server port (default 5000)")
+        parser.add_argument("--db-port", type=int, help="PostgreSQL port (default: a free one)")
+        parser.add_argument("--backend-uri", help="use this database instead of a cluster of our own, "
+                                                  "e.g. postgresql://user:pass@host:5432/mlflow")
     if command == "runs":
         parser.add_argument("action", choices=["clean"])
         parser.add_argument("--experiment", help="only runs of this MLflow experiment")
@@ -312,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         if command == "run":
             return cmd_run(rest)
         ns = _parser(command).parse_args(rest)
-        return {"ui": cmd_ui, "compare": cmd_compare, "runs": cmd_runs, "data": cmd_data}[command](ns)
+        return {"ui": cmd_ui, "compare": cmd_compare, "runs": cmd_runs, "server": cmd_server,
+                "data": cmd_data}[command](ns)
     except BayesxError as exc:
         fail(str(exc))
     return 0

@@ -243,7 +243,13 @@ class Tracker:
             location = None
             if artifact_root and is_local_store(self.uri):
                 location = (Path(artifact_root).resolve() / name).as_uri()
-            return self.client.create_experiment(name, artifact_location=location)
+            try:
+                return self.client.create_experiment(name, artifact_location=location)
+            except MlflowException:  # another process (a parallel job on a server) created it first
+                again = self.client.get_experiment_by_name(name)
+                if again is None:
+                    raise
+                return again.experiment_id
         except MlflowException as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BayesxError(f"cannot use the MLflow store '{self.uri}': {first}; check tracking.uri") from exc
