@@ -33,7 +33,7 @@ def fail(message: str) -> None:
 
 
 # --- bayesx run -----------------------------------------------------------------------------------
-def _task(cfg) -> None:
+def _task(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -53,14 +53,17 @@ def _task(cfg) -> None:
         if threads:
             with open_dict(cfg):
                 cfg.device.num_threads = threads
+    objective = cfg.get("sweep", {}).get("objective")
     try:
         apply_data_default(cfg, choices, list(hydra_cfg.overrides.task))
-        run_job(cfg, choices, parent)
+        metrics = run_job(cfg, choices, parent)
+        return sweep.objective_value(metrics, objective) if objective else None
     except BayesxError as exc:
         print(f"bayesx: error: {exc}", file=sys.stderr)
         if not multirun:
             raise SystemExit(2)
         sweep.outcome["failed"] = "yes"  # the sweep goes on; its parent run ends FAILED
+        return float("nan") if objective else None  # a tuner records a failed trial
     except (KeyboardInterrupt, RunInterrupted):
         print("bayesx: interrupted; the run is marked KILLED in MLflow and keeps what it had", file=sys.stderr)
         if multirun:

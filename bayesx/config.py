@@ -71,10 +71,6 @@ def _first_values(overrides: list[str]) -> list[str]:
         else:
             values = [override.get_value_element_as_str()] if not override.is_delete() else []
         group = override.key_or_group.lstrip("+~")
-        for value in values:
-            hint = missing_plugin(group, value)
-            if hint:
-                raise BayesxError(hint)
         if group in GROUPS and not override.is_delete():
             options = group_choices(group)
             for value in values:
@@ -89,8 +85,9 @@ def _first_values(overrides: list[str]) -> list[str]:
     return single
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """Compose the config as ``bayesx run`` would (sweeps reduced to their first value)."""
+def compose(overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """Compose the config as ``bayesx run`` would (sweeps reduced to their first value); with_hydra
+    keeps Hydra's own node (its launcher, sweeper and choices)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -101,7 +98,7 @@ def compose(overrides: list[str]) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            return hydra_compose(config_name="config", overrides=single)
+            return hydra_compose(config_name="config", overrides=single, return_hydra_config=with_hydra)
     except (HydraException, OmegaConfBaseException) as exc:
         raise BayesxError(_explain(str(exc))) from exc
     finally:
@@ -109,7 +106,13 @@ def compose(overrides: list[str]) -> DictConfig:
 
 
 def check_overrides(overrides: list[str]) -> None:
-    compose(overrides)
+    """The overrides compose, and the launcher and sweeper they choose (directly or through a preset)
+    are installed."""
+    choices = compose(overrides, with_hydra=True).hydra.runtime.choices
+    for group in ("hydra/launcher", "hydra/sweeper"):
+        hint = missing_plugin(group, str(choices.get(group)))
+        if hint:
+            raise BayesxError(hint)
 
 
 def _explain(message: str) -> str:

@@ -27,6 +27,14 @@ class ReferenceSettings(Settings):
 
 
 @dataclass(frozen=True)
+class SweepSettings(Settings):
+    """What a tuning sweeper (hydra/sweeper=optuna) optimizes: each job returns this metric of its run
+    (NaN when the run failed or lacks it); the direction is the sweeper's (hydra.sweeper.direction)."""
+
+    objective: str | None = None  # e.g. ess_bulk_min_per_s, test_lpd, elbo_final
+
+
+@dataclass(frozen=True)
 class RunSettings(Settings):
     seed: Annotated[int, AtLeast(0)] = 0
     n_chains: Annotated[int, AtLeast(1)] = 4
@@ -37,6 +45,7 @@ class RunSettings(Settings):
     save_draws: bool = True
     checkpoint_every: Annotated[int, AtLeast(0)] = 250  # MCMC: save the draws every N kept draws (bayesx.checkpoint); 0: only at the end
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
+    sweep: SweepSettings = field(default_factory=SweepSettings)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,16 @@ class SweepParentRun(Callback):
                 outcome["status"] = tracker.end_parent(run_id)
 
 
+def objective_value(metrics: dict[str, float], objective: str) -> float:
+    """The run's value of ``sweep.objective``, returned to a tuning sweeper; an unknown name is a user error."""
+    from bayesx.errors import BayesxError
+
+    if objective not in metrics:
+        known = ", ".join(sorted(metrics))
+        raise BayesxError(f"sweep.objective={objective} is not a metric of this run; choose one of: {known}")
+    return float(metrics[objective])
+
+
 def abort_parent(config: DictConfig | None, status: str) -> None:
     """Close a still-open parent run (the sweep was interrupted or a job stopped it)."""
     run_id = os.environ.pop(PARENT_ENV, None)

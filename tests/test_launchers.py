@@ -70,6 +70,16 @@ def test_a_launcher_whose_plugin_is_missing_names_the_install_command(monkeypatc
     assert not (tmp_path / "mlflow.db").exists()  # nothing recorded
 
 
+def test_a_plugin_config_hydra_cannot_find_is_explained_with_the_install_command(monkeypatch):
+    from bayesx.config import _explain
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("hydra_plugins.hydra_submitit") else real(name, *a))
+    message = _explain("In 'hydra/launcher/slurm': Could not find 'hydra/launcher/submitit_slurm'\n\nAvailable ...")
+    assert message.startswith("hydra/launcher=submitit_slurm needs the Hydra plugin hydra-submitit-launcher")
+
+
 @pytest.mark.parametrize("launcher, expected", [
     ({"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}, None),
     ({"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "n_jobs": 2}, "half"),
