@@ -326,10 +326,12 @@ def log_artifacts(run, job: RunSettings, method: Method, target, result: Result,
 def log_draws(run, job: RunSettings, method: Method, target, result: Result, tmp: Path) -> None:
     draws = result.draws.numpy()
     if job.save_draws:
-        idata = convergence.to_inference_data(draws, result.sample_stats, target.param_name)
+        idata = convergence.to_inference_data(draws, result.sample_stats, target.param_name,
+                                              target.coordinate_names())
         path = tmp / "draws.nc"
         idata.to_netcdf(str(path), engine="h5netcdf")
         run.log_artifact(path)
     if job.plots.n_coords > 0:
         coords = method.plot_coordinates(draws, job.plots.n_coords)
-        run.log_artifact(plots.trace_and_marginals(draws, coords, target.param_name, tmp / "trace.png"), "plots")
+        run.log_artifact(plots.trace_and_marginals(draws, coords, target.param_name, tmp / "trace.png",
+                                                   target.coordinate_names()), "plots")

@@ -59,13 +59,16 @@ def lowest_ess_coordinates(draws: np.ndarray, k: int) -> list[int]:
     return [int(i) for i in np.argsort(np.nan_to_num(bulk, nan=np.inf))[:k]]
 
 
-def to_inference_data(draws: np.ndarray, sample_stats: dict[str, np.ndarray], name: str = "theta"):
-    """An ArviZ InferenceData with the draws as one vector variable and the sampler statistics."""
+def to_inference_data(draws: np.ndarray, sample_stats: dict[str, np.ndarray], name: str = "theta",
+                      coordinate_names: list[str] | None = None):
+    """An ArviZ InferenceData with the draws as one vector variable (its coordinates named where given)
+    and the sampler statistics."""
     stats = {k: np.asarray(v) for k, v in sample_stats.items() if np.asarray(v).ndim == 2}
     if "divergent" in stats:
         stats["diverging"] = stats.pop("divergent").astype(bool)
+    coords = {f"{name}_dim": list(coordinate_names)} if coordinate_names else None
     return az.from_dict(posterior={name: np.asarray(draws)}, sample_stats=stats or None,
-                        dims={name: [f"{name}_dim"]})
+                        dims={name: [f"{name}_dim"]}, coords=coords)
 
 
 def quantity_ess_name(name: str, values: np.ndarray) -> str:

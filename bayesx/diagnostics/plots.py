@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def trace_and_marginals(draws: np.ndarray, coords: list[int], name: str, path: Path) -> Path:
+def trace_and_marginals(draws: np.ndarray, coords: list[int], name: str, path: Path,
+                        coordinate_names: list[str] | None = None) -> Path:
     """One row per coordinate: the trace of every chain (left) and its histogram (right)."""
     n = len(coords)
     fig, axes = plt.subplots(n, 2, figsize=(10, 2.2 * n), squeeze=False)
@@ -19,7 +20,7 @@ def trace_and_marginals(draws: np.ndarray, coords: list[int], name: str, path: P
         for chain in range(draws.shape[0]):
             axes[row, 0].plot(draws[chain, :, j], lw=0.6, alpha=0.8)
             axes[row, 1].hist(draws[chain, :, j], bins=40, histtype="step", density=True)
-        axes[row, 0].set_ylabel(f"{name}[{j}]")
+        axes[row, 0].set_ylabel(coordinate_names[j] if coordinate_names else f"{name}[{j}]")
     axes[0, 0].set_title("trace (one colour per chain)")
     axes[0, 1].set_title("marginal density")
     axes[-1, 0].set_xlabel("draw")

@@ -143,6 +143,10 @@ class TargetBase(ModelBase):
         """Which implementation evaluates this target for these chains (the run's ``kernels`` tag)."""
         return "pytorch"
 
+    def coordinate_names(self) -> list[str] | None:
+        """Names of the dim coordinates for the draws file and plots; None: ``<param_name>[j]``."""
+        return None
+
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         u = torch.rand((n_chains, self.dim), generator=gen, dtype=self.dtype, device=self.device)
         return self.init_scale * (2.0 * u - 1.0)

@@ -1,0 +1,179 @@
+"""A user's own model (``model=custom``): any log density written in torch, gradients by autograd.
+
+    bayesx run model=custom model.log_density=examples/eight_schools.py:log_density model.dim=10 method=nuts
+    bayesx run model=custom model.log_density=mypkg.models:poisson model.dim=4 model.data_file=counts.csv
+
+``model.log_density`` names the function as ``package.module:function`` (importable) or
+``path/to/file.py:function`` (``:log_density`` when the function part is left out). It takes the
+parameters ``theta`` (a tensor of shape (dim,) or, batched, (chains, dim)) and, where ``model.data_file`` is
+given, the data as a dict of float tensors (a CSV's columns by header, or a ``.npz``'s arrays), and
+returns the unnormalised log posterior density: one value per point. A function written for one point
+is vectorised with ``torch.func.vmap`` (or, where vmap cannot trace it, called point by point).
+
+Optional: ``model.init`` (the point the chains start around, jittered by ``model.init_scale``; default
+the origin) and ``model.param_names`` (names of the dim coordinates, used in the draws file, the
+plots and the tags). Every method that needs only a log density and its gradient runs on it (MCMC,
+VI, flows, SVGD, AIS/SMC, Laplace, Pathfinder); those that need more structure (pCN's Gaussian prior,
+the logistic bound of ``method=vi divergence=jj``) say so.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import importlib.util
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bayesx.errors import BayesxError
+from bayesx.settings import AtLeast, Described, InvalidSetting, Positive, Settings
+from bayesx.targets.base import Capabilities, TargetBase
+
+
+@dataclass(frozen=True)
+class CustomSettings(Settings):
+    log_density: Annotated[str | None, Described("package.module:function or path/to/file.py:function")] = None
+    dim: Annotated[int | None, AtLeast(1)] = None
+    data_file: str | None = None  # a .csv (columns by header) or .npz file, passed to the function as a dict of tensors
+    init: tuple[float, ...] | None = None  # where the chains start (jittered); null: the origin
+    init_scale: Annotated[float, Positive()] = 1.0  # chains start uniformly in init +- init_scale
+    param_names: tuple[str, ...] | None = None  # one name per coordinate
+
+    def check(self):
+        if not self.log_density:
+            raise InvalidSetting("log_density", "must be set: model.log_density=package.module:function or "
+                                                "path/to/file.py:function")
+        if self.dim is None:
+            raise InvalidSetting("dim", "must be set to the number of parameters, e.g. model.dim=10")
+        for name, value in (("init", self.init), ("param_names", self.param_names)):
+            if value is not None and len(value) != self.dim:
+                raise InvalidSetting(name, f"has {len(value)} entries but model.dim={self.dim}; give one per parameter")
+
+
+def load_function(spec: str) -> Callable:
+    """The function ``spec`` names: ``package.module:function`` or ``path/to/file.py:function``."""
+    where, _, name = spec.partition(":")
+    name = name or "log_density"
+    if where.endswith(".py"):
+        path = Path(where).expanduser()
+        if not path.is_file():
+            raise BayesxError(f"model.log_density: no file {path}; give an existing .py file (path/to/file.py:function)")
+        module_spec = importlib.util.spec_from_file_location(f"bayesx_custom_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 - the user's module failed to import: name it, in one line
+            raise BayesxError(f"model.log_density: importing {path} failed: {type(exc).__name__}: {exc}") from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise BayesxError(f"model.log_density: cannot import module '{where}' ({exc}); check the name and "
+                              f"PYTHONPATH, or give a file as path/to/file.py:function") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise BayesxError(f"model.log_density: {where} has no function '{name}'; "
+                          f"define it or name another one after the colon")
+    return function
+
+
+def load_data(path_text: str, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
+    """A .csv file's numeric columns (by header) or a .npz file's arrays, as tensors."""
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise BayesxError(f"model.data_file: no file {path}; give a .csv or .npz file")
+    if path.suffix == ".npz":
+        with np.load(path) as arrays:
+            return {k: torch.as_tensor(np.asarray(v, dtype=np.float64), dtype=dtype, device=device)
+                    for k, v in arrays.items()}
+    if path.suffix != ".csv":
+        raise BayesxError(f"model.data_file: {path.name} is neither .csv nor .npz; convert it to one of them")
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    if len(rows) < 2:
+        raise BayesxError(f"model.data_file: {path} has no data rows below its header")
+    header, body = rows[0], rows[1:]
+    try:
+        values = np.array([[float(v) for v in row] for row in body])
+    except ValueError as exc:
+        raise BayesxError(f"model.data_file: {path} has a non-numeric value ({exc}); encode every column as numbers") from None
+    return {name: torch.as_tensor(values[:, j], dtype=dtype, device=device) for j, name in enumerate(header)}
+
+
+class CustomModel(TargetBase):
+    """The log density of a user's function (see the module docstring)."""
+
+    Settings = CustomSettings
+    capabilities = Capabilities(uses_data=False)
+    param_name = "theta"
+
+    def __init__(self, settings: CustomSettings | None = None, data=None, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float64, **options):
+        self.settings = self.configure(settings, options)
+        self.device, self.dtype, self.dim = torch.device(device), dtype, int(self.settings.dim)
+        self.init_scale = self.settings.init_scale
+        self.function = load_function(self.settings.log_density)
+        self.data = load_data(self.settings.data_file, dtype, self.device) if self.settings.data_file else None
+        self.centre = torch.as_tensor(self.settings.init or [0.0] * self.dim, dtype=dtype, device=self.device)
+        self._batched = self._probe()
+
+    def _call(self, q: Tensor) -> Tensor:
+        return self.function(q) if self.data is None else self.function(q, self.data)
+
+    def _probe(self) -> Callable[[Tensor], Tensor]:
+        """How to evaluate a batch: the function itself if it takes one, else vmap, else a loop;
+        checked at the starting point (shape and finiteness), so a bad function fails before a run."""
+        points = torch.stack([self.centre, self.centre])
+        name = self.settings.log_density
+        try:
+            out = torch.as_tensor(self._call(points))
+        except Exception:  # noqa: BLE001 - a function written for one point; tried below
+            out = None
+        if out is not None and out.shape == (2,):
+            evaluate = self._call
+        else:
+            try:
+                single = torch.as_tensor(self._call(self.centre))
+            except Exception as exc:  # noqa: BLE001 - the user's function failed: say where, in one line
+                raise BayesxError(f"model.log_density {name} failed at the starting point: {type(exc).__name__}: "
+                                  f"{exc}") from None
+            if single.numel() != 1:
+                raise BayesxError(f"model.log_density {name} returned shape {tuple(single.shape)} for one point of "
+                                  f"dim {self.dim}; return one log density (a scalar) per point")
+            vectorised = torch.func.vmap(lambda q: self._call(q).reshape(()))
+            try:
+                vectorised(points)
+                evaluate = vectorised
+            except Exception:  # noqa: BLE001 - vmap cannot trace every function: fall back to a loop
+                evaluate = lambda q: torch.stack([self._call(row).reshape(()) for row in q])  # noqa: E731
+        value = float(evaluate(self.centre[None])[0])
+        if not math.isfinite(value):
+            raise BayesxError(f"model.log_density {name} is {value} at the starting point {self.centre.tolist()}; "
+                              f"fix the function or set model.init to a point of positive density")
+        return evaluate
+
+    def log_prob(self, q: Tensor) -> Tensor:
+        flat = q.reshape(-1, self.dim)
+        return self._batched(flat).reshape(q.shape[:-1])
+
+    def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
+        u = torch.rand((n_chains, self.dim), generator=gen, dtype=self.dtype, device=self.device)
+        return self.centre + self.init_scale * (2.0 * u - 1.0)
+
+    def coordinate_names(self) -> list[str] | None:
+        return list(self.settings.param_names) if self.settings.param_names else None
+
+    def describe(self) -> dict[str, str]:
+        tags = {"dim": str(self.dim), "log_density": self.settings.log_density}
+        if self.settings.data_file:
+            tags["data_file"] = str(self.settings.data_file)
+        if self.settings.param_names:
+            tags["param_names"] = ",".join(self.settings.param_names)
+        return tags
