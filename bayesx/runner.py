@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -26,6 +25,7 @@ from bayesx.data.registry import data_dir
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.methods.base import Method, RunInputs, check_fits
+from bayesx.provenance import provenance_tags
 from bayesx.result import Result
 from bayesx.run_settings import DeviceSettings, RunSettings, TrackingSettings
 from bayesx.settings import InvalidSetting, Settings, configure
@@ -85,15 +85,6 @@ def options_of(node: DictConfig, group: str) -> dict:
             raise BayesxError(f"{key} must be set; add {key}=VALUE to the command line") from None
         raise BayesxError(f"cannot read the {group} options: {str(exc).splitlines()[0]}") from None
     return {k: v for k, v in options.items() if not k.startswith("_")}
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def flatten(cfg: DictConfig) -> dict[str, object]:
@@ -256,8 +247,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     run_name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
     tags = {
         "method": choices.get("method", ""), "model": model_name, "family": method.family, "data": data_name,
-        "device": str(device), "dtype": device_settings.dtype, "torch_version": torch.__version__,
-        "git_commit": git_commit(), "seed": str(job.seed), "n_chains": str(job.n_chains),
+        "device": str(device), "dtype": device_settings.dtype, **provenance_tags(),
+        "seed": str(job.seed), "n_chains": str(job.n_chains),
         **{f"target.{k}": v for k, v in target.describe().items()},
     }
     # SIGTERM is caught from before the run exists until it is closed, so a run is never left RUNNING

@@ -116,6 +116,15 @@ def test_run_records_a_finished_run(method, method_runs, store):
     assert (tags["method"], tags["model"], tags["data"], tags["device"]) == (method, "logreg", "digits", "cpu")
     assert tags["torch_version"] == torch.__version__
     assert tags["git_commit"] == short_commit()
+    import platform
+    import socket
+
+    import numpy as np
+
+    assert tags["python_version"] == platform.python_version() and tags["numpy_version"] == np.__version__
+    assert tags["bayesx_version"] != "unknown" and int(tags["torch_threads"]) >= 1
+    assert tags["native_kernels"] == "enabled" and tags["kernels"] in ("native", "pytorch")
+    assert tags["host"] == socket.gethostname() and tags["pid"].isdigit() and float(tags["heartbeat"]) > 0
 
 
 @pytest.mark.parametrize("method", METHODS)
