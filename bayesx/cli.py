@@ -209,6 +209,34 @@ def compare_columns(df) -> list[str]:
     return columns
 
 
+ESS_PER_CHAIN = 100  # Vehtari et al. (2021): bulk ESS of at least 100 per chain before trusting R-hat and ESS
+
+
+def reliability(df) -> list[str]:
+    """Per run: why its R-hat and ESS make ESS-based rates meaningless (R-hat above 1.01, bulk ESS below
+    100 per chain), "ok", or "" for runs without them (approximations, trainers)."""
+    from bayesx.methods.base import RHAT_LIMIT
+
+    def number(value) -> float | None:  # absent and NaN alike: the run has no such metric
+        return None if value is None or value != value else float(value)
+
+    out = []
+    for _, row in df.iterrows():
+        rhat, ess = number(row.get("metrics.rhat_max")), number(row.get("metrics.ess_bulk_min"))
+        if rhat is None and ess is None:
+            out.append("")
+            continue
+        chains_tag = str(row.get("tags.n_chains") or "")
+        need = ESS_PER_CHAIN * (int(chains_tag) if chains_tag.isdigit() else 1)
+        reasons = []
+        if rhat is not None and rhat > RHAT_LIMIT:
+            reasons.append(f"rhat {rhat:.3g}>{RHAT_LIMIT}")
+        if ess is not None and ess < need:
+            reasons.append(f"ess {ess:.3g}<{need}")
+        out.append(",".join(reasons) or "ok")
+    return out
+
+
 def compare_table(df, sort: str | None, ascending: bool):
     import pandas as pd
 
@@ -231,8 +259,11 @@ def compare_table(df, sort: str | None, ascending: bool):
         metric_cols.append(sort)
     for m in metric_cols:
         table[m] = df[f"metrics.{m}"]
-    if sort:
-        table = table.sort_values(sort, ascending=ascending, na_position="last")
+    table["check"] = reliability(df)
+    if sort:  # unreliable MCMC rows last, whatever their value
+        table = table.assign(_unreliable=~table["check"].isin(["ok", ""]))
+        table = table.sort_values(["_unreliable", sort], ascending=[True, ascending], na_position="last")
+        table = table.drop(columns="_unreliable")
     return table.reset_index(drop=True)
 
 
@@ -276,6 +307,9 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         table = table.head(ns.limit)
     with pd.option_context("display.max_columns", None, "display.width", 200, "display.float_format", "{:.4g}".format):
         print(table.to_string(index=False, na_rep="-"))
+    if not table["check"].isin(["ok", ""]).all():
+        print(f"check: runs with R-hat > 1.01 or bulk ESS < {ESS_PER_CHAIN} per chain (Vehtari et al. 2021) have "
+              f"no reliable ESS or ESS/s" + ("; they are sorted last" if ns.sort else ""))
     if ns.csv:
         table.to_csv(ns.csv, index=False)
         print(f"wrote {len(table)} runs to {ns.csv}")

@@ -198,22 +198,45 @@ def test_compare_prints_the_runs(method_runs, store):
 
 
 def test_compare_sorts_and_writes_csv(method_runs, store, tmp_path):
+    """Sorted by the metric, except that runs whose R-hat > 1.01 or bulk ESS < 100 per chain go last."""
     runs = method_runs[0]
     ess = {r.info.run_id[:8]: r.data.metrics["ess_bulk_min"] for r in runs.values()}
+    unreliable = {r.info.run_id[:8]: r.data.metrics["rhat_max"] > 1.01 or r.data.metrics["ess_bulk_min"] < 100 * N_CHAINS
+                  for r in runs.values()}
     csv = tmp_path / "table.csv"
     code, out, err = call(["compare", "--sort", "ess_bulk_min", "--csv", str(csv)])
     assert code == 0, err
     assert f"wrote 3 runs to {csv}" in out
-    table = pd.read_csv(csv, dtype={"run_id": str})
+    table = pd.read_csv(csv, dtype={"run_id": str}, keep_default_na=False)
     assert len(table) == 3
     assert sorted(table["method"]) == sorted(METHODS)
-    assert list(table["run_id"]) == sorted(ess, key=ess.get, reverse=True)
-    assert table["ess_bulk_min"].tolist() == pytest.approx(sorted(ess.values(), reverse=True))
+    assert list(table["run_id"]) == sorted(ess, key=lambda r: (unreliable[r], -ess[r]))
+    assert [c != "ok" for c in table["check"]] == [unreliable[r] for r in table["run_id"]]
+    if any(unreliable.values()):
+        assert "have no reliable ESS or ESS/s; they are sorted last" in out
 
     code, out, err = call(["compare", "--sort", "ess_bulk_min", "--ascending", "--limit", "2", "--csv", str(csv)])
     assert code == 0, err
     table = pd.read_csv(csv, dtype={"run_id": str})
-    assert list(table["run_id"]) == sorted(ess, key=ess.get)[:2]
+    assert list(table["run_id"]) == sorted(ess, key=lambda r: (unreliable[r], ess[r]))[:2]
+
+
+def test_compare_flags_and_sorts_last_a_run_whose_ess_rate_is_meaningless():
+    """The issue's case: a short RWM run with ESS 2.4 and R-hat 3.47 has the highest ESS/s, 62, above
+    NUTS at 1.7 (R-hat 1.06): both are flagged and a healthy run leads."""
+    from bayesx.cli import compare_table
+
+    df = pd.DataFrame({
+        "run_id": ["rwm00000", "nuts0000", "good0000", "vi000000"], "status": ["FINISHED"] * 4,
+        "tags.method": ["rwm", "nuts", "nuts", "vi"], "tags.n_chains": ["4", "4", "4", "4"],
+        "metrics.ess_bulk_min_per_s": [62.0, 1.7, 0.9, float("nan")],
+        "metrics.ess_bulk_min": [2.4, 300.0, 900.0, float("nan")],
+        "metrics.rhat_max": [3.47, 1.06, 1.003, float("nan")],
+        "metrics.elbo_final": [float("nan")] * 3 + [-10.0],
+    })
+    table = compare_table(df, "ess_bulk_min_per_s", ascending=False)
+    assert list(table["run_id"]) == ["good0000", "vi000000", "rwm00000", "nuts0000"]
+    assert list(table["check"]) == ["ok", "", "rhat 3.47>1.01,ess 2.4<400", "rhat 1.06>1.01,ess 300<400"]
 
 
 def test_compare_unknown_sort_metric_is_a_one_line_error(method_runs, store):
