@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayesx.data import ClassificationData, registry, seeded_split
+from bayesx.data import ClassificationData, download, registry, seeded_split
 from bayesx.data.csv import load_csv
 from bayesx.data.digits import load_digits
 from bayesx.data.idx import load_idx_dataset, read_idx, write_idx
@@ -451,11 +451,13 @@ def test_fetch_unknown_and_builtin():
     assert result.status == "built-in" and "nothing to fetch" in result.message
 
 
-def point_urls(monkeypatch, name: str, *bases: str) -> None:
-    """Make data set ``name`` download its files from ``bases`` (tried in order)."""
+def point_urls(monkeypatch, name: str, *bases: str, served: Path | None = None) -> None:
+    """Make data set ``name`` download its files from ``bases`` (tried in order); with ``served``, the
+    files there (fakes, small) become the ones whose checksums the fetch expects."""
     info = registry.get_dataset(name)
     files = tuple(
-        dataclasses.replace(remote, urls=tuple(base + remote.filename for base in bases))
+        dataclasses.replace(remote, urls=tuple(base + remote.filename for base in bases),
+                            sha256=download.sha256_of(served / remote.filename) if served else remote.sha256)
         for remote in info.remote_files
     )
     monkeypatch.setitem(registry.DATASETS, name, dataclasses.replace(info, remote_files=files))
@@ -499,6 +501,7 @@ def test_fetch_cnae9_from_local_server(monkeypatch, empty_data_cache, local_serv
     result = registry.fetch("cnae9", progress=False)
     target = empty_data_cache / "cnae9"
     assert result.status == "present" and result.location == str(target)
+    assert "no known checksum to verify CNAE-9.data (sha256 " in result.message
     assert (target / "CNAE-9.data").read_text() == "1,0,0,1\n2,1,0,0\n"
     assert sorted(p.name for p in target.iterdir()) == ["CNAE-9.data"]
     again = registry.fetch("cnae9", progress=False)
@@ -511,9 +514,10 @@ def test_fetch_cnae9_from_local_server(monkeypatch, empty_data_cache, local_serv
 def test_fetch_mnist_with_mirror_fallback(monkeypatch, empty_data_cache, local_server):
     folder, base = local_server
     write_fake_mnist(folder)
-    point_urls(monkeypatch, "mnist", UNREACHABLE, base)  # first mirror refuses, second works
+    point_urls(monkeypatch, "mnist", UNREACHABLE, base, served=folder)  # first mirror refuses, second works
     result = registry.fetch("mnist", progress=False)
     assert result.status == "present" and len(result.downloaded) == 4
+    assert "checksums verified" in result.message
     assert registry.get_dataset("mnist").status() == "present"
     data = load_mnist01(source="full")
     assert data.source == f"fetched:{empty_data_cache / 'mnist'}" and data.n_features == 784
@@ -535,13 +539,51 @@ def test_fetch_cifar10_extracts_archive(monkeypatch, empty_data_cache, local_ser
             entry = tarfile.TarInfo(relative)
             entry.size = len(content)
             tar.addfile(entry, io.BytesIO(content))
-    point_urls(monkeypatch, "cifar10", base)
+    point_urls(monkeypatch, "cifar10", base, served=folder)
     result = registry.fetch("cifar10", progress=False)
     target = empty_data_cache / "cifar10"
     assert result.status == "present"
     assert (target / "cifar-10-batches-py" / "test_batch").read_bytes() == b"fake batch"
     assert not (target / "cifar-10-python.tar.gz").exists()  # archive removed after unpacking
     assert sorted(p.name for p in target.iterdir()) == ["cifar-10-batches-py"]
+
+
+def test_fetch_refuses_a_corrupt_download_and_keeps_the_cache_as_it_was(monkeypatch, empty_data_cache, local_server):
+    """A served file whose bytes differ from the known SHA-256 (truncated, altered, a captive portal's
+    page) is an error naming the checksum; the cache keeps its earlier copy and no temporary file."""
+    folder, base = local_server
+    write_fake_mnist(folder)
+    point_urls(monkeypatch, "mnist", base, served=folder)
+    registry.fetch("mnist", progress=False)
+    target = empty_data_cache / "mnist"
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    name = "train-labels-idx1-ubyte.gz"
+    (folder / name).write_bytes((folder / name).read_bytes()[:-5])  # now truncated on the server
+    with pytest.raises(BayesxError) as excinfo:
+        registry.fetch("mnist", force=True, progress=False)
+    message = one_line(excinfo)
+    assert f"could not download mnist from {base}{name}: SHA-256 mismatch" in message
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before  # untouched, no .part left
+
+
+def test_fetch_replaces_a_corrupt_file_left_in_the_cache(monkeypatch, empty_data_cache, local_server):
+    folder, base = local_server
+    write_fake_mnist(folder)
+    point_urls(monkeypatch, "mnist", base, served=folder)
+    target = empty_data_cache / "mnist"
+    target.mkdir(parents=True)
+    name = "t10k-labels-idx1-ubyte.gz"
+    (target / name).write_bytes(b"half a file")  # from a crashed earlier fetch, not ours
+    result = registry.fetch("mnist", progress=False)
+    assert (target / name).read_bytes() == (folder / name).read_bytes() and len(result.downloaded) == 4
+
+
+def test_known_checksums_are_sha256_hex():
+    for info in registry.list_datasets():
+        for remote in info.remote_files:
+            assert remote.sha256 is None or (len(remote.sha256) == 64 and int(remote.sha256, 16) >= 0)
+    assert all(r.sha256 for name in ("mnist", "fashion_mnist", "cifar10")
+               for r in registry.get_dataset(name).remote_files)
 
 
 def test_vendored_file_is_small_and_licensed():

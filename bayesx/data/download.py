@@ -1,7 +1,13 @@
-"""Downloading one file safely (temporary name, then rename) and unpacking tar archives."""
+"""Downloading one file safely and unpacking tar archives.
+
+A download goes to a hidden temporary file beside its destination, its SHA-256 computed as it
+arrives; only a complete file whose checksum matches the known one replaces the destination (an
+atomic rename), so a truncated or corrupted download leaves the cache as it was.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import os
 import shutil
@@ -27,8 +33,21 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _copy_response(url: str, handle, progress: bool, label: str) -> None:
-    """Stream ``url`` into the open binary file ``handle``, with a tqdm bar when ``progress``."""
+class ChecksumMismatch(ValueError):
+    """The downloaded bytes are not the file bayesx knows."""
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _copy_response(url: str, handle, progress: bool, label: str) -> str:
+    """Stream ``url`` into the open binary file ``handle``, with a tqdm bar when ``progress``; returns
+    the SHA-256 of what arrived."""
     from tqdm import tqdm
 
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
@@ -36,19 +55,24 @@ def _copy_response(url: str, handle, progress: bool, label: str) -> None:
         length = response.headers.get("Content-Length")
         total = int(length) if length and length.isdigit() else None
         received = 0
+        digest = hashlib.sha256()
         with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress, leave=False) as bar:
             while chunk := response.read(CHUNK_BYTES):
                 handle.write(chunk)
+                digest.update(chunk)
                 received += len(chunk)
                 bar.update(len(chunk))
         if total is not None and received != total:
             raise OSError(f"connection closed after {received} of {total} bytes")
+    return digest.hexdigest()
 
 
-def download_file(name: str, urls: tuple[str, ...], destination: Path, progress: bool = True) -> Path:
-    """Download the first of ``urls`` that works to ``destination`` and return ``destination``.
+def download_file(name: str, urls: tuple[str, ...], destination: Path, progress: bool = True,
+                  sha256: str | None = None) -> Path:
+    """Download the first of ``urls`` that works (and, where ``sha256`` is known, whose bytes have that
+    checksum) to ``destination`` and return ``destination``.
 
-    The data go to a hidden temporary file in the same folder, renamed only when complete.
+    The data go to a hidden temporary file in the same folder, renamed only when complete and checked.
     """
     destination.parent.mkdir(parents=True, exist_ok=True)
     failures = []
@@ -56,7 +80,10 @@ def download_file(name: str, urls: tuple[str, ...], destination: Path, progress:
         descriptor, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".part", dir=destination.parent)
         try:
             with os.fdopen(descriptor, "wb") as handle:
-                _copy_response(url, handle, progress, destination.name)
+                digest = _copy_response(url, handle, progress, destination.name)
+            if sha256 and digest != sha256:
+                raise ChecksumMismatch(f"SHA-256 mismatch (got {digest[:12]}..., expected {sha256[:12]}...): "
+                                       f"a truncated or altered file")
             os.replace(temporary, destination)
             return destination
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:

@@ -31,10 +31,12 @@ def data_dir() -> Path:
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One file to download: saved as ``filename``; ``urls`` are mirrors tried in order."""
+    """One file to download: saved as ``filename``; ``urls`` are mirrors tried in order; ``sha256`` its
+    checksum (None where bayesx knows none: the file is then taken as it comes, and fetch says so)."""
 
     filename: str
     urls: tuple[str, ...]
+    sha256: str | None = None
     extract: bool = False  # a .tar.gz to unpack into the data set's folder (the archive is then removed)
 
 
@@ -89,20 +91,27 @@ class DatasetInfo:
         return str(found if found is not None else self.cache_dir)
 
 
-def _idx_files(base_urls: tuple[str, ...]) -> tuple[RemoteFile, ...]:
+def _idx_files(base_urls: tuple[str, ...], checksums: dict[str, str]) -> tuple[RemoteFile, ...]:
     """The four standard MNIST-style IDX .gz files, each from every base URL in turn."""
-    names = [
-        f"{prefix}-{kind}-idx{dims}-ubyte.gz"
-        for prefix in ("train", "t10k")
-        for kind, dims in (("images", 3), ("labels", 1))
-    ]
-    return tuple(RemoteFile(name, tuple(base + name for base in base_urls)) for name in names)
+    return tuple(RemoteFile(name, tuple(base + name for base in base_urls), checksums[name]) for name in checksums)
 
 
+# SHA-256 of the published files: MNIST's as many projects list them; Fashion-MNIST's computed from
+# Debian's dataset-fashion-mnist (a snapshot of the upstream repository, which holds the files)
 _MNIST_FILES = _idx_files(
-    ("https://ossci-datasets.s3.amazonaws.com/mnist/", "https://storage.googleapis.com/cvdf-datasets/mnist/")
+    ("https://ossci-datasets.s3.amazonaws.com/mnist/", "https://storage.googleapis.com/cvdf-datasets/mnist/"),
+    {"train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+     "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+     "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+     "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"},
 )
-_FASHION_FILES = _idx_files(("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",))
+_FASHION_FILES = _idx_files(
+    ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
+    {"train-images-idx3-ubyte.gz": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
+     "train-labels-idx1-ubyte.gz": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
+     "t10k-images-idx3-ubyte.gz": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
+     "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05"},
+)
 _CIFAR_BATCHES = tuple(f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)) + (
     "cifar-10-batches-py/test_batch",
     "cifar-10-batches-py/batches.meta",
@@ -153,6 +162,7 @@ DATASETS: dict[str, DatasetInfo] = {
                 RemoteFile(
                     "cifar-10-python.tar.gz",
                     ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
+                    "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
                     extract=True,
                 ),
             ),
@@ -213,10 +223,15 @@ def fetch(name: str, force: bool = False, progress: bool = True) -> FetchResult:
         )
     target = info.cache_dir
     downloaded = []
+    unchecked = []
     for remote in info.remote_files:
-        if not force and not remote.extract and (target / remote.filename).is_file():
-            continue  # kept from an earlier, partly finished fetch
-        path = download.download_file(name, remote.urls, target / remote.filename, progress=progress)
+        kept = target / remote.filename
+        if not force and not remote.extract and kept.is_file() and (
+                remote.sha256 is None or download.sha256_of(kept) == remote.sha256):
+            continue  # kept, intact, from an earlier, partly finished fetch
+        path = download.download_file(name, remote.urls, kept, progress=progress, sha256=remote.sha256)
+        if remote.sha256 is None:
+            unchecked.append(f"{remote.filename} (sha256 {download.sha256_of(path)})")
         if remote.extract:
             download.extract_tar(name, path, target)
             path.unlink()
@@ -227,5 +242,6 @@ def fetch(name: str, force: bool = False, progress: bool = True) -> FetchResult:
             f"fetched {name} but {', '.join(missing)} is missing in {target}; "
             "delete that folder and fetch again, or put the files there by hand"
         )
-    message = f"fetched {name} into {target} ({len(downloaded)} file(s) downloaded)"
+    message = f"fetched {name} into {target} ({len(downloaded)} file(s) downloaded"
+    message += f"; no known checksum to verify {', '.join(unchecked)})" if unchecked else ", checksums verified)"
     return FetchResult(name, PRESENT, str(target), message, tuple(downloaded))
