@@ -46,6 +46,7 @@ class RunSettings(Settings):
     checkpoint_every: Annotated[int, AtLeast(0)] = 250  # MCMC: save the draws every N kept draws (bayesx.checkpoint); 0: only at the end
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
     sweep: SweepSettings = field(default_factory=SweepSettings)
+    resume: str | None = None  # the id of a killed MCMC run to continue into the same MLflow run
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bayesx import reference
 from bayesx.checkpoint import FOLDER as CHECKPOINT
-from bayesx.checkpoint import DrawCheckpoint
+from bayesx.checkpoint import DrawCheckpoint, Resume, load_resume
 from bayesx.data.registry import data_dir
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
@@ -30,7 +30,7 @@ from bayesx.result import Result
 from bayesx.run_settings import DeviceSettings, RunSettings, TrackingSettings
 from bayesx.settings import InvalidSetting, Settings, configure
 from bayesx.targets.base import Capabilities, Evaluation
-from bayesx.tracking import COMPARE_TAG, Tracker
+from bayesx.tracking import COMPARE_TAG, MAX_PARAM_LENGTH, Tracker
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -215,6 +215,34 @@ def reference_error(cfg: DictConfig, run: RunSettings, target, result: Result) -
     return out
 
 
+# --- resuming ------------------------------------------------------------------------------------
+UNCOMPARED = ("resume", "progress", "run_name", "tracking.", "device.num_threads", "plots.")
+"""Options that may differ between a killed run and its resumption."""
+
+
+def find_resume(cfg: DictConfig, job: RunSettings, method: Method, tracker: Tracker, stale_after_s: float,
+                into: Path) -> tuple[str, Resume]:
+    """The killed run ``job.resume`` and its checkpoint, after checking that it can be continued: the
+    method can resume, the command's config is the run's, and a checkpoint exists."""
+    if not method.resumable:
+        raise BayesxError(f"resume= works for MCMC methods whose state a checkpoint holds; method={method.name} "
+                          f"cannot resume, so run it again without resume=")
+    run = tracker.find_resumable(job.resume, stale_after_s)
+    mine = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in flatten(cfg).items() if not k.startswith(UNCOMPARED)}
+    theirs = {k: v for k, v in run.data.params.items() if not k.startswith(UNCOMPARED)}
+    differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    if differing:
+        shown = ", ".join(f"{k}: {theirs.get(k)} there, {mine.get(k)} here" for k in differing[:3])
+        raise BayesxError(f"resume={job.resume}: this command's config differs from the run's ({shown}); "
+                          f"repeat the run's own command with resume=")
+    folder = tracker.download(run.info.run_id, CHECKPOINT, into)
+    state = load_resume(folder) if folder is not None else None
+    if state is None:
+        raise BayesxError(f"resume={job.resume}: the run saved no checkpoint (checkpoint_every=0, or it stopped "
+                          f"before its first {job.checkpoint_every} draws); run it again without resume=")
+    return run.info.run_id, state
+
+
 # --- the job --------------------------------------------------------------------------------------
 def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None = None) -> dict[str, float]:
     """Run one configured job end to end and record it; returns the logged metrics.
@@ -243,6 +271,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     initial = method.initial_points(target, n_chains, gen)
 
     tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
+    resume_dir = tempfile.TemporaryDirectory(prefix="bayesx-resume-")
+    resumed = find_resume(cfg, job, method, tracker, tracking.stale_after_s, Path(resume_dir.name)) if job.resume else None
     data_name = choices.get("data", "") if data is not None else "none"
     run_name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
     tags = {
@@ -252,16 +282,22 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         **{f"target.{k}": v for k, v in target.describe().items()},
     }
     # SIGTERM is caught from before the run exists until it is closed, so a run is never left RUNNING
-    with sigterm_as_interrupt(), tracker.run(run_name, tags, parent_run_id) as run, \
+    with sigterm_as_interrupt(), resume_dir, \
+            tracker.run(run_name, tags, parent_run_id, resumed[0] if resumed else None) as run, \
             tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
-        run.log_params(flatten(cfg))
-        run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        if resumed:  # its params are the run's already (checked); MLflow does not let a param change
+            run.set_tags({"resumed_with": " ".join(f"{k}={v}" for k, v in flatten(cfg).items()
+                                                   if k.startswith(UNCOMPARED) and v is not None)[:5000]})
+        else:
+            run.log_params(flatten(cfg))
+            run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         checkpoint = None
         if job.checkpoint_every:
             scratch = Path(tmp) / "checkpoint"
             scratch.mkdir()
             checkpoint = DrawCheckpoint(job.checkpoint_every, lambda path: run.log_artifact(path, CHECKPOINT), scratch)
-        result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint))
+        result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
+                                                resumed[1] if resumed else None))
         metrics = dict(result.metrics)
         metrics.update(result.timings)
         has_draws = result.draws is not None and result.draws.shape[1] > 0

@@ -215,7 +215,7 @@ class Tracker:
 
     def __init__(self, uri: str, experiment_name: str, artifact_root: str | None = None,
                  heartbeat_s: float = 30.0):
-        self.uri, self.heartbeat_s = uri, heartbeat_s
+        self.uri, self.heartbeat_s, self.experiment_name = uri, heartbeat_s, experiment_name
         path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
             raise BayesxError(f"the folder of the MLflow database '{path}' does not exist; create it or set tracking.uri")
@@ -254,15 +254,47 @@ class Tracker:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BayesxError(f"cannot use the MLflow store '{self.uri}': {first}; check tracking.uri") from exc
 
+    def find_resumable(self, run_id: str, stale_after_s: float):
+        """The run ``run_id`` (or an unambiguous prefix of at least 8 characters) if it can be resumed: it
+        exists, did not finish, and its process is gone. One-line errors otherwise."""
+        matches = [] if len(run_id) < 8 else [r for r in self.client.search_runs([self.experiment_id], max_results=50000)
+                                               if r.info.run_id.startswith(run_id)]
+        if len(matches) != 1:
+            what = "no run" if not matches else f"{len(matches)} runs"
+            raise BayesxError(f"resume={run_id}: {what} with that id in experiment '{self.experiment_name}' of "
+                              f"{self.uri}; give a run id (at least 8 characters) from `bayesx compare`")
+        run = matches[0]
+        if run.info.status == "FINISHED":
+            raise BayesxError(f"resume={run_id}: that run FINISHED, so there is nothing to resume; "
+                              "start a new run without resume=")
+        if run.info.status == "RUNNING" and dead_reason(run.data.tags, run.info.start_time, time.time(),
+                                                        stale_after_s) is None:
+            raise BayesxError(f"resume={run_id}: that run is still running (process {run.data.tags.get(PID_TAG)} on "
+                              f"{run.data.tags.get(HOST_TAG)}); stop it first, or wait for it")
+        return run
+
+    def download(self, run_id: str, folder: str, into: Path) -> Path | None:
+        """A run's artifact folder, downloaded into ``into``; None when the run has no such folder."""
+        if not self.client.list_artifacts(run_id, folder):
+            return None
+        return Path(self.client.download_artifacts(run_id, folder, str(into)))
+
     @contextlib.contextmanager
-    def run(self, run_name: str, tags: dict[str, str], parent_run_id: str | None = None) -> Iterator[TrackedRun]:
-        """Open a run; it ends FINISHED, or FAILED on an error, or KILLED on an interrupt. While open,
-        it carries its host and pid and a heartbeat (see the module's docstring)."""
+    def run(self, run_name: str, tags: dict[str, str], parent_run_id: str | None = None,
+            resume_run_id: str | None = None) -> Iterator[TrackedRun]:
+        """Open a run (or reopen ``resume_run_id``, a killed one); it ends FINISHED, or FAILED on an error,
+        or KILLED on an interrupt. While open, it carries its host and pid and a heartbeat (see the
+        module's docstring)."""
         all_tags = {**tags, **liveness_tags()}
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
-        run = retry_locked(self.client.create_run, self.experiment_id, run_name=run_name, tags=all_tags)
-        tracked = TrackedRun(self.client, run.info.run_id)
+        if resume_run_id:
+            retry_locked(self.client.update_run, resume_run_id, status="RUNNING")
+            tracked = TrackedRun(self.client, resume_run_id)
+            tracked.set_tags(all_tags)
+        else:
+            run = retry_locked(self.client.create_run, self.experiment_id, run_name=run_name, tags=all_tags)
+            tracked = TrackedRun(self.client, run.info.run_id)
         status = "FINISHED"
         try:
             with Heartbeat(self.client, tracked.run_id, self.heartbeat_s):

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_helpers import all_runs, call
 from mlflow.tracking import MlflowClient
@@ -130,3 +131,59 @@ def test_checkpoint_chunks_join_in_order_and_stop_at_a_gap(tmp_path):
     assert np.array_equal(draws[0, :, 0], np.arange(9.0))
     (tmp_path / "run" / "draws_0000003-0000006.npy").unlink()
     assert checkpoint.load_draws(tmp_path / "run").shape[1] == 3  # up to the gap
+
+
+RESUMABLE = ["method=hmc", "method.num_warmup=100", "method.num_draws=1500", "method.num_steps=10",
+             "checkpoint_every=200", "seed=3", "progress=false", "plots.n_coords=0"]
+
+
+def test_a_killed_run_resumes_into_the_same_run_with_the_same_draws(tmp_path, monkeypatch):
+    """SIGKILL after two checkpoints, then resume=<id>: the run ends FINISHED under its own id, and its
+    draws equal those of the same command run without interruption (same seed stream)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
+    victim = subprocess.Popen([sys.executable, "-m", "bayesx", "run", *RESUMABLE], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+            if runs and sum(a.path.endswith(".pt") for a in client.list_artifacts(runs[0].info.run_id,
+                                                                                    checkpoint.FOLDER)) >= 2:
+                break
+            assert victim.poll() is None and time.monotonic() < deadline, "no two checkpoints before the run ended"
+            time.sleep(0.2)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+    run_id = runs[0].info.run_id
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+
+    code, _, err = call(["run", *RESUMABLE, "method.num_steps=11", f"resume={run_id}"])
+    assert code == 2 and "this command's config differs from the run's (method.num_steps: 10 there, 11 here)" in err
+    code, _, err = call(["run", *RESUMABLE, "resume=ffffffffffff"])
+    assert code == 2 and "resume=ffffffffffff: no run with that id" in err
+    code, _, err = call(["run", "method=vi", "progress=false", f"resume={run_id}"])
+    assert code == 2 and "method=vi cannot resume" in err
+
+    code, out, err = call(["run", *RESUMABLE, f"resume={run_id[:8]}"])
+    assert code == 0, err
+    resumed = client.get_run(run_id)
+    assert resumed.info.status == "FINISHED" and int(resumed.data.tags["resumed_at_draw"]) >= 400
+    assert client.list_artifacts(run_id, checkpoint.FOLDER) == []  # folded into draws.nc
+    code, out, err = call(["run", *RESUMABLE, "run_name=uninterrupted"])
+    assert code == 0, err
+    reference = next(r for r in client.search_runs([resumed.info.experiment_id])
+                     if r.data.tags.get("mlflow.runName") == "uninterrupted")
+    import arviz as az
+
+    def draws(rid):
+        return az.from_netcdf(client.download_artifacts(rid, "draws.nc", str(tmp_path / rid))).posterior["beta"].values
+
+    np.testing.assert_allclose(draws(run_id), draws(reference.info.run_id), rtol=1e-12, atol=1e-12)
+    assert resumed.data.metrics["ess_bulk_min"] == pytest.approx(reference.data.metrics["ess_bulk_min"])
+
+    code, _, err = call(["run", *RESUMABLE, f"resume={run_id}"])
+    assert code == 2 and "that run FINISHED, so there is nothing to resume" in err

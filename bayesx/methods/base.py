@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bayesx.checkpoint import DrawCheckpoint
+from bayesx.checkpoint import DrawCheckpoint, Resume
 from bayesx.diagnostics import convergence, importance
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.result import Result
@@ -59,6 +59,7 @@ class RunInputs:
     progress: bool | None = None
     artifact_dir: Path | None = None
     checkpoint: DrawCheckpoint | None = None
+    resume: Resume | None = None  # a killed run's checkpoint to continue from (methods that are ``resumable``)
 
 
 class Method(ABC):
@@ -75,6 +76,8 @@ class Method(ABC):
     summary_keys: ClassVar[tuple[str, ...]] = ()
     compare_keys: ClassVar[tuple[str, ...]] = ()
     """The few of the summary's metrics that `bayesx compare` puts in its table."""
+    resumable: ClassVar[bool] = False
+    """True where ``resume=<run_id>`` can continue a killed run of this method from its checkpoint."""
     approximate_draws: ClassVar[bool] = False
     """True where the draws follow the posterior only approximately: the runner then compares them
     with a reference posterior by default (reference.enabled=null)."""
@@ -132,11 +135,13 @@ class Sampler(Method):
 
     @abstractmethod
     def run(self, target, initial_position: Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None, checkpoint: DrawCheckpoint | None = None) -> Result:
+            artifact_dir: Path | None = None, checkpoint: DrawCheckpoint | None = None,
+            resume: Resume | None = None) -> Result:
         """Warm up and sample all chains from ``initial_position`` (chains, dim)."""
 
     def infer(self, target, inputs: RunInputs) -> Result:
-        result = self.run(target, inputs.initial, inputs.gen, inputs.progress, inputs.artifact_dir, inputs.checkpoint)
+        result = self.run(target, inputs.initial, inputs.gen, inputs.progress, inputs.artifact_dir, inputs.checkpoint,
+                          inputs.resume)
         result.tags["ess_per_s_time"] = "sampling_time_s"
         return result
 

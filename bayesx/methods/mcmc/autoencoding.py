@@ -124,9 +124,10 @@ class AutoEncodingMethod(Sampler):
 
     # --- the three stages ------------------------------------------------------------------------------
     def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None, checkpoint=None) -> Result:
+            artifact_dir: Path | None = None, checkpoint=None, resume=None) -> Result:
         """Pre-sample, train the auto-encoder, sample in its latent space. The draws are decoded only at
-        the end, so nothing is checkpointed on the way (``checkpoint`` is ignored)."""
+        the end, so nothing is checkpointed on the way (``checkpoint`` is ignored) and a run cannot be
+        resumed (``resumable`` is False)."""
         n_chains, dim = initial_position.shape
         self.check(target, n_chains)
         result = Result()

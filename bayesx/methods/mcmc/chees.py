@@ -27,6 +27,7 @@ class Chees(MCMCMethod):
     Settings = CheesSettings
     kernel = chees
     name = "chees"
+    resumable = False  # its trajectory length lives in the warm-up's object, which a checkpoint does not hold
 
     def __init__(self, settings: CheesSettings | None = None, **options):
         super().__init__(settings, **options)

@@ -25,7 +25,7 @@ from bayesx.adaptation.window import (
     WindowAdaptation,
     find_initial_step_size,
 )
-from bayesx.checkpoint import DrawCheckpoint
+from bayesx.checkpoint import DrawCheckpoint, Resume
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import Sampler
@@ -82,6 +82,7 @@ class MCMCMethod(Sampler):
     Settings = MCMCSettings
     kernel: ModuleType
     name = "mcmc"
+    resumable = True  # the state after a draw is the position, step size and metric (what make_params reads)
     uses_gradients = True  # the kernel's state carries grad log p (diag_grad and lowrank need it)
 
     def check(self, target, n_chains: int) -> None:
@@ -117,9 +118,12 @@ class MCMCMethod(Sampler):
 
     # --- the driver ------------------------------------------------------------------------------
     def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir=None, checkpoint: DrawCheckpoint | None = None) -> Result:
+            artifact_dir=None, checkpoint: DrawCheckpoint | None = None, resume: Resume | None = None) -> Result:
         """Warm up and sample all chains from ``initial_position`` (chains, dim); the retained draws go to
-        ``checkpoint`` as they gather."""
+        ``checkpoint`` as they gather. With ``resume`` (a killed run's checkpoint), skip the warm-up and
+        continue its sampling where it stopped, with its generator state."""
+        if resume is not None:
+            return self._sample(target, gen, progress, checkpoint, resume)
         cfg = self.settings
         n_chains, dim = initial_position.shape
         dense = cfg.mass in DENSE_FORMS
@@ -147,48 +151,76 @@ class MCMCMethod(Sampler):
             step_size = self.search_step_size(state, target, metric, gen, 1.0)
         adaptation = self.make_adaptation(target, gen)
         warm = WarmupProgress(state, step_size, metric)
-        stats: dict[str, list[np.ndarray]] = {}
-        kept = []
-        stage = "warmup"
         bar = ChainProgress(cfg.num_warmup + cfg.num_draws * cfg.thin, self.name, progress)
         try:
             adaptation.run(warm, target, gen, on_step=lambda info, eps, it: bar.tick(info, eps, it))
-            state, step_size, metric = warm.state, warm.step_size, warm.metric
-            params = self.make_params(step_size, metric)
-            result.timings["warmup_time_s"] = time.perf_counter() - start
+        except (KeyboardInterrupt, RunInterrupted):
+            bar.close()
+            result.interrupted = True
+            result.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
+            result.tags["stopped_during"] = "warmup"
+            result.metrics.update(self._summaries({}, warm.step_size, warm.grad_evals))
+            result.fitted["inverse_mass"] = warm.metric.inv_mass.detach().to("cpu")
+            return result
+        warmup = {"warmup_time_s": time.perf_counter() - start, "n_grad_evals_warmup": warm.grad_evals,
+                  **{k: v for k, v in result.timings.items() if k.endswith("_time_s")}}
+        start_state = {"position": warm.state.position, "step_size": warm.step_size,
+                       "inv_mass": warm.metric.inv_mass, "iteration": 0, "warmup": warmup}
+        return self._sample(target, gen, progress, checkpoint, Resume(np.zeros((n_chains, 0, dim)), {}, start_state),
+                            bar, result)
 
-            stage = "sampling"
-            bar.stage(stage)
-            sampling_start = time.perf_counter()
-            for it in range(cfg.num_draws * cfg.thin):
+    def _sample(self, target, gen: torch.Generator, progress, checkpoint: DrawCheckpoint | None, start: Resume,
+                bar: ChainProgress | None = None, result: Result | None = None) -> Result:
+        """The sampling stage from ``start``: after warm-up (no draws yet), or a killed run's checkpoint
+        (its draws, statistics and state, including the generator's)."""
+        cfg = self.settings
+        result = result or Result()
+        saved = start.state
+        position = torch.as_tensor(saved["position"]).to(target.device, target.dtype)
+        result.tags.setdefault("kernels", self.kernel_name(target, position))
+        step_size, metric = float(saved["step_size"]), make_metric(torch.as_tensor(saved["inv_mass"]).to(
+            target.device, target.dtype))
+        if "gen_state" in saved:  # resumed: the same random stream as the run that was killed
+            gen.set_state(saved["gen_state"])
+            result.tags["resumed_at_draw"] = str(start.draws.shape[1])
+        result.timings.update({k: v for k, v in saved["warmup"].items() if k != "n_grad_evals_warmup"})
+        state = self.kernel.init(position, target)
+        params = self.make_params(step_size, metric)
+        kept = [torch.as_tensor(start.draws[:, i]) for i in range(start.draws.shape[1])]
+        stats: dict[str, list[np.ndarray]] = {k: [v[:, i] for i in range(v.shape[1])] for k, v in start.stats.items()}
+        if checkpoint is not None:
+            checkpoint.saved = len(kept)
+        bar = bar or ChainProgress(cfg.num_draws * cfg.thin, self.name, progress)
+        bar.stage("sampling")
+        sampling_start = time.perf_counter()
+        earlier = float(saved.get("sampling_time_s", 0.0))  # a resumed run's sampling before it was killed
+        first = int(saved["iteration"])
+        try:
+            for it in range(first, cfg.num_draws * cfg.thin):
                 state, info = self.kernel.step(state, target, params, gen)
                 if it % cfg.thin == 0:
                     kept.append(state.position.detach().to("cpu"))
                     for name, value in info._asdict().items():
                         stats.setdefault(name, []).append(value.detach().to("cpu").numpy())
                     if checkpoint is not None:
-                        checkpoint.update(kept)
+                        checkpoint.update(kept, stats, lambda it=it, state=state: {
+                            "position": state.position.detach().cpu(), "step_size": step_size,
+                            "inv_mass": metric.inv_mass.detach().cpu(), "gen_state": gen.get_state(),
+                            "iteration": it + 1, "warmup": saved["warmup"],
+                            "sampling_time_s": earlier + time.perf_counter() - sampling_start})
                 bar.tick(info, step_size, it)
         except (KeyboardInterrupt, RunInterrupted):
             result.interrupted = True
-            if stage == "warmup":
-                step_size, metric = warm.step_size, warm.metric
         finally:
             bar.close()
-        end = time.perf_counter()
-        if stage == "warmup":
-            result.timings["warmup_time_s"] = end - start
-            result.timings["sampling_time_s"] = 0.0
-        else:
-            result.timings["sampling_time_s"] = end - sampling_start
-            if kept:
-                result.metrics["time_per_iter_s"] = result.timings["sampling_time_s"] / (len(kept) * cfg.thin)
-        result.tags["stopped_during"] = stage if result.interrupted else "completed"
-
+        result.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
+        if kept:
+            result.metrics["time_per_iter_s"] = result.timings["sampling_time_s"] / (len(kept) * cfg.thin)
+        result.tags["stopped_during"] = "sampling" if result.interrupted else "completed"
         if kept:
             result.draws = torch.stack(kept, dim=1)
             result.sample_stats = {name: np.stack(values, axis=1) for name, values in stats.items()}
-        result.metrics.update(self._summaries(result.sample_stats, step_size, warm.grad_evals))
+        result.metrics.update(self._summaries(result.sample_stats, step_size, saved["warmup"]["n_grad_evals_warmup"]))
         result.metrics.update(self.extra_metrics(result.sample_stats))
         result.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
         return result
