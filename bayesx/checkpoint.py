@@ -1,5 +1,6 @@
-"""Draws saved while a run samples, so that a run killed without warning (SIGKILL, out of memory, a
-preempted node) keeps what it drew and can be resumed (``resume=<run_id>``).
+"""What a run saves while it runs, so that a run killed without warning (SIGKILL, out of memory, a
+preempted node) keeps what it had and can be resumed (``resume=<run_id>``): an MCMC run's draws,
+a trainer's epochs.
 
 Every ``checkpoint_every`` retained draws, the draws since the last save go to the run's artifacts
 as ``checkpoint/draws_<first>-<end>.npy``, an array (chains, end - first, dim), with the sampler's
@@ -9,6 +10,11 @@ iteration). Files are only ever added, never rewritten, so a kill during a save 
 chunk being written. A run that ends normally logs all its draws as ``draws.nc`` and removes the
 folder. :func:`load_draws` joins the chunks of a killed run; :func:`load_resume` also reads the
 state to continue from.
+
+A trainer saves its whole state after each epoch (weights, optimizer, schedule, random states,
+the metric history) as ``checkpoint/epoch_a.pt`` or ``epoch_b.pt``, alternately, so that a kill
+while one is being copied leaves the other intact; its per-epoch metrics go to the run as they
+come (``log``), so a killed run's history is there and a resumed one continues it at the next step.
 """
 
 from __future__ import annotations
@@ -23,17 +29,30 @@ import torch
 
 FOLDER = "checkpoint"
 CHUNK = re.compile(r"draws_(\d+)-(\d+)\.npy$")
+EPOCH_SLOTS = ("epoch_a.pt", "epoch_b.pt")
 
 
 @dataclass
 class DrawCheckpoint:
-    """Saves chunks of draws, statistics and the sampler's state through ``save`` (a path -> the run's
-    ``checkpoint`` folder)."""
+    """Saves chunks of draws, statistics and the sampler's state, or a trainer's epochs, through
+    ``save`` (a path -> the run's ``checkpoint`` folder); ``log`` records metrics at a step as they come."""
 
     every: int
     save: Callable[[Path], None]
     scratch: Path  # where files are written before ``save`` copies them
+    log: Callable[[dict[str, float], int], None] | None = None
     saved: int = 0  # draws per chain already saved
+    logged_until: int = 0  # the last step whose metrics ``log`` recorded
+
+    def epoch(self, epoch: int, state: dict, metrics: dict[str, float]) -> None:
+        """After a trainer's epoch: its metrics to the run at step ``epoch``, its state to a slot."""
+        if self.log is not None:
+            self.log(metrics, epoch)
+            self.logged_until = epoch
+        path = self.scratch / EPOCH_SLOTS[epoch % 2]
+        torch.save({**state, "epoch": epoch}, path)
+        self.save(path)
+        path.unlink()
 
     def update(self, kept: list[torch.Tensor], stats: dict[str, list[np.ndarray]] | None = None,
                state: Callable[[], dict] | None = None) -> None:
@@ -80,16 +99,31 @@ def load_draws(folder: Path) -> np.ndarray:
 
 @dataclass
 class Resume:
-    """What a killed run had: its draws, their statistics, and the sampler's state after the last one."""
+    """What a killed run had: a sampler's draws, their statistics and its state after the last one, or
+    a trainer's state after its last epoch (no draws)."""
 
-    draws: np.ndarray  # (chains, draws, dim)
+    draws: np.ndarray | None  # (chains, draws, dim)
     stats: dict[str, np.ndarray]  # name -> (chains, draws)
     state: dict
 
 
+def _latest_epoch(folder: Path) -> dict | None:
+    """The later of the two epoch slots that loads (a kill during a copy can damage one)."""
+    states = []
+    for name in EPOCH_SLOTS:
+        try:
+            states.append(torch.load(Path(folder) / name, weights_only=True))
+        except (OSError, RuntimeError, EOFError, ValueError):
+            continue
+    return max(states, key=lambda s: s["epoch"]) if states else None
+
+
 def load_resume(folder: Path) -> Resume | None:
-    """The latest point a run can continue from: the longest run of chunks whose state was saved; None
-    when there is none (killed before its first checkpoint)."""
+    """The latest point a run can continue from: a trainer's last epoch, or the longest run of draw
+    chunks whose state was saved; None when there is none (killed before its first checkpoint)."""
+    epoch_state = _latest_epoch(folder)
+    if epoch_state is not None:
+        return Resume(None, {}, epoch_state)
     chunks = _chunks(folder)
     while chunks and not (Path(folder) / f"state_{chunks[-1][1]:07d}.pt").is_file():
         chunks.pop()

@@ -255,6 +255,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     device, dtype = resolve_device(device_settings)
     model_name = choices.get("model", "model")
     data = build(cfg.data, "data") if capabilities_of(cfg.model).uses_data else None
+    torch.manual_seed(job.seed)  # what draws from torch's global generator (a network's initial weights) is seeded too
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
     method = build(cfg.method, "method")
     if not isinstance(method, Method):
@@ -295,7 +296,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         if job.checkpoint_every:
             scratch = Path(tmp) / "checkpoint"
             scratch.mkdir()
-            checkpoint = DrawCheckpoint(job.checkpoint_every, lambda path: run.log_artifact(path, CHECKPOINT), scratch)
+            checkpoint = DrawCheckpoint(job.checkpoint_every, lambda path: run.log_artifact(path, CHECKPOINT), scratch,
+                                        run.log_metrics)
         result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
                                                 resumed[1] if resumed else None))
         metrics = dict(result.metrics)
@@ -311,8 +313,9 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
         stepped = {name for name, points in result.traces.items() if points}  # their last step is the final value
         run.log_metrics({k: v for k, v in metrics.items() if k not in stepped})
+        live = checkpoint.logged_until if checkpoint is not None else 0  # steps logged as they came
         for name, points in result.traces.items():
-            run.log_series(name, points)
+            run.log_series(name, [(step, value) for step, value in points if step > live])
         shown = summary_keys(method, evaluation, metrics)
         compared = [k for k in [*evaluation.metrics, *method.compare_keys, "posterior_mean_err", "log_evidence_err",
                                 "wall_time_s"]
@@ -338,8 +341,8 @@ def log_artifacts(run, job: RunSettings, method: Method, target, result: Result,
     has_draws = result.draws is not None and result.draws.shape[1] > 0
     if has_draws:
         log_draws(run, job, method, target, result, tmp)
-        if job.save_draws:  # draws.nc holds them all
-            run.delete_artifacts(CHECKPOINT)
+    if not result.interrupted and result.error is None and (job.save_draws or not has_draws):
+        run.delete_artifacts(CHECKPOINT)  # complete: draws.nc (or the trainer's own files) hold it all
     files = target.write_artifacts(tmp, result.draws if has_draws else None, evaluation)  # its data, fields, ...
     for folder, paths in [*files.items(), *result.artifacts.items()]:
         for path in paths:

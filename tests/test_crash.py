@@ -187,3 +187,52 @@ def test_a_killed_run_resumes_into_the_same_run_with_the_same_draws(tmp_path, mo
 
     code, _, err = call(["run", *RESUMABLE, f"resume={run_id}"])
     assert code == 2 and "that run FINISHED, so there is nothing to resume" in err
+
+
+DIES_AT_EPOCH_2 = """
+import os, sys
+from bayesx import checkpoint
+saved_epoch = checkpoint.DrawCheckpoint.epoch
+def epoch_then_die(self, epoch, state, metrics):
+    saved_epoch(self, epoch, state, metrics)
+    if epoch == 2:
+        os._exit(137)  # as SIGKILL: no clean-up runs
+checkpoint.DrawCheckpoint.epoch = epoch_then_die
+from bayesx.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+VAE = ["model=vae", "method=vae", "method.epochs=4", "data.n_train=256", "data.n_test=32", "method.eval.k=3",
+       "device.num_threads=1", "progress=false"]
+
+
+def test_a_vae_killed_after_epoch_two_resumes_with_its_metric_history(tmp_path, monkeypatch):
+    """The process dies right after saving epoch 2 (os._exit, no clean-up): the run keeps train_elbo at
+    steps 1-2; resume=<id> trains epochs 3-4 into the same run, and its history and result equal an
+    uninterrupted run's."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
+    died = subprocess.run([sys.executable, "-c", DIES_AT_EPOCH_2, "run", *VAE], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert died.returncode == 137, died.stderr[-2000:]
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    run_id = run.info.run_id
+    assert run.info.status == "RUNNING"
+    assert [m.step for m in client.get_metric_history(run_id, "train_elbo")] == [1, 2]  # logged as it came
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = call(["run", *VAE, f"resume={run_id}"])
+    assert code == 0, err
+    resumed = client.get_run(run_id)
+    assert resumed.info.status == "FINISHED" and resumed.data.tags["resumed_at_epoch"] == "2"
+    history = client.get_metric_history(run_id, "train_elbo")
+    assert [m.step for m in history] == [1, 2, 3, 4]  # continued at the right step, no duplicates
+
+    code, out, err = call(["run", *VAE, "run_name=uninterrupted"])
+    assert code == 0, err
+    reference = next(r for r in client.search_runs([resumed.info.experiment_id])
+                     if r.data.tags.get("mlflow.runName") == "uninterrupted")
+    expected = [m.value for m in client.get_metric_history(reference.info.run_id, "train_elbo")]
+    assert [m.value for m in history] == pytest.approx(expected, rel=1e-6)
+    assert resumed.data.metrics["test_nll"] == pytest.approx(reference.data.metrics["test_nll"], rel=1e-6)

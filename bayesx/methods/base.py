@@ -303,12 +303,13 @@ class Trainer(Method):
         return None
 
     @abstractmethod
-    def fit(self, model, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None) -> Result:
-        """Train the model."""
+    def fit(self, model, gen: torch.Generator, progress: bool | None = None, artifact_dir: Path | None = None,
+            epoch_callback=None, checkpoint: DrawCheckpoint | None = None, resume: Resume | None = None) -> Result:
+        """Train the model (saving each epoch to ``checkpoint``; from ``resume``'s epoch on where given)."""
 
     def infer(self, target, inputs: RunInputs) -> Result:
-        return self.fit(target, inputs.gen, inputs.progress, inputs.artifact_dir)
+        return self.fit(target, inputs.gen, inputs.progress, inputs.artifact_dir, checkpoint=inputs.checkpoint,
+                        resume=inputs.resume)
 
 
 FAMILIES: dict[str, type[Method]] = {cls.family: cls for cls in (Sampler, Approximation, Trainer)}

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import torch
 
+from bayesx.checkpoint import DrawCheckpoint, Resume
 from bayesx.errors import RunInterrupted
 from bayesx.methods.base import Trainer
 from bayesx.progress import progress_bar
@@ -62,6 +63,7 @@ class VariationalMethod(Trainer):
 
     Settings = VariationalSettings
     name = "vae"
+    resumable = True  # weights, optimizer, schedule and random states are saved after every epoch
 
     def make_bound(self, model: VAEModel) -> torch.nn.Module:
         return bounds.VAEBound()
@@ -73,9 +75,11 @@ class VariationalMethod(Trainer):
 
     # --- training -------------------------------------------------------------------------------------
     def fit(self, model: VAEModel, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None, epoch_callback=None) -> Result:
+            artifact_dir: Path | None = None, epoch_callback=None, checkpoint: DrawCheckpoint | None = None,
+            resume: Resume | None = None) -> Result:
         """Train; ``epoch_callback(epoch, training_seconds_so_far)`` runs after each epoch (its own
-        time is not counted as training time)."""
+        time is not counted as training time). Each epoch's state and metrics go to ``checkpoint``;
+        with ``resume`` (a killed run's last epoch) training continues after it, with its random states."""
         torch.manual_seed(int(gen.initial_seed()))  # reparameterization noise comes from torch's default RNG
         self._snapshot = None  # weights of the last finished epoch of this fit (not of an earlier one)
         settings = self.training(model)
@@ -92,11 +96,24 @@ class VariationalMethod(Trainer):
         for key, value in settings.items():
             result.tags[f"train_{key}"] = str(value)
         n, batch = x_train.shape[0], settings["batch_size"]
+        first_epoch = 0
+        if resume is not None:
+            saved = resume.state
+            model.load_state_dict(saved["model"])
+            bound.load_state_dict(saved["bound"])
+            optim.load_state_dict(saved["optim"])
+            schedule.load_state_dict(saved["schedule"])
+            torch.set_rng_state(saved["torch_rng"])
+            gen.set_state(saved["gen"])
+            result.traces = {k: [tuple(p) for p in v] for k, v in saved["traces"].items()}
+            first_epoch = int(saved["epoch"])
+            result.tags["resumed_at_epoch"] = str(first_epoch)
         start = time.perf_counter()
         epoch_bar = progress_bar(settings["epochs"], f"{self.name} epochs", progress, "epoch")
-        epoch = 0
+        epoch_bar.update(first_epoch)
+        epoch = first_epoch
         try:
-            for epoch in range(settings["epochs"]):
+            for epoch in range(first_epoch, settings["epochs"]):
                 t0 = time.perf_counter()
                 data = torch.bernoulli(x_train, generator=_cpu_or(gen, x_train)) if stochastic else x_train
                 order = torch.randperm(n, device=x_train.device)
@@ -123,6 +140,13 @@ class VariationalMethod(Trainer):
                     result.traces["test_elbo"].append((epoch + 1, evaluate.test_elbo(model, bound, x_test)))
                     epoch_bar.set_postfix(train=f"{total / n:.1f}", test=f"{result.traces['test_elbo'][-1][1]:.1f}")
                 self._snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                if checkpoint is not None:
+                    checkpoint.epoch(epoch + 1, {
+                        "model": model.state_dict(), "bound": bound.state_dict(), "optim": optim.state_dict(),
+                        "schedule": schedule.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "gen": gen.get_state(), "traces": result.traces,
+                    }, {name: points[-1][1] for name, points in result.traces.items()
+                        if points and points[-1][0] == epoch + 1})
                 if epoch_callback is not None:
                     trained = sum(t for _, t in result.traces["epoch_time_s"])
                     epoch_callback(epoch + 1, trained)
