@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: install run test bench clean
+.PHONY: install run test test-slow test-all bench clean
 
 install: $(STAMP)
 
@@ -20,7 +20,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/bayesx run
 
+# the default suite; the slow end-to-end and statistical tests (subprocess sweeps, a PostgreSQL
+# server, SIGKILLed runs, long samplers) run in test-slow; CI runs both
 test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
