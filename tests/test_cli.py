@@ -278,6 +278,7 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the server's processes")
 def test_ui_serves_the_store_and_stops_cleanly(method_runs, store):
     root, uri = store

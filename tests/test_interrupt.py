@@ -103,6 +103,7 @@ def check_killed_output(job: LongRun, code: int) -> None:
     assert "[KILLED]" in job.stdout() and "[FINISHED]" not in job.stdout()
 
 
+@pytest.mark.slow
 def test_sigterm_during_warmup_marks_the_run_killed(long_run):
     job = long_run(f"method.num_warmup={LONG}")
     job.wait_for("RUNNING run in the store", lambda: job.running_run() is not None, timeout=120)
@@ -121,6 +122,7 @@ def test_sigterm_during_warmup_marks_the_run_killed(long_run):
     assert "config.yaml" in artifacts and "draws.nc" not in artifacts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_interrupt_during_sampling_keeps_the_draws(long_run, sig, tmp_path):
     import arviz as az
@@ -149,6 +151,7 @@ def test_interrupt_during_sampling_keeps_the_draws(long_run, sig, tmp_path):
     assert "plots/trace.png" in {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_sweep_kills_the_job_and_the_parent(long_run):
     job = long_run("-m", "seed=0,1", f"method.num_warmup={LONG}")
     job.wait_for("RUNNING job in the store",

@@ -58,6 +58,7 @@ METHODS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,kwargs", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("name,make", METHODS, ids=[m[0] for m in METHODS])
 def test_sampler_recovers_gaussian_moments(case, kwargs, name, make):
