@@ -96,6 +96,18 @@ def test_chees_trajectory_length_follows_the_scale():
     assert 2.0 < lengths[4.0] / lengths[1.0] < 8.0, lengths
 
 
+def test_chees_starts_from_the_given_trajectory_length():
+    """init_trajectory_length sets T where warm-up starts: with no warm-up it is the T that samples."""
+    from bayesx.methods.mcmc.chees import Chees
+
+    target = Gaussian(dim=3)
+    for start in (0.5, 2.0):
+        _, result = run(Chees(num_warmup=0, num_draws=20, step_size=0.1, init_trajectory_length=start,
+                              init="prior"), target, n_chains=4)
+        assert result.metrics["trajectory_length"] == pytest.approx(start)
+        assert result.metrics["leapfrog_steps_mean"] <= start / 0.1 + 1  # jittered: u T / eps steps, u <= 1
+
+
 def test_chees_needs_two_chains():
     from bayesx.errors import BayesxError
     from bayesx.methods.mcmc.chees import Chees

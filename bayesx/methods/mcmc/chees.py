@@ -11,7 +11,7 @@ from bayesx.adaptation.chees import CheesAdaptation
 from bayesx.kernels import chees
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.errors import BayesxError
-from bayesx.settings import AtLeast, Between
+from bayesx.settings import AtLeast, Between, Positive
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class CheesSettings(MCMCSettings):
     target_accept: Annotated[float, Between(0.0, 1.0)] = 0.651  # Hoffman, Radul and Sountsov (2021)
     mass: Literal["diag", "identity"] = "diag"  # diag: cross-chain variances during warm-up
     max_leapfrog_steps: Annotated[int, AtLeast(1)] = 1000  # cap on the steps of one transition
+    init_trajectory_length: Annotated[float | None, Positive()] = None  # T at the start of warm-up; null: one step
 
 
 class Chees(MCMCMethod):
@@ -41,7 +42,8 @@ class Chees(MCMCMethod):
 
     def make_adaptation(self, target, gen):
         cfg = self.settings
-        self._adaptation = CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass == "diag", cfg.max_leapfrog_steps)
+        self._adaptation = CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass == "diag", cfg.max_leapfrog_steps,
+                                           cfg.init_trajectory_length or 0.0)
         return self._adaptation
 
     def make_params(self, step_size, metric):
