@@ -33,7 +33,7 @@ EPOCH_SLOTS = ("epoch_a.pt", "epoch_b.pt")
 
 
 @dataclass
-class DrawCheckpoint:
+class RunCheckpoint:
     """Saves chunks of draws, statistics and the sampler's state, or a trainer's epochs, through
     ``save`` (a path -> the run's ``checkpoint`` folder); ``log`` records metrics at a step as they come."""
 

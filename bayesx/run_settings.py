@@ -43,7 +43,7 @@ class RunSettings(Settings):
     progress: bool | None = None  # null: progress bars only on a terminal
     plots: PlotSettings = field(default_factory=PlotSettings)
     save_draws: bool = True
-    checkpoint_every: Annotated[int, AtLeast(0)] = 250  # MCMC: save the draws every N kept draws (bayesx.checkpoint); 0: only at the end
+    checkpoint_every: Annotated[int, AtLeast(0)] = 250  # MCMC: save the draws every N kept draws, VAE: every epoch (bayesx.checkpoint); 0: off
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
     sweep: SweepSettings = field(default_factory=SweepSettings)
     resume: str | None = None  # the id of a killed MCMC run to continue into the same MLflow run

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bayesx import reference
 from bayesx.checkpoint import FOLDER as CHECKPOINT
-from bayesx.checkpoint import DrawCheckpoint, Resume, load_resume
+from bayesx.checkpoint import RunCheckpoint, Resume, load_resume
 from bayesx.data.registry import data_dir
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
@@ -225,8 +225,8 @@ def find_resume(cfg: DictConfig, job: RunSettings, method: Method, tracker: Trac
     """The killed run ``job.resume`` and its checkpoint, after checking that it can be continued: the
     method can resume, the command's config is the run's, and a checkpoint exists."""
     if not method.resumable:
-        raise BayesxError(f"resume= works for MCMC methods whose state a checkpoint holds; method={method.name} "
-                          f"cannot resume, so run it again without resume=")
+        raise BayesxError(f"resume= works for the methods whose state a checkpoint holds (MCMC samplers, VAE "
+                          f"trainers); method={method.name} cannot resume, so run it again without resume=")
     run = tracker.find_resumable(job.resume, stale_after_s)
     mine = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in flatten(cfg).items() if not k.startswith(UNCOMPARED)}
     theirs = {k: v for k, v in run.data.params.items() if not k.startswith(UNCOMPARED)}
@@ -241,6 +241,15 @@ def find_resume(cfg: DictConfig, job: RunSettings, method: Method, tracker: Trac
         raise BayesxError(f"resume={job.resume}: the run saved no checkpoint (checkpoint_every=0, or it stopped "
                           f"before its first {job.checkpoint_every} draws); run it again without resume=")
     return run.info.run_id, state
+
+
+def make_checkpoint(job: RunSettings, run, tmp: Path) -> RunCheckpoint | None:
+    """Where the method saves as it goes: the run's ``checkpoint/`` folder and its metrics (None: off)."""
+    if not job.checkpoint_every:
+        return None
+    scratch = tmp / CHECKPOINT
+    scratch.mkdir()
+    return RunCheckpoint(job.checkpoint_every, lambda path: run.log_artifact(path, CHECKPOINT), scratch, run.log_metrics)
 
 
 # --- the job --------------------------------------------------------------------------------------
@@ -272,7 +281,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     initial = method.initial_points(target, n_chains, gen)
 
     tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
-    resume_dir = tempfile.TemporaryDirectory(prefix="bayesx-resume-")
+    resume_dir = tempfile.TemporaryDirectory(prefix="bayesx-resume-") if job.resume else contextlib.nullcontext()
     resumed = find_resume(cfg, job, method, tracker, tracking.stale_after_s, Path(resume_dir.name)) if job.resume else None
     data_name = choices.get("data", "") if data is not None else "none"
     run_name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
@@ -292,12 +301,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         else:
             run.log_params(flatten(cfg))
             run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        checkpoint = None
-        if job.checkpoint_every:
-            scratch = Path(tmp) / "checkpoint"
-            scratch.mkdir()
-            checkpoint = DrawCheckpoint(job.checkpoint_every, lambda path: run.log_artifact(path, CHECKPOINT), scratch,
-                                        run.log_metrics)
+        checkpoint = make_checkpoint(job, run, Path(tmp))
         result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
                                                 resumed[1] if resumed else None))
         metrics = dict(result.metrics)

@@ -116,7 +116,7 @@ def test_checkpoint_chunks_join_in_order_and_stop_at_a_gap(tmp_path):
     import torch
 
     saved = []
-    ckpt = checkpoint.DrawCheckpoint(every=3, save=lambda p: saved.append(p.read_bytes()) or
+    ckpt = checkpoint.RunCheckpoint(every=3, save=lambda p: saved.append(p.read_bytes()) or
                                      (tmp_path / "run" / p.name).write_bytes(saved[-1]), scratch=tmp_path)
     (tmp_path / "run").mkdir()
     kept = []
@@ -192,12 +192,12 @@ def test_a_killed_run_resumes_into_the_same_run_with_the_same_draws(tmp_path, mo
 DIES_AT_EPOCH_2 = """
 import os, sys
 from bayesx import checkpoint
-saved_epoch = checkpoint.DrawCheckpoint.epoch
+saved_epoch = checkpoint.RunCheckpoint.epoch
 def epoch_then_die(self, epoch, state, metrics):
     saved_epoch(self, epoch, state, metrics)
     if epoch == 2:
         os._exit(137)  # as SIGKILL: no clean-up runs
-checkpoint.DrawCheckpoint.epoch = epoch_then_die
+checkpoint.RunCheckpoint.epoch = epoch_then_die
 from bayesx.cli import main
 sys.exit(main(sys.argv[1:]))
 """

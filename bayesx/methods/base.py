@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bayesx.checkpoint import DrawCheckpoint, Resume
+from bayesx.checkpoint import RunCheckpoint, Resume
 from bayesx.diagnostics import convergence, importance
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.result import Result
@@ -58,7 +58,7 @@ class RunInputs:
     gen: torch.Generator
     progress: bool | None = None
     artifact_dir: Path | None = None
-    checkpoint: DrawCheckpoint | None = None
+    checkpoint: RunCheckpoint | None = None
     resume: Resume | None = None  # a killed run's checkpoint to continue from (methods that are ``resumable``)
 
 
@@ -135,7 +135,7 @@ class Sampler(Method):
 
     @abstractmethod
     def run(self, target, initial_position: Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None, checkpoint: DrawCheckpoint | None = None,
+            artifact_dir: Path | None = None, checkpoint: RunCheckpoint | None = None,
             resume: Resume | None = None) -> Result:
         """Warm up and sample all chains from ``initial_position`` (chains, dim)."""
 
@@ -304,7 +304,7 @@ class Trainer(Method):
 
     @abstractmethod
     def fit(self, model, gen: torch.Generator, progress: bool | None = None, artifact_dir: Path | None = None,
-            epoch_callback=None, checkpoint: DrawCheckpoint | None = None, resume: Resume | None = None) -> Result:
+            epoch_callback=None, checkpoint: RunCheckpoint | None = None, resume: Resume | None = None) -> Result:
         """Train the model (saving each epoch to ``checkpoint``; from ``resume``'s epoch on where given)."""
 
     def infer(self, target, inputs: RunInputs) -> Result:

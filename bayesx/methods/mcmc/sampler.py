@@ -25,7 +25,7 @@ from bayesx.adaptation.window import (
     WindowAdaptation,
     find_initial_step_size,
 )
-from bayesx.checkpoint import DrawCheckpoint, Resume
+from bayesx.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import Sampler
@@ -118,7 +118,7 @@ class MCMCMethod(Sampler):
 
     # --- the driver ------------------------------------------------------------------------------
     def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir=None, checkpoint: DrawCheckpoint | None = None, resume: Resume | None = None) -> Result:
+            artifact_dir=None, checkpoint: RunCheckpoint | None = None, resume: Resume | None = None) -> Result:
         """Warm up and sample all chains from ``initial_position`` (chains, dim); the retained draws go to
         ``checkpoint`` as they gather. With ``resume`` (a killed run's checkpoint), skip the warm-up and
         continue its sampling where it stopped, with its generator state."""
@@ -169,7 +169,7 @@ class MCMCMethod(Sampler):
         return self._sample(target, gen, progress, checkpoint, Resume(np.zeros((n_chains, 0, dim)), {}, start_state),
                             bar, result)
 
-    def _sample(self, target, gen: torch.Generator, progress, checkpoint: DrawCheckpoint | None, start: Resume,
+    def _sample(self, target, gen: torch.Generator, progress, checkpoint: RunCheckpoint | None, start: Resume,
                 bar: ChainProgress | None = None, result: Result | None = None) -> Result:
         """The sampling stage from ``start``: after warm-up (no draws yet), or a killed run's checkpoint
         (its draws, statistics and state, including the generator's)."""

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import torch
 
-from bayesx.checkpoint import DrawCheckpoint, Resume
+from bayesx.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import RunInterrupted
 from bayesx.methods.base import Trainer
 from bayesx.progress import progress_bar
@@ -75,7 +75,7 @@ class VariationalMethod(Trainer):
 
     # --- training -------------------------------------------------------------------------------------
     def fit(self, model: VAEModel, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None, epoch_callback=None, checkpoint: DrawCheckpoint | None = None,
+            artifact_dir: Path | None = None, epoch_callback=None, checkpoint: RunCheckpoint | None = None,
             resume: Resume | None = None) -> Result:
         """Train; ``epoch_callback(epoch, training_seconds_so_far)`` runs after each epoch (its own
         time is not counted as training time). Each epoch's state and metrics go to ``checkpoint``;
