@@ -197,76 +197,6 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 # --- bayesx compare ---------------------------------------------------------------------------------
-def compare_columns(df) -> list[str]:
-    """The union, in first-seen order, of the key metrics the runs name in their compare_metrics tag."""
-    from bayesx.tracking import COMPARE_TAG
-
-    columns: list[str] = []
-    for names in df.get(f"tags.{COMPARE_TAG}", []):
-        for name in (names.split(",") if isinstance(names, str) and names else []):
-            if name not in columns and f"metrics.{name}" in df:
-                columns.append(name)
-    return columns
-
-
-ESS_PER_CHAIN = 100  # Vehtari et al. (2021): bulk ESS of at least 100 per chain before trusting R-hat and ESS
-
-
-def reliability(df) -> list[str]:
-    """Per run: why its R-hat and ESS make ESS-based rates meaningless (R-hat above 1.01, bulk ESS below
-    100 per chain), "ok", or "" for runs without them (approximations, trainers)."""
-    from bayesx.methods.base import RHAT_LIMIT
-
-    def number(value) -> float | None:  # absent and NaN alike: the run has no such metric
-        return None if value is None or value != value else float(value)
-
-    out = []
-    for _, row in df.iterrows():
-        rhat, ess = number(row.get("metrics.rhat_max")), number(row.get("metrics.ess_bulk_min"))
-        if rhat is None and ess is None:
-            out.append("")
-            continue
-        chains_tag = str(row.get("tags.n_chains") or "")
-        need = ESS_PER_CHAIN * (int(chains_tag) if chains_tag.isdigit() else 1)
-        reasons = []
-        if rhat is not None and rhat > RHAT_LIMIT:
-            reasons.append(f"rhat {rhat:.3g}>{RHAT_LIMIT}")
-        if ess is not None and ess < need:
-            reasons.append(f"ess {ess:.3g}<{need}")
-        out.append(",".join(reasons) or "ok")
-    return out
-
-
-def compare_table(df, sort: str | None, ascending: bool):
-    import pandas as pd
-
-    if df.empty:
-        return df
-    table = pd.DataFrame({
-        "run_id": df["run_id"].str[:8],
-        "status": df["status"],
-        "method": df.get("tags.method"),
-        "model": df.get("tags.model"),
-        "data": df.get("tags.data"),
-        "seed": df.get("tags.seed"),
-        "parent": df.get("tags.mlflow.parentRunId", pd.Series([None] * len(df))).fillna("").str[:8],
-    })
-    metric_cols = compare_columns(df)
-    if sort and sort not in metric_cols:
-        if f"metrics.{sort}" not in df:
-            known = sorted(c[len("metrics."):] for c in df.columns if c.startswith("metrics."))
-            raise BayesxError(f"no metric named '{sort}' in these runs; sort by one of: {', '.join(known)}")
-        metric_cols.append(sort)
-    for m in metric_cols:
-        table[m] = df[f"metrics.{m}"]
-    table["check"] = reliability(df)
-    if sort:  # unreliable MCMC rows last, whatever their value
-        table = table.assign(_unreliable=~table["check"].isin(["ok", ""]))
-        table = table.sort_values(["_unreliable", sort], ascending=[True, ascending], na_position="last")
-        table = table.drop(columns="_unreliable")
-    return table.reset_index(drop=True)
-
-
 def clean_dead_runs(uri: str, stale_after_s: float, experiment: str | None, dry_run: bool = False) -> int:
     """Find the RUNNING runs whose process is gone, say which and why, and (unless dry_run) end them KILLED."""
     from bayesx.tracking import dead_runs, mark_killed
@@ -294,6 +224,7 @@ def cmd_runs(ns: argparse.Namespace) -> int:
 def cmd_compare(ns: argparse.Namespace) -> int:
     import pandas as pd
 
+    from bayesx.compare import ESS_PER_CHAIN, compare_table
     from bayesx.tracking import search_runs
 
     tracking = _tracking(ns.overrides)

@@ -224,7 +224,7 @@ def test_compare_sorts_and_writes_csv(method_runs, store, tmp_path):
 def test_compare_flags_and_sorts_last_a_run_whose_ess_rate_is_meaningless():
     """The issue's case: a short RWM run with ESS 2.4 and R-hat 3.47 has the highest ESS/s, 62, above
     NUTS at 1.7 (R-hat 1.06): both are flagged and a healthy run leads."""
-    from bayesx.cli import compare_table
+    from bayesx.compare import compare_table
 
     df = pd.DataFrame({
         "run_id": ["rwm00000", "nuts0000", "good0000", "vi000000"], "status": ["FINISHED"] * 4,
