@@ -55,8 +55,11 @@ def _suggest(word: str, options: list[str]) -> str:
 
 
 def _first_values(overrides: list[str]) -> list[str]:
-    """Parse overrides with Hydra's parser; check group choices; return a sweep-free list."""
+    """Parse overrides with Hydra's parser; check group choices; return a sweep-free list. An interval
+    sweep (a tuner's search space, ``method.lr=interval(0.001,0.3)``) is left out: only the sweeper
+    can pick its values."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
     from hydra.errors import OverrideParseException
 
     try:
@@ -66,11 +69,15 @@ def _first_values(overrides: list[str]) -> list[str]:
     single = []
     for override in parsed:
         key = override.get_key_element()
+        group = override.key_or_group.lstrip("+~")
+        if override.value_type == ValueType.INTERVAL_SWEEP:
+            continue
         if override.is_sweep_override():
             values = [str(v) for v in override.sweep_string_iterator()]
+        elif group in GROUPS and not override.is_delete():  # the value of anything else (a dict of
+            values = [override.get_value_element_as_str()]  # sweeper params) need not be a string
         else:
-            values = [override.get_value_element_as_str()] if not override.is_delete() else []
-        group = override.key_or_group.lstrip("+~")
+            values = []
         if group in GROUPS and not override.is_delete():
             options = group_choices(group)
             for value in values:

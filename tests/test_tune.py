@@ -53,3 +53,17 @@ def test_a_preset_whose_sweeper_is_missing_names_the_install_command(monkeypatch
     assert code == 2
     line = error_line(err)
     assert "hydra-optuna-sweeper" in line and "pip install 'bayesx[parallel]'" in line
+
+
+def test_the_readme_recipe_tunes_a_learning_rate_on_an_interval(tmp_path_factory):
+    """An interval search space on the command line (only a tuner can sample it) passes bayesx's own
+    override check and reaches the sweeper: 2 trials with different learning rates in the interval."""
+    with isolated_store(tmp_path_factory, "tune_interval") as (root, uri):
+        code, out, err = call(["run", "-m", "hydra/sweeper=optuna", "sweep.objective=elbo_final",
+                               "hydra.sweeper.direction=maximize", "hydra.sweeper.n_trials=2",
+                               "method.lr=tag(log,interval(0.001,0.3))", "method=vi", "data=digits",
+                               "method.num_steps=200", "progress=false"])
+        assert code == 0, err
+        trials = [r for r in all_runs(uri) if r.data.tags.get("sweep") != "parent"]
+    rates = {float(r.data.params["method.lr"]) for r in trials}
+    assert len(trials) == 2 and len(rates) == 2 and all(0.001 <= lr <= 0.3 for lr in rates)
