@@ -88,6 +88,13 @@ def test_poisson_example_agrees_with_importance_sampling(store):
 @pytest.mark.parametrize("method, options", [
     ("laplace", []), ("vi", ["method.num_steps=300"]), ("pathfinder", []),
     ("smc", ["method.n_particles=200"]), ("hmc", ["method.num_warmup=200", "method.num_draws=200", "method.num_steps=10"]),
+    ("rwm", ["method.num_warmup=200", "method.num_draws=200"]),
+    ("chees", ["n_chains=8", "method.num_warmup=100", "method.num_draws=50"]),
+    ("svgd", ["method.n_particles=50", "method.num_steps=100"]),
+    ("ais", ["method.n_samples=100", "method.n_temps=20"]),
+    ("flowvi", ["method.iterations=200", "method.n_layers=4"]),
+    ("gap", ["method.num_steps=30"]),
+    ("hamiltonian_vi", ["method.iterations=100", "method.init_step=0.01"]),  # 0.05 (default) diverges here
 ])
 def test_other_methods_run_on_a_custom_model(store, method, options):
     _, uri = store

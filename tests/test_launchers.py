@@ -57,6 +57,21 @@ def test_ray_runs_jobs_as_tasks_of_a_local_ray_instance(tmp_path):
     assert {r.data.params["device.num_threads"] for r in children} == {"1"}
 
 
+@pytest.mark.parametrize("preset, module", [("slurm", "hydra_submitit_launcher"), ("ray_local", "hydra_ray_launcher")])
+def test_the_cluster_presets_compose_with_their_settings(preset, module):
+    """The README's Slurm and Ray recipes: the presets name their plugin and set the CPUs a job gets."""
+    from bayesx.config import compose
+
+    if importlib.util.find_spec(f"hydra_plugins.{module}") is None:
+        pytest.skip(f"{module} is not installed")
+    launcher = compose([f"hydra/launcher={preset}", "hydra.launcher.partition=cpu"] if preset == "slurm"
+                       else [f"hydra/launcher={preset}"], with_hydra=True).hydra.launcher
+    assert module in launcher._target_
+    assert threads_per_job(launcher) == (4 if preset == "slurm" else 1)
+    if preset == "slurm":
+        assert launcher.partition == "cpu" and launcher.timeout_min == 120
+
+
 def test_a_launcher_whose_plugin_is_missing_names_the_install_command(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
