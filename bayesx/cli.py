@@ -197,16 +197,18 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 # --- bayesx compare ---------------------------------------------------------------------------------
-def clean_dead_runs(uri: str, stale_after_s: float, experiment: str | None, dry_run: bool = False) -> int:
-    """Find the RUNNING runs whose process is gone, say which and why, and (unless dry_run) end them KILLED."""
+def clean_dead_runs(uri: str, runs, stale_after_s: float, dry_run: bool = False) -> int:
+    """Among ``runs`` (the store's, as a DataFrame), find the RUNNING ones whose process is gone, say which
+    and why, and (unless dry_run) end them KILLED, in the store and in ``runs``."""
     from bayesx.tracking import dead_runs, mark_killed
 
-    dead = dead_runs(uri, stale_after_s, experiment)
+    dead = dead_runs(runs, stale_after_s)
     verb = "would mark" if dry_run else "marked"
     for run in dead:
         print(f"{verb} run {run.run_id[:8]} ({run.run_name}) KILLED: {run.reason}")
-    if not dry_run:
+    if not dry_run and dead:
         mark_killed(uri, dead)
+        runs.loc[runs["run_id"].isin([d.run_id for d in dead]), "status"] = "KILLED"
     return len(dead)
 
 
@@ -216,7 +218,9 @@ def cmd_runs(ns: argparse.Namespace) -> int:
     stale = ns.stale_after if ns.stale_after is not None else float(tracking.stale_after_s)
     if stale <= 0:
         raise BayesxError(f"--stale-after must be a positive number of seconds, got {stale:g}")
-    if clean_dead_runs(uri, stale, ns.experiment, ns.dry_run) == 0:
+    from bayesx.tracking import search_runs
+
+    if clean_dead_runs(uri, search_runs(uri, ns.experiment), stale, ns.dry_run) == 0:
         print(f"no dead runs in {uri}: every RUNNING run's process is alive or has beaten within {stale:g} s")
     return 0
 
@@ -229,8 +233,9 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
     tracking = _tracking(ns.overrides)
     uri = ns.uri or str(tracking.uri)
-    clean_dead_runs(uri, float(tracking.stale_after_s), ns.experiment)
-    table = compare_table(search_runs(uri, ns.experiment), ns.sort, ns.ascending)
+    runs = search_runs(uri, ns.experiment)  # read once: cleaned, then tabulated
+    clean_dead_runs(uri, runs, float(tracking.stale_after_s))
+    table = compare_table(runs, ns.sort, ns.ascending)
     if table.empty:
         print(f"no runs recorded in {uri}" + (f" under experiment '{ns.experiment}'" if ns.experiment else ""))
         return 0

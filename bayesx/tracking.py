@@ -257,8 +257,14 @@ class Tracker:
     def find_resumable(self, run_id: str, stale_after_s: float):
         """The run ``run_id`` (or an unambiguous prefix of at least 8 characters) if it can be resumed: it
         exists, did not finish, and its process is gone. One-line errors otherwise."""
-        matches = [] if len(run_id) < 8 else [r for r in self.client.search_runs([self.experiment_id], max_results=50000)
-                                               if r.info.run_id.startswith(run_id)]
+        matches = []
+        if len(run_id) == 32:  # a whole id: one lookup
+            with contextlib.suppress(MlflowException):
+                found = self.client.get_run(run_id)
+                matches = [found] if found.info.experiment_id == self.experiment_id else []
+        elif len(run_id) >= 8:  # a prefix, as `bayesx compare` prints them
+            matches = [r for r in self.client.search_runs([self.experiment_id], max_results=50000)
+                       if r.info.run_id.startswith(run_id)]
         if len(matches) != 1:
             what = "no run" if not matches else f"{len(matches)} runs"
             raise BayesxError(f"resume={run_id}: {what} with that id in experiment '{self.experiment_name}' of "
@@ -373,10 +379,9 @@ class DeadRun:
     reason: str
 
 
-def dead_runs(uri: str, stale_after_s: float, experiment: str | None = None) -> list[DeadRun]:
-    """RUNNING runs of the store (of one experiment, or all) whose process is gone (:func:`dead_reason`).
+def dead_runs(df: pd.DataFrame, stale_after_s: float) -> list[DeadRun]:
+    """The RUNNING runs among ``df`` (:func:`search_runs`) whose process is gone (:func:`dead_reason`).
     A sweep's parent counts as alive while any of its children is."""
-    df = search_runs(uri, experiment)
     if df.empty:
         return []
     running = df[df["status"] == "RUNNING"]

@@ -30,16 +30,19 @@ def start(tmp_path: Path, seed: int) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_chunks(client: MlflowClient, seed: int, n: int, timeout: float = 180.0):
+def wait_for_checkpoints(client: MlflowClient, seed: int, n: int, proc: subprocess.Popen, timeout: float = 180.0):
+    """The run with this seed once it has saved ``n`` complete checkpoints (a state file each), while
+    ``proc`` still runs."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         for run in client.search_runs([e.experiment_id for e in client.search_experiments()]):
             if run.data.tags.get("seed") == str(seed):
-                chunks = client.list_artifacts(run.info.run_id, checkpoint.FOLDER)
-                if len(chunks) >= n:
+                saved = client.list_artifacts(run.info.run_id, checkpoint.FOLDER)
+                if sum(a.path.endswith(".pt") for a in saved) >= n:
                     return run
-        time.sleep(0.5)
-    raise AssertionError(f"no run with seed {seed} saved {n} checkpoint chunks within {timeout} s")
+        assert proc.poll() is None, f"the run with seed {seed} ended before {n} checkpoints"
+        assert time.monotonic() < deadline, f"no run with seed {seed} saved {n} checkpoints within {timeout} s"
+        time.sleep(0.2)
 
 
 def test_sigkilled_run_keeps_its_draws_and_is_marked_killed(tmp_path, monkeypatch):
@@ -47,8 +50,8 @@ def test_sigkilled_run_keeps_its_draws_and_is_marked_killed(tmp_path, monkeypatc
     victim, survivor = start(tmp_path, 0), start(tmp_path, 1)
     try:
         client = MlflowClient(tracking_uri=uri)
-        killed = wait_for_chunks(client, 0, 2)
-        alive = wait_for_chunks(client, 1, 1)
+        killed = wait_for_checkpoints(client, 0, 2, victim)
+        alive = wait_for_checkpoints(client, 1, 1, survivor)
         assert killed.data.tags[PID_TAG] == str(victim.pid) and killed.data.tags[HOST_TAG]
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=30)
@@ -146,18 +149,10 @@ def test_a_killed_run_resumes_into_the_same_run_with_the_same_draws(tmp_path, mo
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = MlflowClient(tracking_uri=uri)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-            if runs and sum(a.path.endswith(".pt") for a in client.list_artifacts(runs[0].info.run_id,
-                                                                                    checkpoint.FOLDER)) >= 2:
-                break
-            assert victim.poll() is None and time.monotonic() < deadline, "no two checkpoints before the run ended"
-            time.sleep(0.2)
+        run_id = wait_for_checkpoints(client, 3, 2, victim).info.run_id
     finally:
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=30)
-    run_id = runs[0].info.run_id
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
 

@@ -68,9 +68,9 @@ def _copy_response(url: str, handle, progress: bool, label: str) -> str:
 
 
 def download_file(name: str, urls: tuple[str, ...], destination: Path, progress: bool = True,
-                  sha256: str | None = None) -> Path:
+                  sha256: str | None = None) -> tuple[Path, str]:
     """Download the first of ``urls`` that works (and, where ``sha256`` is known, whose bytes have that
-    checksum) to ``destination`` and return ``destination``.
+    checksum) to ``destination``; return ``destination`` and the SHA-256 of its bytes.
 
     The data go to a hidden temporary file in the same folder, renamed only when complete and checked.
     """
@@ -85,7 +85,7 @@ def download_file(name: str, urls: tuple[str, ...], destination: Path, progress:
                 raise ChecksumMismatch(f"SHA-256 mismatch (got {digest[:12]}..., expected {sha256[:12]}...): "
                                        f"a truncated or altered file")
             os.replace(temporary, destination)
-            return destination
+            return destination, digest
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
             failures.append((url, _reason(exc)))
         finally:

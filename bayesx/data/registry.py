@@ -229,9 +229,9 @@ def fetch(name: str, force: bool = False, progress: bool = True) -> FetchResult:
         if not force and not remote.extract and kept.is_file() and (
                 remote.sha256 is None or download.sha256_of(kept) == remote.sha256):
             continue  # kept, intact, from an earlier, partly finished fetch
-        path = download.download_file(name, remote.urls, kept, progress=progress, sha256=remote.sha256)
+        path, digest = download.download_file(name, remote.urls, kept, progress=progress, sha256=remote.sha256)
         if remote.sha256 is None:
-            unchecked.append(f"{remote.filename} (sha256 {download.sha256_of(path)})")
+            unchecked.append(f"{remote.filename} (sha256 {digest})")
         if remote.extract:
             download.extract_tar(name, path, target)
             path.unlink()

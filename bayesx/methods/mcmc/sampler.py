@@ -167,12 +167,13 @@ class MCMCMethod(Sampler):
         start_state = {"position": warm.state.position, "step_size": warm.step_size,
                        "inv_mass": warm.metric.inv_mass, "iteration": 0, "warmup": warmup}
         return self._sample(target, gen, progress, checkpoint, Resume(np.zeros((n_chains, 0, dim)), {}, start_state),
-                            bar, result)
+                            bar, result, warm.state)
 
     def _sample(self, target, gen: torch.Generator, progress, checkpoint: RunCheckpoint | None, start: Resume,
-                bar: ChainProgress | None = None, result: Result | None = None) -> Result:
-        """The sampling stage from ``start``: after warm-up (no draws yet), or a killed run's checkpoint
-        (its draws, statistics and state, including the generator's)."""
+                bar: ChainProgress | None = None, result: Result | None = None, state=None) -> Result:
+        """The sampling stage from ``start``: after warm-up (no draws yet; ``state`` is the warm-up's last
+        kernel state), or a killed run's checkpoint (its draws, statistics and state, including the
+        generator's; the kernel state is rebuilt from the positions)."""
         cfg = self.settings
         result = result or Result()
         saved = start.state
@@ -184,7 +185,7 @@ class MCMCMethod(Sampler):
             gen.set_state(saved["gen_state"])
             result.tags["resumed_at_draw"] = str(start.draws.shape[1])
         result.timings.update({k: v for k, v in saved["warmup"].items() if k != "n_grad_evals_warmup"})
-        state = self.kernel.init(position, target)
+        state = state if state is not None else self.kernel.init(position, target)
         params = self.make_params(step_size, metric)
         kept = [torch.as_tensor(start.draws[:, i]) for i in range(start.draws.shape[1])]
         stats: dict[str, list[np.ndarray]] = {k: [v[:, i] for i in range(v.shape[1])] for k, v in start.stats.items()}
