@@ -32,7 +32,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 from filelock import FileLock, Timeout
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -133,8 +133,9 @@ class TrackedRun:
             retry_locked(self.client.log_batch, self.run_id, metrics=metrics[i:i + 500])
 
     def set_tags(self, tags: dict[str, object]) -> None:
-        for k, v in tags.items():
-            retry_locked(self.client.set_tag, self.run_id, k, str(v))
+        items = [RunTag(k, str(v)) for k, v in tags.items()]
+        for i in range(0, len(items), 100):  # one store call per 100 tags
+            retry_locked(self.client.log_batch, self.run_id, tags=items[i:i + 100])
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
         retry_locked(self.client.log_artifact, self.run_id, str(path), folder)
