@@ -430,7 +430,7 @@ def test_describe_and_probes():
     model = EllipticInverse(mesh=MESH)
     tags = model.describe()
     assert tags == {"dim": "81", "mesh": "4", "elements": "P2", "n_obs": "25", "noise_sd": "0.1", "whiten": "false",
-                    "solver": "sparse"}
+                    "solver": "sparse", "likelihood_mesh": "4", "posterior": "exact"}
     probes = model.field_probe_dofs()
     assert probes.shape == (5,)
     np.testing.assert_allclose(model.dof_coordinates[probes], [[0.25, 0.25], [0.5, 0.5], [0.75, 0.25],

@@ -38,13 +38,19 @@ from bayesx.kernels.latent_hmc import LatentSpace, gram_logdet
 JITTER = 1e-10
 
 
+def decoder_linearization(space: LatentSpace) -> tuple[Tensor, Tensor]:
+    """m and B of the decoder's linearization q = m + B z at z = 0 (exact for linear decoders)."""
+    zero = torch.zeros(space.latent_dim, dtype=space.mean.dtype, device=space.mean.device)
+    offset = space.decode_position(zero[None])[0]  # m (bias-free decoders map 0 to the pre-sample mean)
+    basis = torch.func.jacrev(lambda z: space.decode_position(z[None])[0])(zero)  # B (D, d)
+    return offset, basis
+
+
 class LatentReference:
     """N(mu, P^-1): the prior restricted to the decoder's linearization (see the module docstring)."""
 
     def __init__(self, space: LatentSpace, target):
-        zero = torch.zeros(space.latent_dim, dtype=space.mean.dtype, device=space.mean.device)
-        offset = space.decode_position(zero[None])[0]  # m (bias-free decoders map 0 to the pre-sample mean)
-        basis = torch.func.jacrev(lambda z: space.decode_position(z[None])[0])(zero)  # B (D, d)
+        offset, basis = decoder_linearization(space)
         chol_prior = target.prior_factor()
         y = torch.linalg.solve_triangular(chol_prior, basis, upper=False)  # L^-1 B
         w = torch.linalg.solve_triangular(chol_prior, offset[:, None], upper=False)  # L^-1 m

@@ -40,6 +40,9 @@ class Capabilities:
     differentiable        ``log_prob`` is written in differentiable torch, so autograd gives gradients of
                           its gradient (what Hamiltonian VI's learned leapfrog needs); False for a
                           density computed outside torch (the PDE solve)
+    coarse_levels         (with gaussian_prior) cheaper approximations of the same likelihood on coarser
+                          meshes: ``check_level(n, key)`` and ``level_log_likelihood(q, n)``, what
+                          delayed-acceptance samplers (method=dapcn) screen proposals with
     logistic_design       a Bayesian logistic regression y ~ Bernoulli(sigmoid(X q)), q ~ N(0, s^2 I), whose
                           ``logistic_design()`` returns (X, y, s^2) (for the Jaakkola-Jordan bound of method=vi)
     """
@@ -53,6 +56,7 @@ class Capabilities:
     exact_log_normalizer: bool = False
     differentiable: bool = True
     logistic_design: bool = False
+    coarse_levels: bool = False
 
 
 @dataclass

@@ -13,6 +13,11 @@ N(0, I) and grad_v = L^T grad_u: the parameterization in which HMC's identity ma
 The data are generated from the true field on a mesh twice as fine (no inverse crime) with seeded
 noise. Solves run per chain with SuperLU on the CPU (``solver=sparse``) or as a batched dense LU
 in torch on any device (``solver=dense``; the default on CUDA).
+
+``likelihood_mesh`` (default: ``mesh``) evaluates l on a coarser mesh that divides ``mesh``, the
+field injected into it (levels.py): a cheaper but *different*, approximate posterior, tagged and
+reported as such. Every mesh dividing ``mesh`` is available as a level,
+``level_log_likelihood(q, n)``, for delayed-acceptance samplers (``method=dapcn``).
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ from torch import Tensor
 
 from bayesx.data.registry import data_dir
 from bayesx.errors import BayesxError
-from bayesx.settings import AtLeast, Positive, Settings
+from bayesx.settings import AtLeast, InvalidSetting, Positive, Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase
 from bayesx.targets.elliptic import problem
 from bayesx.targets.elliptic.fem import P2Space
-from bayesx.targets.elliptic.prior import GaussianFieldPrior, cholesky_factor
+from bayesx.targets.elliptic.levels import ForwardLevel, level_mesh_problem
+from bayesx.targets.elliptic.prior import CirculantSampler, GaussianFieldPrior, cholesky_factor, grid_positions
 
 FIELD_PROBES = np.array([[0.3, 0.3], [0.5, 0.5], [0.7, 0.3], [0.7, 0.7], [0.3, 0.7]])  # dofs whose ESS is reported
 
@@ -48,6 +54,13 @@ class EllipticSettings(Settings):
     whiten: bool = False  # sample v with u = L v
     solver: Literal["auto", "sparse", "dense"] = "auto"
     eval_draws: Annotated[int, AtLeast(1)] = 400  # draws whose log-likelihood is computed when not recorded
+    likelihood_mesh: Annotated[int | None, AtLeast(2)] = None  # evaluate the likelihood on this coarser mesh (approximate)
+
+    def check(self):
+        if self.likelihood_mesh is not None and self.likelihood_mesh != self.mesh:
+            problem = level_mesh_problem(self.likelihood_mesh, self.mesh)
+            if problem:
+                raise InvalidSetting("likelihood_mesh", problem)
 
 
 class EllipticInverse(TargetBase):
@@ -56,7 +69,8 @@ class EllipticInverse(TargetBase):
     # it makes its own observations; a NUTS reference costs up to 2^max_tree_depth PDE solves per draw (opt in
     # with reference.enabled=true)
     Settings = EllipticSettings
-    capabilities = Capabilities(uses_data=False, gaussian_prior=True, reference_affordable=False, differentiable=False)
+    capabilities = Capabilities(uses_data=False, gaussian_prior=True, reference_affordable=False, differentiable=False,
+                                coarse_levels=True)
     param_name = "u"
 
     def __init__(self, settings: EllipticSettings | None = None, data=None, device: str | torch.device = "cpu",
@@ -69,14 +83,15 @@ class EllipticInverse(TargetBase):
         self.solver = solver if solver != "auto" else ("sparse" if self.device.type == "cpu" else "dense")
         self.noise_sd = cfg.noise_sd if cfg.noise_sd is not None else problem.default_noise_sd(cfg.snr)
         self.sensors = problem.sensor_points()
-        self.obs = self.space.point_evaluation(self.sensors)
-        self.obs_t = self.obs.T.tocsr()
-        self.rhs = np.append(self.space.load_vector(problem.source), 0.0)
         self.true_u = self.space.interpolate(problem.true_field)
         self.clean, self.observations = self._generate_data(mesh * cfg.data_mesh_factor, cfg.data_seed)
+        grid = grid_positions(self.space.coords)  # the P2 dofs form a (2 mesh + 1)^2 grid
         self.prior = GaussianFieldPrior(cholesky_factor(self.space.coords, cfg.prior_sd, cfg.prior_length,
-                                                        data_dir() / "elliptic"), self.device, dtype)
-        self._dense = None
+                                                        data_dir() / "elliptic"), self.device, dtype,
+                                        CirculantSampler(*grid, cfg.prior_sd, cfg.prior_length, self.device, dtype))
+        self._levels: dict[int, ForwardLevel] = {}
+        self.likelihood_mesh = cfg.likelihood_mesh or mesh
+        self.likelihood_level = self.level(self.likelihood_mesh)
 
     def _generate_data(self, fine_mesh: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         fine = P2Space(fine_mesh)
@@ -96,20 +111,10 @@ class EllipticInverse(TargetBase):
         return self.prior.color(q) if self.whiten else q
 
     def forward(self, u) -> np.ndarray:
-        """The 25 sensor values O p(u) for a field u (dim,) or fields (n, dim) at the dofs."""
+        """The 25 sensor values O p(u) on the likelihood's mesh for a field u (dim,) or fields (n, dim) at the dofs."""
         single = np.ndim(u.detach().cpu() if isinstance(u, Tensor) else u) == 1
-        u = self._checked_field(u)
-        out = []
-        for row in u:
-            try:
-                factorized = self.space.factorize(row)
-            except FloatingPointError as exc:
-                raise BayesxError(f"the PDE solve diverged for this field ({exc}); is exp(u) finite and positive?") from None
-            values = self.obs @ factorized.solve(self.rhs)[:-1]
-            if not np.all(np.isfinite(values)):
-                raise BayesxError("the PDE solve diverged for this field (NaN in the solution)")
-            out.append(values)
-        return out[0] if single else np.stack(out)
+        out = self.likelihood_level.predict(self._checked_field(u))
+        return out[0] if single else out
 
     def _checked_field(self, u) -> np.ndarray:
         arr = np.asarray(u.detach().cpu() if isinstance(u, Tensor) else u, dtype=np.float64)
@@ -121,6 +126,31 @@ class EllipticInverse(TargetBase):
     def log_likelihood(self, q: Tensor) -> Tensor:
         """l(u(q)) for parameters q (chains, dim); NaN where the solve fails."""
         return self._misfit(q, need_grad=False)[0]
+
+    def level(self, mesh: int) -> ForwardLevel:
+        """The forward model on an n x n mesh dividing the model's mesh (built once, then cached)."""
+        if mesh not in self._levels:
+            if mesh not in (self.mesh, self.likelihood_mesh):
+                self.check_level(mesh, "coarse_mesh")
+            self._levels[mesh] = ForwardLevel(mesh, self.space, self.sensors, self.observations, self.noise_sd,
+                                              self.solver, self.device, self.dtype)
+        return self._levels[mesh]
+
+    def check_level(self, mesh, key: str) -> None:
+        """Raise InvalidSetting(key, ...) unless ``mesh`` is coarser than the likelihood's mesh and divides it."""
+        fine_key = "model.likelihood_mesh" if self.approximate else "model.mesh"
+        problem = level_mesh_problem(mesh, self.likelihood_mesh, fine_key)
+        if problem:
+            raise InvalidSetting(key, problem)
+
+    def level_log_likelihood(self, q: Tensor, mesh: int) -> Tensor:
+        """l_n(u(q)) on the n x n mesh for parameters q (chains, dim); the model's own mesh is the exact l."""
+        return self.level(mesh).misfit(self.field(q.reshape(-1, self.dim)), need_grad=False)[0]
+
+    @property
+    def approximate(self) -> bool:
+        """True when the likelihood is evaluated on a coarser mesh than the model's (a different posterior)."""
+        return self.likelihood_mesh != self.mesh
 
     # --- the target interface ----------------------------------------------------------------------------
     def log_prob(self, q: Tensor) -> Tensor:
@@ -165,42 +195,16 @@ class EllipticInverse(TargetBase):
 
     # --- solves -------------------------------------------------------------------------------------------
     def _misfit(self, q: Tensor, need_grad: bool) -> tuple[Tensor, Tensor | None]:
-        """l(u) and dl/du for each row of q; NaN (value and gradient) where a solve fails."""
-        u = self.field(q.reshape(-1, self.dim))
-        if self.solver == "dense":
-            return self._misfit_dense(u, need_grad)
-        u_np = u.detach().cpu().numpy().astype(np.float64)
-        log_lik = np.full(u_np.shape[0], np.nan)
-        grad = np.full(u_np.shape, np.nan) if need_grad else None
-        for row, field in enumerate(u_np):
-            try:
-                factorized = self.space.factorize(field)
-            except FloatingPointError:
-                continue
-            x = factorized.solve(self.rhs)
-            residual = (self.observations - self.obs @ x[:-1]) / self.noise_sd
-            log_lik[row] = -0.5 * residual @ residual
-            if need_grad:
-                adjoint = factorized.solve(np.append(self.obs_t @ (residual / self.noise_sd), 0.0))
-                grad[row] = -self.space.coefficient_gradient(factorized, x, adjoint)
-        as_tensor = lambda a: torch.as_tensor(a, device=q.device, dtype=q.dtype)  # noqa: E731
-        return as_tensor(log_lik), (as_tensor(grad) if need_grad else None)
-
-    def _dense_operators(self):
-        """Torch copies of the FEM operators for the batched dense solver (built on first use)."""
-        if self._dense is None:
-            from bayesx.targets.elliptic.dense import DenseOperators
-
-            self._dense = DenseOperators(self.space, self.obs, self.rhs, self.observations, self.device, self.dtype)
-        return self._dense
-
-    def _misfit_dense(self, u: Tensor, need_grad: bool):
-        return self._dense_operators().misfit(u, self.noise_sd, need_grad)
+        """l(u) and dl/du (on the likelihood's mesh) for each row of q; NaN where a solve fails."""
+        return self.likelihood_level.misfit(self.field(q.reshape(-1, self.dim)), need_grad)
 
     # --- reporting ------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "mesh": str(self.mesh), "elements": "P2", "n_obs": str(len(self.observations)),
-                "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(), "solver": self.solver}
+                "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(), "solver": self.solver,
+                "likelihood_mesh": str(self.likelihood_mesh),
+                "posterior": f"approximate (likelihood on the {self.likelihood_mesh} x {self.likelihood_mesh} mesh)"
+                             if self.approximate else "exact"}
 
     def kernel_name(self, position: Tensor) -> str:
         return "superlu" if self.solver == "sparse" else "torch-dense-lu"
@@ -231,7 +235,10 @@ class EllipticInverse(TargetBase):
         metrics["log_likelihood"] = float(np.nanmean(trace))
         quantities = {"field": fields[:, :, self.field_probe_dofs()].numpy(), "log_likelihood": trace}
         summaries = {"field_mean": mean, "field_sd": fields.reshape(-1, self.dim).std(0).numpy()}
-        return Evaluation(metrics, quantities, {"log_likelihood": source}, summaries)
+        remarks = [f"approximate posterior: the likelihood is evaluated on the {self.likelihood_mesh} x "
+                   f"{self.likelihood_mesh} mesh, not the model's {self.mesh} x {self.mesh} (model.likelihood_mesh)"
+                   ] if self.approximate else []
+        return Evaluation(metrics, quantities, {"log_likelihood": source}, summaries, remarks)
 
     def write_artifacts(self, folder: Path, draws: Tensor | None = None,
                         evaluation: Evaluation | None = None) -> dict[str, list[Path]]:

@@ -5,7 +5,13 @@
 C = L L^T is factorized once per (mesh, sigma_u, s0) and the factor cached on disk, so a run
 never factorizes more than once (6561 x 6561 on the 40 x 40 mesh: a few seconds, 344 MB).
 
-    sample      u = L z, z ~ N(0, I)
+    sample      u = L z, z ~ N(0, I); or, on a regular grid (the P2 dofs are one), by circulant
+                embedding: the stationary kernel on the grid, wrapped onto a torus of twice the
+                size, is a block-circulant matrix whose eigenvalues are an FFT of its first
+                row (Dietrich and Newsam 1997; Wood and Chan 1994). When none is negative,
+                F diag(sqrt(lambda)) (a + ib) gives two exact independent draws per FFT, at
+                O(N log N) instead of O(N^2): 0.1 ms instead of 1.8 ms per draw at 6561 dofs,
+                which matters to samplers that make many proposals per solve (method=dapcn).
     log density -1/2 |L^-1 u|^2 (without the constant -1/2 log det(2 pi C))
     gradient    -C^-1 u = -L^-T L^-1 u   (two triangular solves)
 """
@@ -26,7 +32,7 @@ JITTER = 1e-10  # relative diagonal nugget; the exponential kernel is positive d
 
 
 def exponential_kernel(coords: np.ndarray, sigma: float, length: float) -> np.ndarray:
-    return sigma**2 * np.exp(-cdist(coords, coords) / (2.0 * length))
+    return exponential_kernel_of_distance(cdist(coords, coords), sigma, length)
 
 
 def cholesky_factor(coords: np.ndarray, sigma: float, length: float, cache_dir: Path | None) -> np.ndarray:
@@ -53,14 +59,66 @@ def cholesky_factor(coords: np.ndarray, sigma: float, length: float, cache_dir: 
     return chol
 
 
-class GaussianFieldPrior:
-    """N(0, L L^T) on the dofs, as torch operations on the target's device and dtype."""
+class CirculantSampler:
+    """Exact draws of N(0, C) for a stationary kernel on a regular grid by circulant embedding."""
 
-    def __init__(self, chol: np.ndarray, device: torch.device, dtype: torch.dtype):
-        self.chol = torch.as_tensor(chol, device=device, dtype=dtype)
-        self.dim = self.chol.shape[0]
+    MAX_GROWTH = 4  # pad the torus up to this many times the minimal size before giving up
+
+    def __init__(self, grid_index: np.ndarray, spacing: float, sigma: float, length: float, device, dtype):
+        """``grid_index`` (dim, 2): the integer grid position of each dof; ``spacing`` the grid step."""
+        size = int(grid_index.max()) + 1
+        for torus in (2 * (size - 1) * g for g in range(1, self.MAX_GROWTH + 1)):
+            k = np.arange(torus)
+            wrap = np.minimum(k, torus - k) * spacing
+            first_row = exponential_kernel_of_distance(np.hypot(wrap[:, None], wrap[None, :]), sigma, length)
+            eigenvalues = np.fft.fft2(first_row).real
+            if eigenvalues.min() >= -1e-10 * eigenvalues.max():
+                break
+        else:
+            raise ValueError("circulant embedding has negative eigenvalues")
+        self.torus = torus
+        self.scale = torch.as_tensor(np.sqrt(np.clip(eigenvalues, 0.0, None) / torus**2), device=device, dtype=dtype)
+        self.flat_index = torch.as_tensor(grid_index[:, 0] * torus + grid_index[:, 1], device=device)
 
     def sample(self, n: int, gen: torch.Generator) -> Tensor:
+        pairs = (n + 1) // 2
+        shape = (pairs, self.torus, self.torus)
+        # normals in single precision, then cast: 5 ns instead of 24 ns each on a CPU, and the torus needs
+        # 4x as many as the field has dofs; rounding at 6e-8 relative is far below anything a sampler sees
+        real, imag = (torch.randn(shape, generator=gen, device=self.scale.device, dtype=torch.float32).to(self.scale.dtype)
+                      for _ in range(2))
+        field = torch.fft.fft2(self.scale * torch.complex(real, imag)).reshape(pairs, -1)[:, self.flat_index]
+        return torch.cat([field.real, field.imag])[:n]
+
+
+def exponential_kernel_of_distance(dist: np.ndarray, sigma: float, length: float) -> np.ndarray:
+    return sigma**2 * np.exp(-dist / (2.0 * length))
+
+
+def grid_positions(coords: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """(integer grid index per point, spacing) when the points lie on a regular square grid, else None."""
+    steps = np.diff(np.unique(coords[:, 0]))
+    if steps.size == 0 or not np.allclose(steps, steps[0]):
+        return None
+    index = np.rint((coords - coords.min(0)) / steps[0]).astype(np.int64)
+    if not np.allclose(coords.min(0) + index * steps[0], coords, atol=1e-12):
+        return None
+    return index, float(steps[0])
+
+
+class GaussianFieldPrior:
+    """N(0, L L^T) on the dofs, as torch operations on the target's device and dtype; draws by circulant
+    embedding when a ``CirculantSampler`` is given (the same covariance without the 1e-10 nugget)."""
+
+    def __init__(self, chol: np.ndarray, device: torch.device, dtype: torch.dtype,
+                 circulant: CirculantSampler | None = None):
+        self.chol = torch.as_tensor(chol, device=device, dtype=dtype)
+        self.dim = self.chol.shape[0]
+        self.circulant = circulant
+
+    def sample(self, n: int, gen: torch.Generator) -> Tensor:
+        if self.circulant is not None:
+            return self.circulant.sample(n, gen)
         z = torch.randn((n, self.dim), generator=gen, device=self.chol.device, dtype=self.chol.dtype)
         return self.color(z)
 

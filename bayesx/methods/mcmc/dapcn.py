@@ -1,0 +1,158 @@
+"""Delayed-acceptance pCN as a method of the runner (``method=dapcn``; kernel: bayesx.kernels.dapcn).
+
+Proposals are screened on coarse likelihood levels (the model's PDE on coarser meshes) and only the
+survivors pay the exact solve; the chain targets the exact posterior (Christen and Fox 2005;
+Lykkegaard et al. 2023). ``proposal=pcn`` moves by pCN on the coarsest level. ``proposal=ae`` first
+runs delayed-acceptance pCN to collect pre-samples, fits AE-pCN's linear auto-encoder (PCA by
+default, Deep MCMC sec. 4.2) and then moves its latent directions and their complement by separate
+pCN steps (``latent_step_size`` and the adapted ``step_size``): AE-pCN's proposal, made exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Annotated, Literal
+
+import numpy as np
+import torch
+
+from bayesx.errors import BayesxError
+from bayesx.kernels import dapcn, pcn
+from bayesx.kernels.common import Kernel
+from bayesx.kernels.latent_hmc import LatentSpace
+from bayesx.kernels.latent_pcn import decoder_linearization
+from bayesx.methods.base import Sampler
+from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
+from bayesx.methods.mcmc.pcn import CrankNicolsonSampler, PCNSettings, require_gaussian_prior
+from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
+
+COLLAPSED_STEP = 1e-3  # a complement step below this (proposal=ae) means the latent moves alone set the acceptance
+LEVEL_STATS = ("first_stage_accept_rate", "fine_accept_rate", "fine_solves_per_iter", "coarse_solves_per_iter")
+
+
+@dataclass(frozen=True)
+class DASamplerSettings(LatentSamplerSettings):
+    target_accept: Annotated[float, Between(0.0, 1.0)] = 0.25
+    noise_block: Annotated[int, AtLeast(1)] = 64
+
+
+class DASampler(CrankNicolsonSampler):
+    """The shared pCN driver around the delayed-acceptance kernel: h is the coarsest level's step, adapted
+    to its acceptance (``accept_rate``); the exact chain's acceptance and solve counts are extra metrics."""
+
+    Settings = DASamplerSettings
+    name = "dapcn"
+    uses_gradients = False
+
+    def __init__(self, meshes: tuple[int, ...], subchain_lengths: tuple[int, ...],
+                 proposal: dapcn.PriorProposal | dapcn.SubspaceProposal, latent_step_size: float | None = None,
+                 settings: DASamplerSettings | None = None, **options):
+        super().__init__(settings, **options)
+        self.meshes, self.subchain_lengths = meshes, subchain_lengths
+        self.proposal, self.latent_step_size = proposal, latent_step_size
+        self.kernel = Kernel(partial(dapcn.init, meshes=meshes, proposal=proposal), dapcn.step, dapcn.log_density)
+
+    def make_params(self, step_size, metric=None):
+        return dapcn.DAParams(min(step_size, pcn.MAX_H), self.meshes, self.subchain_lengths, self.proposal,
+                              self.latent_step_size, self.settings.noise_block)
+
+    def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
+        if not stats:
+            return {}
+        return {"first_stage_accept_rate": float(np.mean(stats["accept_prob"])),
+                "fine_accept_rate": float(np.mean(stats["fine_accept_prob"])),
+                "move_rate": float(np.mean(stats["accepted"])),
+                "fine_solves_per_iter": float(np.mean(stats["n_fine_solves"])),
+                "coarse_solves_per_iter": float(np.mean(stats["n_coarse_solves"]))}
+
+
+@dataclass(frozen=True)
+class DAPCNSettings(AutoEncodingSettings):
+    """coarse_mesh        a mesh (or a list, for more levels) dividing the model's mesh, coarser than it
+    subchain_length    coarse steps per proposal to the next level (one per coarse level, or one for all)
+    proposal           pcn | ae (AE-pCN's latent directions with their own step; pre-samples and a fit first)
+    latent_step_size   h of the latent directions with proposal=ae (null: the adapted step_size)
+    """
+
+    coarse_mesh: Annotated[int | tuple[int, ...], AtLeast(2)] = 10
+    subchain_length: Annotated[int | tuple[int, ...], AtLeast(1)] = 5
+    proposal: Literal["pcn", "ae"] = "pcn"
+    latent_step_size: Annotated[float | None, Positive()] = 4.0
+    noise_block: Annotated[int, AtLeast(1)] = 64
+    latent_dim: Annotated[int | Literal["auto"] | None, AtLeast(1)] = 441  # as AE-pCN
+    ae: Literal["linear", "pca"] = "pca"  # a subspace proposal needs a linear decoder
+    num_warmup: Annotated[int, AtLeast(0)] = 500
+    target_accept: Annotated[float, Between(0.0, 1.0)] = 0.25
+    min_presamples_per_latent: Annotated[int, AtLeast(1)] = 2
+    presample: PCNSettings = field(default_factory=PCNSettings)
+
+    def levels(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The coarse meshes, coarsest first, and the subchain length below each next level."""
+        meshes = (self.coarse_mesh,) if isinstance(self.coarse_mesh, int) else tuple(self.coarse_mesh)
+        lengths = self.subchain_length
+        lengths = (lengths,) * len(meshes) if isinstance(lengths, int) else tuple(lengths)
+        return tuple(sorted(meshes)), lengths
+
+    def check(self):
+        super().check()
+        meshes, lengths = self.levels()
+        if not meshes:
+            raise InvalidSetting("coarse_mesh", "is an empty list; name at least one coarser mesh, e.g. 10")
+        if len(set(meshes)) < len(meshes):
+            raise InvalidSetting("coarse_mesh", f"={list(self.coarse_mesh)} names a mesh twice; list each level once")
+        if len(lengths) != len(meshes):
+            raise InvalidSetting("subchain_length", f"={list(lengths)} has {len(lengths)} entries for {len(meshes)} "
+                                 f"coarse levels; give one per level or a single number")
+
+    def sampler_settings(self, source) -> DASamplerSettings:
+        """The driver's settings from this block (the main chain) or from ``presample``."""
+        keys = DASamplerSettings.__dataclass_fields__
+        return DASamplerSettings(**{k: getattr(source, k) for k in keys if hasattr(source, k)})
+
+
+class DAPCN(AutoEncodingMethod):
+    """Delayed-acceptance pCN (exact); see the module docstring and conf/method/dapcn.yaml."""
+
+    Settings = DAPCNSettings
+    name = "dapcn"
+    presample_method = "dapcn"
+    approximate_draws = False  # the coarse levels only screen: the chain targets the exact posterior
+    summary_keys = (*LEVEL_STATS, "latent_dim", *Sampler.summary_keys)
+    compare_keys = (*Sampler.compare_keys, "fine_solves_per_iter")
+
+    def check(self, target, n_chains: int) -> None:
+        if not target.capabilities.coarse_levels:
+            raise BayesxError(f"method=dapcn needs a model with coarse likelihood levels ({type(target).__name__} "
+                              f"has none); use model=elliptic, or method=pcn")
+        require_gaussian_prior(target, self.name)
+        meshes, _ = self.settings.levels()
+        for mesh in meshes:
+            target.check_level(mesh, "coarse_mesh")
+        if self.settings.proposal == "ae":
+            super().check(target, n_chains)
+
+    def _sampler(self, proposal, settings: DASamplerSettings, latent_step_size=None) -> DASampler:
+        meshes, lengths = self.settings.levels()
+        return DASampler(meshes, lengths, proposal, latent_step_size, settings)
+
+    def make_presampler(self, settings: PCNSettings) -> DASampler:
+        return self._sampler(dapcn.PriorProposal(), self.settings.sampler_settings(settings))
+
+    def latent_sampler(self, space: LatentSpace, target) -> DASampler:
+        _, directions = decoder_linearization(space)
+        proposal = dapcn.SubspaceProposal.from_directions(target.prior_factor(), directions)
+        return self._sampler(proposal, self.settings.sampler_settings(self.settings), self.settings.latent_step_size)
+
+    def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
+            artifact_dir=None, checkpoint=None, resume=None):
+        """proposal=pcn: one delayed-acceptance chain; proposal=ae: pre-sample, fit, then the subspace proposal."""
+        if self.settings.proposal == "pcn":
+            sampler = self._sampler(dapcn.PriorProposal(), self.settings.sampler_settings(self.settings))
+            return sampler.run(target, initial_position, gen, progress)
+        result = super().run(target, initial_position, gen, progress, artifact_dir)
+        if result.metrics.get("step_size", 1.0) < COLLAPSED_STEP:
+            result.warnings.append(f"the complement's step size collapsed to {result.metrics['step_size']:.2g}: "
+                                   f"the latent moves alone set the acceptance, and the complement hardly moves; "
+                                   f"lower method.latent_step_size (now {self.settings.latent_step_size})")
+        return result

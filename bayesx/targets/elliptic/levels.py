@@ -1,0 +1,127 @@
+"""The forward model of the elliptic inverse problem on one mesh: a *level*.
+
+A level solves -div(exp(u) grad p) = f with P2 elements on an n x n mesh and returns the misfit
+of its 25 sensor values against the observations,
+
+    l_n(u) = -1/2 sum_j ((y_j - (O_n p_n(R_n u))_j) / sigma)^2
+
+where u is always the field on the model's own (fine) mesh and R_n restricts it to the level's
+mesh. When n divides the fine mesh, every P2 node of the coarse mesh is a node of the fine one
+(both grids are {i / (2n)}), so R_n is injection: the coarse field takes the fine field's values
+at the shared nodes. The gradient of l_n with respect to u is the coarse adjoint gradient placed at
+those nodes (zero elsewhere).
+
+The model's likelihood is the level of ``model.likelihood_mesh`` (its own mesh by default);
+delayed-acceptance samplers (``method=dapcn``) use coarser levels as screens. Solves run per chain
+with SuperLU (sparse) or batched dense LU in torch (dense, any device).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bayesx.errors import BayesxError
+from bayesx.targets.elliptic import problem
+from bayesx.targets.elliptic.fem import P2Space
+
+
+def coarse_meshes_of(fine_mesh: int) -> list[int]:
+    """The meshes whose P2 nodes are all nodes of the fine mesh: the divisors >= 2 below it."""
+    return [n for n in range(2, fine_mesh) if fine_mesh % n == 0]
+
+
+def level_mesh_problem(mesh, fine_mesh: int, fine_key: str = "model.mesh") -> str | None:
+    """Why ``mesh`` cannot be a coarse level of ``fine_mesh`` (named ``fine_key``): a phrase completing "<key>", or None."""
+    options = coarse_meshes_of(fine_mesh)
+    hint = f"use one of {', '.join(map(str, options))}" if options else "use a finer model.mesh"
+    if not isinstance(mesh, int) or isinstance(mesh, bool) or mesh < 2:
+        return f"must be an integer >= 2 (squares per side), got {mesh!r}; {hint}"
+    if mesh >= fine_mesh:
+        return f"={mesh} is not coarser than {fine_key}={fine_mesh}; {hint}"
+    if fine_mesh % mesh:
+        return f"={mesh} does not divide {fine_key}={fine_mesh} (the coarse nodes must be nodes of the fine mesh); {hint}"
+    return None
+
+
+def injection(fine: P2Space, coarse: P2Space) -> np.ndarray:
+    """Indices into the fine dofs of each coarse dof (the same point of the unit square)."""
+    scale = 2 * fine.n  # fine P2 nodes sit at integer multiples of 1 / (2 n_fine)
+    key = lambda xy: np.rint(xy[:, 0] * scale).astype(np.int64) * (scale + 1) + np.rint(xy[:, 1] * scale).astype(np.int64)  # noqa: E731
+    fine_keys = key(fine.coords)
+    order = np.argsort(fine_keys)
+    coarse_keys = key(coarse.coords)
+    found = order[np.searchsorted(fine_keys, coarse_keys, sorter=order)]
+    if not np.allclose(fine.coords[found], coarse.coords, atol=1e-12):
+        raise BayesxError(f"the {coarse.n} x {coarse.n} mesh's nodes are not nodes of the {fine.n} x {fine.n} mesh")
+    return found
+
+
+class ForwardLevel:
+    """The misfit l_n(u) on an n x n mesh for fine fields u; see the module docstring."""
+
+    def __init__(self, mesh: int, fine: P2Space, sensors: np.ndarray, observations: np.ndarray, noise_sd: float,
+                 solver: str, device: torch.device, dtype: torch.dtype):
+        self.mesh, self.solver, self.device, self.dtype = mesh, solver, device, dtype
+        self.space = fine if mesh == fine.n else P2Space(mesh)
+        self.fine_dim = fine.n_dofs
+        self.restriction = None if mesh == fine.n else torch.as_tensor(injection(fine, self.space), device=device)
+        self.obs = self.space.point_evaluation(sensors)
+        self.obs_t = self.obs.T.tocsr()
+        self.rhs = np.append(self.space.load_vector(problem.source), 0.0)
+        self.observations, self.noise_sd = observations, noise_sd
+        self._dense = None
+
+    def restrict(self, u: Tensor) -> Tensor:
+        """R_n u for rows u (n, fine dofs)."""
+        return u if self.restriction is None else u[:, self.restriction]
+
+    def misfit(self, u: Tensor, need_grad: bool) -> tuple[Tensor, Tensor | None]:
+        """l_n(u) and dl_n/du for each row of u (n, fine dofs); NaN (value and gradient) where a solve fails."""
+        coarse = self.restrict(u)
+        log_lik, grad = (self._misfit_dense if self.solver == "dense" else self._misfit_sparse)(coarse, need_grad)
+        if grad is not None and self.restriction is not None:
+            full = grad.new_zeros(u.shape)
+            full[:, self.restriction] = grad
+            grad = full
+        return log_lik, grad
+
+    def _misfit_sparse(self, u: Tensor, need_grad: bool) -> tuple[Tensor, Tensor | None]:
+        u_np = u.detach().cpu().numpy().astype(np.float64)
+        log_lik = np.full(u_np.shape[0], np.nan)
+        grad = np.full(u_np.shape, np.nan) if need_grad else None
+        for row, field in enumerate(u_np):
+            try:
+                factorized = self.space.factorize(field)
+            except FloatingPointError:
+                continue
+            x = factorized.solve(self.rhs)
+            residual = (self.observations - self.obs @ x[:-1]) / self.noise_sd
+            log_lik[row] = -0.5 * residual @ residual
+            if need_grad:
+                adjoint = factorized.solve(np.append(self.obs_t @ (residual / self.noise_sd), 0.0))
+                grad[row] = -self.space.coefficient_gradient(factorized, x, adjoint)
+        as_tensor = lambda a: torch.as_tensor(a, device=u.device, dtype=u.dtype)  # noqa: E731
+        return as_tensor(log_lik), (as_tensor(grad) if need_grad else None)
+
+    def _misfit_dense(self, u: Tensor, need_grad: bool):
+        if self._dense is None:
+            from bayesx.targets.elliptic.dense import DenseOperators
+
+            self._dense = DenseOperators(self.space, self.obs, self.rhs, self.observations, self.device, self.dtype)
+        return self._dense.misfit(u, self.noise_sd, need_grad)
+
+    def predict(self, u: np.ndarray) -> np.ndarray:
+        """The sensor values O_n p_n(R_n u) for fine fields u (n, fine dofs)."""
+        out = []
+        for row in u if self.restriction is None else u[:, self.restriction.cpu().numpy()]:
+            try:
+                factorized = self.space.factorize(row)
+            except FloatingPointError as exc:
+                raise BayesxError(f"the PDE solve diverged for this field ({exc}); is exp(u) finite and positive?") from None
+            values = self.obs @ factorized.solve(self.rhs)[:-1]
+            if not np.all(np.isfinite(values)):
+                raise BayesxError("the PDE solve diverged for this field (NaN in the solution)")
+            out.append(values)
+        return np.stack(out)

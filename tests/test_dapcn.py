@@ -1,0 +1,337 @@
+"""Delayed-acceptance pCN (method=dapcn) and the elliptic model's coarse likelihood levels.
+
+Exactness on the conjugate toy of test_pcn.py with deliberately wrong coarse levels (two and three
+levels, pCN and subspace proposals), with MCSE-aware z-scores against the closed form; the negative
+control (the second stage's ratio without the coarse correction) is caught by the same check. On the
+elliptic model, DA-pCN and pCN agree on a 4 x 4 mesh; the level machinery (injection, coarse
+gradients, the approximate-posterior tags) and bad input are checked; the CLI runs end to end.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from cli_helpers import assert_rejected, isolated_store, run_ok
+from test_pcn import LinearGaussian, assert_exact, max_abs_z
+
+from bayesx.diagnostics import convergence
+from bayesx.errors import BayesxError
+from bayesx.kernels import dapcn, pcn
+from bayesx.methods.mcmc.dapcn import DAPCN
+from bayesx.methods.mcmc.pcn import PCN
+from bayesx.settings import InvalidSetting
+from bayesx.targets.base import Capabilities
+from bayesx.targets.elliptic import EllipticInverse
+from bayesx.targets.elliptic.levels import coarse_meshes_of, injection
+
+
+@pytest.fixture(scope="module", autouse=True)
+def data_dir(tmp_path_factory):
+    """The prior-factor cache ($BAYESX_DATA_DIR/elliptic) in a temporary folder for the whole file."""
+    root = tmp_path_factory.mktemp("dapcn-data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BAYESX_DATA_DIR", str(root))
+        yield root
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+class CoarseLevels(LinearGaussian):
+    """The conjugate toy with two wrong 'coarse' likelihoods: a perturbed forward map and a bias."""
+
+    capabilities = Capabilities(uses_data=False, gaussian_prior=True, exact_moments=True, coarse_levels=True)
+
+    def __init__(self, error: float = 0.15, **kwargs):
+        super().__init__(**kwargs)
+        rng = np.random.default_rng(11)
+        self.coarse = {mesh: (self.A + 2 * error / mesh * torch.as_tensor(rng.normal(size=self.A.shape)),
+                              2 * error / mesh * torch.as_tensor(rng.normal(size=self.y.shape))) for mesh in (2, 4)}
+        self.calls = {"fine": 0, 2: 0, 4: 0}
+
+    def log_likelihood(self, q):
+        self.calls["fine"] += q.shape[0]
+        return super().log_likelihood(q)
+
+    def level_log_likelihood(self, q, mesh):
+        self.calls[mesh] += q.shape[0]
+        a, bias = self.coarse[mesh]
+        r = (self.y - q @ a.T - bias) / self.noise
+        return -0.5 * (r * r).sum(-1)
+
+    def check_level(self, mesh, key):
+        if mesh not in self.coarse:
+            raise InvalidSetting(key, f"={mesh} is not a level; use 2 or 4")
+
+
+def run_da(target, seed=0, chains=8, **options):
+    options = {"num_warmup": 300, "num_draws": 2000, "coarse_mesh": 2, "subchain_length": 3, **options}
+    method = DAPCN(**options)
+    method.check(target, chains)
+    g = gen(seed)
+    return method.run(target, target.initial_point(chains, g), g, progress=False)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return CoarseLevels()
+
+
+# --- exactness ------------------------------------------------------------------------------------------------
+def test_two_levels_sample_the_exact_posterior_despite_a_wrong_coarse_model(toy):
+    result = run_da(toy)
+    m = result.metrics
+    assert result.draws.shape == (8, 2000, 4)
+    assert 0.15 < m["first_stage_accept_rate"] < 0.35  # h adapts on the coarse level
+    assert m["fine_accept_rate"] < 0.99  # the coarse model is wrong: the second stage has work to do
+    assert 0 < m["fine_solves_per_iter"] <= 1 and m["coarse_solves_per_iter"] == 3
+    assert_exact(toy, result.draws)
+
+
+def test_three_levels_sample_the_exact_posterior(toy):
+    result = run_da(toy, seed=1, coarse_mesh=[4, 2], subchain_length=[2, 2])
+    assert result.metrics["coarse_solves_per_iter"] > 4  # 4 coarsest steps and the middle level's solves
+    assert_exact(toy, result.draws)
+
+
+def test_subspace_proposal_samples_the_exact_posterior(toy):
+    """A 2-dimensional subspace with its own fixed step, the complement with the adapted one."""
+    directions = torch.as_tensor(np.random.default_rng(3).normal(size=(4, 2)))
+    proposal = dapcn.SubspaceProposal.from_directions(toy.chol, directions)
+    from bayesx.methods.mcmc.dapcn import DASampler
+
+    sampler = DASampler((2,), (3,), proposal, 0.3, num_warmup=300, num_draws=2000)
+    g = gen(2)
+    result = sampler.run(toy, toy.initial_point(8, g), g, progress=False)
+    assert_exact(toy, result.draws)
+
+
+def test_negative_control_second_stage_without_the_coarse_correction_is_caught(toy, monkeypatch):
+    """Accepting the survivors by the fine ratio alone samples prior x exp(l_coarse + l_fine)."""
+    monkeypatch.setattr(dapcn, "two_stage_log_ratio", lambda fine_new, fine_old, coarse_new, coarse_old:
+                        fine_new - fine_old)
+    result = run_da(toy)
+    assert max_abs_z(toy, result.draws) > 10.0
+
+
+def test_subspace_move_is_the_split_pcn_step(toy):
+    """In whitened coordinates the move is P(rho_a v + s_a xi) + (I - P)(rho_b v + s_b xi)."""
+    directions = torch.as_tensor(np.random.default_rng(4).normal(size=(4, 2)))
+    proposal = dapcn.SubspaceProposal.from_directions(toy.chol, directions)
+    torch.testing.assert_close(proposal.basis.T @ proposal.basis, torch.eye(2, dtype=torch.float64))
+    q = toy.sample_prior(3, gen(5))
+    colored, latent_noise = proposal.noise(toy, 3, gen(6))
+    xi = torch.linalg.solve_triangular(toy.chol, colored.T, upper=False).T
+    torch.testing.assert_close(latent_noise, xi @ proposal.basis)
+    h_b, h_a = 0.5, 2.0
+    new, latent = proposal.move(q, proposal.latent(q), (colored, latent_noise), h_b, h_a)
+    v = torch.linalg.solve_triangular(toy.chol, q.T, upper=False).T
+    P = proposal.basis @ proposal.basis.T
+    ra, rb = pcn.rho(h_a), pcn.rho(h_b)
+    expect_v = (ra * v + math.sqrt(1 - ra**2) * xi) @ P + (rb * v + math.sqrt(1 - rb**2) * xi) @ (torch.eye(4) - P)
+    torch.testing.assert_close(new, expect_v @ toy.chol.T)
+    torch.testing.assert_close(latent, proposal.latent(new))
+
+
+def test_identical_levels_accept_every_survivor():
+    """When the coarse model is the fine one, the second-stage ratio is exactly zero."""
+    target = CoarseLevels(error=0.0)
+    result = run_da(target, num_warmup=50, num_draws=200, chains=4)
+    assert result.metrics["fine_accept_rate"] == 1.0
+    assert result.metrics["move_rate"] == pytest.approx(result.metrics["fine_solves_per_iter"])
+
+
+def test_a_subchain_that_does_not_move_costs_no_fine_solve():
+    """Christen and Fox: a proposal the coarse level rejects is never solved on the fine level."""
+    target = CoarseLevels()
+    result = run_da(target, num_warmup=0, num_draws=300, chains=4, subchain_length=1, step_size=4.0,
+                    adapt_step_size=False)
+    stats = result.sample_stats
+    n_init = 4  # init evaluates the fine level once per chain
+    assert target.calls["fine"] - n_init == stats["n_fine_solves"].sum()
+    assert stats["n_fine_solves"].mean() < 0.8  # most independent proposals fail the coarse screen
+    assert np.all(stats["n_fine_solves"] <= 1)
+    assert np.all(stats["accepted"] <= stats["n_fine_solves"])  # only solved proposals move the chain
+
+
+# --- the elliptic model's levels --------------------------------------------------------------------------------
+def test_injection_matches_coordinates():
+    model = EllipticInverse(mesh=4)
+    coarse = model.level(2)
+    index = injection(model.space, coarse.space)
+    np.testing.assert_allclose(model.space.coords[index], coarse.space.coords)
+    assert coarse_meshes_of(20) == [2, 4, 5, 10] and coarse_meshes_of(3) == []
+
+
+def test_a_smooth_field_has_nearly_the_same_likelihood_on_a_coarser_mesh():
+    """Injection of a smooth field: the coarse misfit converges to the fine one as the coarse mesh refines."""
+    model = EllipticInverse(mesh=16)
+    xy = model.dof_coordinates
+    u = torch.as_tensor(0.5 * np.sin(2 * np.pi * xy[:, 0]) * np.cos(np.pi * xy[:, 1]))[None]
+    fine = float(model.log_likelihood(u))
+    gaps = [abs(float(model.level_log_likelihood(u, n)) - fine) for n in (2, 4, 8)]
+    assert gaps[2] < gaps[1] < gaps[0], gaps
+    assert float(model.level_log_likelihood(u, 16)) == fine  # the model's own mesh is the exact level
+
+
+def test_coarse_likelihood_gradient_matches_finite_differences():
+    model = EllipticInverse(mesh=4, likelihood_mesh=2)
+    q = model.sample_prior(1, gen(7)) * 0.3
+    _, grad = model.log_prob_and_grad(q)
+    direction = torch.randn(q.shape, generator=gen(8), dtype=q.dtype)
+    eps = 1e-6
+    fd = (model.log_prob(q + eps * direction) - model.log_prob(q - eps * direction)) / (2 * eps)
+    assert float((grad * direction).sum()) == pytest.approx(float(fd), rel=1e-5)
+
+
+def test_coarse_likelihood_model_is_labelled_approximate():
+    exact, approx = EllipticInverse(mesh=4), EllipticInverse(mesh=4, likelihood_mesh=2)
+    assert exact.describe()["posterior"] == "exact" and not exact.approximate
+    tags = approx.describe()
+    assert tags["posterior"].startswith("approximate") and tags["likelihood_mesh"] == "2"
+    q = approx.sample_prior(2, gen(9))
+    torch.testing.assert_close(approx.log_likelihood(q), exact.level_log_likelihood(q, 2))
+    draws = q[None].repeat(2, 1, 1)
+    assert any("approximate posterior" in r for r in approx.evaluate(draws).remarks)
+    assert not exact.evaluate(draws).remarks
+
+
+@pytest.mark.parametrize("mesh, fine, needles", [
+    (4, 4, ["=4 is not coarser than model.mesh=4", "use one of 2"]),
+    (8, 4, ["=8 is not coarser"]),
+    (3, 4, ["=3 does not divide model.mesh=4", "use one of 2"]),
+    (1, 4, ["integer >= 2"]),
+])
+def test_bad_coarse_meshes_are_named(mesh, fine, needles):
+    model = EllipticInverse(mesh=fine)
+    with pytest.raises(InvalidSetting) as info:
+        model.check_level(mesh, "coarse_mesh")
+    for needle in needles:
+        assert needle in str(info.value)
+    with pytest.raises(BayesxError) as info:
+        DAPCN(coarse_mesh=mesh).check(model, 2)
+    assert "coarse_mesh" in str(info.value)
+
+
+def test_coarse_levels_are_checked_against_the_likelihood_mesh():
+    model = EllipticInverse(mesh=8, likelihood_mesh=4)
+    with pytest.raises(InvalidSetting, match="not coarser than model.likelihood_mesh=4"):
+        model.check_level(4, "coarse_mesh")
+    model.check_level(2, "coarse_mesh")
+
+
+def test_dapcn_needs_a_model_with_coarse_levels():
+    with pytest.raises(BayesxError, match="coarse likelihood levels .*model=elliptic"):
+        DAPCN().check(LinearGaussian(), 2)
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"subchain_length": 0}, "subchain_length must be an integer >= 1"),
+    ({"coarse_mesh": [2, 2]}, "names a mesh twice"),
+    ({"coarse_mesh": [2, 4], "subchain_length": [1, 2, 3]}, "3 entries for 2 coarse levels"),
+    ({"proposal": "ae", "ae": "tanh"}, "ae must be one of"),
+])
+def test_bad_options_are_one_line_errors(options, needle):
+    with pytest.raises(BayesxError, match=needle):
+        DAPCN(**options)
+
+
+# --- DA-pCN against pCN on the PDE posterior --------------------------------------------------------------------
+def field_summary(model, draws):
+    """Per-dof posterior mean and sd of the field with their MCSEs, and the same for the log-likelihood."""
+    x = draws.numpy()
+    ess = convergence.ess_per_coordinate(x, "bulk")
+    flat = x.reshape(-1, x.shape[-1])
+    sq = (x - flat.mean(0)) ** 2
+    ess_sq = convergence.ess_per_coordinate(sq, "bulk")
+    return flat.mean(0), flat.std(0) / np.sqrt(ess), sq.reshape(-1, x.shape[-1]).mean(0), \
+        sq.reshape(-1, x.shape[-1]).std(0) / np.sqrt(ess_sq)
+
+
+def two_sample_z(a, b):
+    mean_a, se_a, var_a, vse_a = a
+    mean_b, se_b, var_b, vse_b = b
+    return (mean_a - mean_b) / np.hypot(se_a, se_b), (var_a - var_b) / np.hypot(vse_a, vse_b)
+
+
+@pytest.fixture(scope="module")
+def elliptic_pcn():
+    model = EllipticInverse(mesh=4, noise_sd=0.02)  # an informative posterior: the control has power
+    g = gen(20)
+    result = PCN(num_warmup=500, num_draws=4000).run(model, model.initial_point(8, g), g, progress=False)
+    return model, field_summary(model, result.draws)
+
+
+def elliptic_da(model, seed=21):
+    g = gen(seed)
+    method = DAPCN(coarse_mesh=2, subchain_length=3, num_warmup=500, num_draws=2000)
+    method.check(model, 8)
+    return method.run(model, model.initial_point(8, g), g, progress=False)
+
+
+def test_dapcn_agrees_with_pcn_on_the_pde_posterior(elliptic_pcn):
+    model, reference = elliptic_pcn
+    result = elliptic_da(model)
+    assert result.metrics["fine_accept_rate"] < 0.99  # the 2 x 2 mesh is a poor model of the 4 x 4 one
+    z_mean, z_var = two_sample_z(field_summary(model, result.draws), reference)
+    assert np.abs(z_mean).max() < 4.5 and np.abs(z_var).max() < 4.5, (np.abs(z_mean).max(), np.abs(z_var).max())
+
+
+def test_negative_control_on_the_pde_posterior_is_caught(elliptic_pcn, monkeypatch):
+    model, reference = elliptic_pcn
+    monkeypatch.setattr(dapcn, "two_stage_log_ratio", lambda fine_new, fine_old, coarse_new, coarse_old:
+                        fine_new - fine_old)
+    z_mean, z_var = two_sample_z(field_summary(model, elliptic_da(model).draws), reference)
+    assert max(np.abs(z_mean).max(), np.abs(z_var).max()) > 6.0
+
+
+# --- the CLI --------------------------------------------------------------------------------------------------------
+DAPCN_RUN = ["run", "model=elliptic", "model.mesh=4", "method=dapcn", "method.coarse_mesh=2", "method.num_warmup=50",
+             "method.num_draws=100", "n_chains=2", "progress=false", "device.num_threads=1"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, data_dir):
+    with isolated_store(tmp_path_factory, "dapcn-cli", data_dir=False) as s:
+        yield s
+
+
+def test_dapcn_runs_end_to_end(store):
+    run = run_ok(store[1], DAPCN_RUN)
+    metrics, tags = run.data.metrics, run.data.tags
+    for key in ("first_stage_accept_rate", "fine_accept_rate", "fine_solves_per_iter", "coarse_solves_per_iter",
+                "ess_log_likelihood", "ess_field_min", "accept_rate", "move_rate"):
+        assert key in metrics and math.isfinite(metrics[key]), key
+    assert metrics["coarse_solves_per_iter"] == 5.0  # the default subchain length
+    assert tags["method"] == "dapcn" and tags["target.posterior"] == "exact"
+
+
+def test_dapcn_with_the_auto_encoder_proposal_runs_end_to_end(store):
+    run = run_ok(store[1], [*DAPCN_RUN, "method.proposal=ae", "method.latent_dim=10", "method.presample.num_warmup=50",
+                            "method.presample.num_draws=100"])
+    metrics, tags = run.data.metrics, run.data.tags
+    assert metrics["latent_dim"] == 10 and "presample_time_s" in metrics and "fine_solves_per_iter" in metrics
+    assert tags["ae"] == "pca"
+
+
+def test_a_coarse_likelihood_run_is_tagged_approximate(store):
+    run = run_ok(store[1], ["run", "model=elliptic", "model.mesh=4", "model.likelihood_mesh=2", "method=pcn",
+                            "method.num_warmup=50", "method.num_draws=100", "n_chains=2", "progress=false"])
+    assert run.data.tags["target.posterior"].startswith("approximate (likelihood on the 2 x 2 mesh)")
+
+
+@pytest.mark.parametrize("argv, needles", [
+    ([*DAPCN_RUN, "method.coarse_mesh=4"], ["method.coarse_mesh=4 is not coarser than model.mesh=4", "use one of 2"]),
+    ([*DAPCN_RUN, "model.mesh=6", "method.coarse_mesh=4"], ["method.coarse_mesh=4 does not divide model.mesh=6"]),
+    ([*DAPCN_RUN, "method.subchain_length=0"], ["method.subchain_length", "got 0"]),
+    (["run", "model=logreg", "method=dapcn", "progress=false"], ["method=dapcn needs a model with coarse likelihood",
+                                                                 "model=elliptic"]),
+    (["run", "model=elliptic", "model.mesh=4", "model.likelihood_mesh=3", "progress=false", "method=pcn"],
+     ["model.likelihood_mesh=3 does not divide model.mesh=4"]),
+], ids=["coarse_not_coarser", "coarse_not_dividing", "subchain_0", "no_coarse_levels", "likelihood_mesh_not_dividing"])
+def test_bad_input_is_rejected_before_a_run(bad_env, argv, needles):
+    assert_rejected(argv, bad_env, *needles)
