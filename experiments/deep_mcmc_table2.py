@@ -1,18 +1,26 @@
-"""Reproduce Table 2 of "Deep Markov Chain Monte Carlo" (Deep MCMC sec. 4.2): pCN vs AE-pCN on the
-elliptic-PDE inverse problem, plus an HMC row with the adjoint gradient (not in the paper).
+"""Reproduce Table 2 of "Deep Markov Chain Monte Carlo" (Deep MCMC sec. 4.2) three ways: pCN and AE-pCN
+on the exact posterior, on the coarse-likelihood posterior the paper's timings suggest it ran, and by
+delayed acceptance, exact and faster; plus an HMC row with the adjoint gradient (not in the paper).
 
-For each mesh (20 x 20 -> 1681 unknowns, 40 x 40 -> 6561), on the same posterior (model=elliptic):
-  pCN     the product's pCN: num_warmup iterations adapting h to acceptance 0.25, then num_draws
-  AE-pCN  the product's AE-pCN: pCN pre-samples (the warm-up both pay, plus 1000 draws), a PCA
-          auto-encoder to latent size 441 (the P2 field of a 10 x 10 mesh, as published), a latent
-          warm-up, then the same num_draws iterations as pCN
-  HMC     (mesh 20 only) the product's HMC in the whitened parameterization u = L v, adjoint gradient
-The paper's speed-up compares the same number of iterations; the whole-pipeline speed-up adds
-warm-up, pre-sampling and training. Each run also reports how much of its time went into the PDE
-solves (the log-likelihood), which bounds what any proposal can save.
+For each mesh (20 x 20 -> 1681 unknowns, 40 x 40 -> 6561), same number of iterations per row:
+  pCN                 exact: num_warmup iterations adapting h to acceptance 0.25, then num_draws
+  AE-pCN              exact likelihood, latent proposals: pCN pre-samples (the warm-up both pay, plus
+                      1000 draws), a PCA auto-encoder to latent size 441 (the P2 field of a 10 x 10 mesh,
+                      as published), a latent warm-up, then num_draws; it samples the posterior
+                      restricted to the PCA subspace
+  pCN / AE-pCN (coarse likelihood)
+                      the same with model.likelihood_mesh=10: APPROXIMATE (another posterior); the
+                      variant whose timings match the paper's
+  DA-pCN / DA-AE-pCN  method=dapcn: proposals screened on coarse meshes (--da-meshes, subchains of
+                      --da-subchain), exact; DA-AE-pCN moves the PCA directions with h=4 and the
+                      complement with the adapted h
+  HMC                 (mesh 20 only) whitened u = L v, adjoint gradient
+The paper's speed-up compares sampling times for the same iterations; we add the ratio of
+log-likelihood ESS per second and of the field's min ESS per second against exact pCN, which is what a
+user buys. Each run also reports how much of its time went into PDE solves (all levels).
 
     python experiments/deep_mcmc_table2.py                      # -> results/deep_mcmc_table2.md
-    python experiments/deep_mcmc_table2.py --meshes 20 --draws 500
+    python experiments/deep_mcmc_table2.py --meshes 20 --draws 500 --rows pcn,dapcn
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import torch
 
 from bayesx.diagnostics import convergence
 from bayesx.methods.mcmc.aepcn import AEPCN
+from bayesx.methods.mcmc.dapcn import DAPCN
 from bayesx.methods.mcmc.hmc import HMC
 from bayesx.methods.mcmc.pcn import PCN
 from bayesx.targets.elliptic import EllipticInverse
@@ -37,6 +46,8 @@ PUBLISHED = {  # Deep MCMC Table 2: seconds and log-likelihood, same number of i
     20: {"pCN": (4368.7, -7.47), "AE-pCN": (1008.6, -7.906), "speed_up": 4.3},
     40: {"pCN": (15719.7, -7.46), "AE-pCN": (1038.3, -7.915), "speed_up": 15.1},
 }
+COARSE_LIKELIHOOD_MESH = 10  # the latent size 441 of the paper is the P2 field of this mesh
+ROWS = ("pcn", "aepcn", "pcn_coarse", "aepcn_coarse", "dapcn", "daaepcn", "hmc")
 
 
 class SolveTimer:
@@ -44,7 +55,7 @@ class SolveTimer:
 
     def __init__(self, target):
         self.target, self.seconds = target, 0.0
-        for name in ("log_likelihood", "log_prob_and_grad"):
+        for name in ("log_likelihood", "log_prob_and_grad", "level_log_likelihood"):
             setattr(self, name, self._timed(getattr(target, name)))
 
     def _timed(self, fn):
@@ -61,54 +72,63 @@ class SolveTimer:
         return getattr(self.target, name)
 
 
-def summarize(name: str, model: EllipticInverse, result, seconds: float, solve_s: float, extra: dict) -> dict:
+def summarize(name: str, model: EllipticInverse, result, seconds: float, solve_s: float, exact: EllipticInverse) -> dict:
     evaluation = model.evaluate(result.draws, sample_stats=result.sample_stats)
     ev = {**evaluation.metrics, **convergence.quantity_ess(evaluation.quantities)}
     t = result.timings
-    if "presample_time_s" in t:  # AE-pCN: pre-sampling (with its warm-up), training, latent warm-up
+    if "presample_time_s" in t:  # AE rows: pre-sampling (with its warm-up), training, latent warm-up
         before = t["presample_time_s"] + t["train_time_s"] + t["latent_warmup_time_s"]
     else:
         before = t.get("warmup_time_s", 0.0)
-    return {"method": name, "mesh": model.mesh, "dim": model.dim, "n_draws": int(result.draws.shape[1]),
-            "sampling_time_s": t["sampling_time_s"], "pipeline_time_s": before + t["sampling_time_s"],
-            "time_per_iter_s": result.metrics.get("time_per_iter_s"), "accept_rate": result.metrics.get("accept_rate"),
-            "step_size": result.metrics.get("step_size"), "wall_s": seconds, "solve_share": solve_s / seconds,
-            **ev, **{k: result.metrics[k] for k in ("latent_dim", "recon_err") if k in result.metrics},
-            **{k: v for k, v in t.items()}, **extra}
+    row = {"method": name, "mesh": model.mesh, "dim": model.dim, "n_draws": int(result.draws.shape[1]),
+           "approximate": model.approximate, "sampling_time_s": t["sampling_time_s"],
+           "pipeline_time_s": before + t["sampling_time_s"], "wall_s": seconds, "solve_share": solve_s / seconds,
+           **{k: result.metrics.get(k) for k in ("time_per_iter_s", "accept_rate", "step_size", "latent_dim",
+                                                 "recon_err", "first_stage_accept_rate", "fine_accept_rate",
+                                                 "fine_solves_per_iter", "coarse_solves_per_iter", "n_grad_evals")},
+           **ev, **dict(t)}
+    if model.approximate:  # the draws' log-likelihood on the model's own mesh, for comparison with exact rows
+        row["exact_log_likelihood"] = exact.evaluate(result.draws).metrics["log_likelihood"]
+    for key in ("ess_log_likelihood", "ess_field_min"):
+        row[f"{key}_per_s"] = ev[key] / t["sampling_time_s"]
+    return row
+
+
+def run_row(kind: str, mesh: int, args, exact: EllipticInverse) -> dict:
+    """One row of the table: the model and method that ``kind`` names, timed with its solves."""
+    coarse = EllipticInverse(mesh=mesh, likelihood_mesh=COARSE_LIKELIHOOD_MESH) if kind.endswith("_coarse") else None
+    model = coarse or (EllipticInverse(mesh=mesh, whiten=True) if kind == "hmc" else exact)
+    da = {"coarse_mesh": args.da_meshes, "subchain_length": args.da_subchain}
+    ae = {"latent_dim": args.latent_dim, "presample": {"num_warmup": args.warmup, "num_draws": args.presamples}}
+    methods = {
+        "pcn": ("pCN", lambda: PCN(num_warmup=args.warmup, num_draws=args.draws)),
+        "aepcn": ("AE-pCN", lambda: AEPCN(num_warmup=args.latent_warmup, num_draws=args.draws, **ae)),
+        "pcn_coarse": ("pCN (coarse likelihood)", lambda: PCN(num_warmup=args.warmup, num_draws=args.draws)),
+        "aepcn_coarse": ("AE-pCN (coarse likelihood)",
+                         lambda: AEPCN(num_warmup=args.latent_warmup, num_draws=args.draws, **ae)),
+        "dapcn": ("DA-pCN", lambda: DAPCN(num_warmup=args.warmup, num_draws=args.draws, **da)),
+        "daaepcn": ("DA-AE-pCN", lambda: DAPCN(proposal="ae", num_warmup=args.latent_warmup, num_draws=args.draws,
+                                                **da, **ae)),
+        "hmc": (f"HMC (whitened, {args.hmc_steps} steps)",
+                lambda: HMC(num_steps=args.hmc_steps, num_warmup=args.hmc_warmup, num_draws=args.hmc_draws,
+                            init="prior", mass="diag")),
+    }
+    name, make = methods[kind]
+    method = make()
+    gen = torch.Generator().manual_seed(args.seed)
+    timed = SolveTimer(model)
+    method.check(model, args.chains)
+    start = time.perf_counter()
+    result = method.run(timed, model.initial_point(args.chains, gen), gen, args.progress)
+    row = summarize(name, model, result, time.perf_counter() - start, timed.seconds, exact)
+    print(f"  mesh {mesh} {name}: {row['wall_s']:.1f}s, ESS/s log-lik {row['ess_log_likelihood_per_s']:.2f}, "
+          f"field {row['ess_field_min_per_s']:.2f}", flush=True)
+    return row
 
 
 def run_mesh(mesh: int, args) -> list[dict]:
-    model = EllipticInverse(mesh=mesh)
-    rows = []
-    gen = torch.Generator().manual_seed(args.seed)
-    timed = SolveTimer(model)
-    start = time.perf_counter()
-    res = PCN(num_warmup=args.warmup, num_draws=args.draws).run(timed, model.initial_point(args.chains, gen), gen,
-                                                                 args.progress)
-    rows.append(summarize("pCN", model, res, time.perf_counter() - start, timed.seconds, {}))
-    print(f"  mesh {mesh} pCN {rows[-1]['wall_s']:.1f}s", flush=True)
-
-    gen = torch.Generator().manual_seed(args.seed)
-    timed = SolveTimer(model)
-    start = time.perf_counter()
-    method = AEPCN(latent_dim=args.latent_dim, num_warmup=args.latent_warmup, num_draws=args.draws,
-                   presample={"num_warmup": args.warmup, "num_draws": args.presamples})
-    res = method.run(timed, model.initial_point(args.chains, gen), gen, args.progress)
-    rows.append(summarize("AE-pCN", model, res, time.perf_counter() - start, timed.seconds, {}))
-    print(f"  mesh {mesh} AE-pCN {rows[-1]['wall_s']:.1f}s", flush=True)
-
-    if mesh in args.hmc_meshes:
-        whitened = EllipticInverse(mesh=mesh, whiten=True)
-        gen = torch.Generator().manual_seed(args.seed)
-        timed = SolveTimer(whitened)
-        start = time.perf_counter()
-        hmc = HMC(num_steps=args.hmc_steps, num_warmup=args.hmc_warmup, num_draws=args.hmc_draws, init="prior",
-                  mass="diag")
-        res = hmc.run(timed, whitened.initial_point(args.chains, gen), gen, args.progress)
-        rows.append(summarize(f"HMC (whitened, {args.hmc_steps} steps)", whitened, res, time.perf_counter() - start,
-                              timed.seconds, {"n_grad_evals": res.metrics.get("n_grad_evals")}))
-        print(f"  mesh {mesh} HMC {rows[-1]['wall_s']:.1f}s", flush=True)
-    return rows
+    exact = EllipticInverse(mesh=mesh)
+    return [run_row(kind, mesh, args, exact) for kind in args.rows if kind != "hmc" or mesh in args.hmc_meshes]
 
 
 def fmt(v, spec=".3g"):
@@ -116,43 +136,56 @@ def fmt(v, spec=".3g"):
 
 
 def write_markdown(rows: list[dict], args, path: Path, seconds: float) -> None:
-    lines = ["# Deep MCMC Table 2: pCN vs AE-pCN on the elliptic-PDE inverse problem", "",
+    lines = ["# Deep MCMC Table 2, three ways: exact, coarse likelihood (approximate), delayed acceptance (exact)", "",
              f"Command: `python experiments/deep_mcmc_table2.py {' '.join(sys.argv[1:])}`".rstrip(), "",
              f"Machine: {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
              f"{args.chains} chains, float64, SuperLU per chain. Total time {seconds / 60:.1f} min.", "",
              f"pCN: {args.warmup} warm-up iterations (h adapted to acceptance 0.25, capped at 4) + {args.draws} per "
              f"chain. AE-pCN: the same pCN warm-up, {args.presamples} pre-samples, PCA auto-encoder to "
              f"{args.latent_dim}, {args.latent_warmup} latent warm-up iterations, {args.draws} iterations per chain. "
-             "Speed-up (as published) = pCN sampling time / AE-pCN sampling time for the same iterations. "
-             "log-likelihood: mean over retained draws of -1/2 sum((y - O p)/sigma)^2. solve share: the fraction "
-             "of the run's wall time spent in PDE solves.", "",
-             "| mesh | parameters | method | latent | sampling s (published) | pipeline s | s / iteration | speed-up "
-             "(published) | log-likelihood (published) | acceptance | ESS log-lik | min ESS field | field rel. L2 err "
-             "| solve share |",
+             f"Coarse likelihood: `model.likelihood_mesh={COARSE_LIKELIHOOD_MESH}` (**approximate**: another "
+             f"posterior). DA: `method=dapcn coarse_mesh={args.da_meshes} subchain_length={args.da_subchain}` "
+             "(exact); DA-AE-pCN pre-samples with DA-pCN. Speed-up (as published) = exact pCN sampling time / the "
+             "row's, for the same iterations. ESS/s ratios: the row's ESS per second of sampling over exact pCN's. "
+             "log-likelihood: mean over retained draws of -1/2 sum((y - O p)/sigma)^2 on the row's likelihood mesh "
+             "(in brackets for approximate rows: on the model's mesh). solve share: the fraction of the run's wall "
+             "time spent in PDE solves (all levels).", "",
+             "| mesh | method | posterior | sampling s (published) | pipeline s | speed-up (published) | "
+             "ESS/s log-lik (x pCN) | ESS/s field min (x pCN) | log-likelihood (published) | acceptance | "
+             "first-stage acc. | fine solves / iter | field rel. L2 err | solve share |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    by_mesh: dict[int, dict[str, dict]] = {}
+    base = {r["mesh"]: r for r in rows if r["method"] == "pCN"}
     for r in rows:
-        by_mesh.setdefault(r["mesh"], {})[r["method"]] = r
-    for r in rows:
-        pub = PUBLISHED.get(r["mesh"], {}).get(r["method"])
-        speed = ""
-        if r["method"] == "AE-pCN" and "pCN" in by_mesh[r["mesh"]]:
-            ratio = by_mesh[r["mesh"]]["pCN"]["sampling_time_s"] / r["sampling_time_s"]
-            published = PUBLISHED.get(r["mesh"], {}).get("speed_up")
-            speed = f"{ratio:.2f}" + (f" ({published})" if published else "")
+        pcn_row = base.get(r["mesh"])
+        published_key = "AE-pCN" if r["method"].startswith("AE-pCN") else r["method"]
+        pub = PUBLISHED.get(r["mesh"], {}).get(published_key)
+        speed, ratios = "", {}
+        if pcn_row is not None and r is not pcn_row:
+            speed = f"{pcn_row['sampling_time_s'] / r['sampling_time_s']:.2f}"
+            if r["method"].startswith("AE-pCN") and r["mesh"] in PUBLISHED:
+                speed += f" ({PUBLISHED[r['mesh']]['speed_up']})"
+            for key in ("ess_log_likelihood_per_s", "ess_field_min_per_s"):
+                ratios[key] = f" ({r[key] / pcn_row[key]:.2f}x)"
         sampling = f"{r['sampling_time_s']:.1f}" + (f" ({pub[0]:,})" if pub else "")
-        loglik = f"{r['log_likelihood']:.2f}" + (f" ({pub[1]})" if pub else "")
-        lines.append(f"| {r['mesh']} | {r['dim']} | {r['method']} | {fmt(r.get('latent_dim'), '.0f')} | {sampling} | "
-                     f"{r['pipeline_time_s']:.1f} | {fmt(r['time_per_iter_s'], '.4f')} | {speed} | {loglik} | "
-                     f"{fmt(r['accept_rate'], '.2f')} | {fmt(r.get('ess_log_likelihood'), '.0f')} | "
-                     f"{fmt(r.get('ess_field_min'), '.0f')} | {fmt(r.get('field_rel_err'), '.2f')} | "
+        loglik = f"{r['log_likelihood']:.2f}"
+        if r.get("exact_log_likelihood") is not None:
+            loglik += f" [{r['exact_log_likelihood']:.2f}]"
+        loglik += f" ({pub[1]})" if pub else ""
+        posterior = "approximate" if r["approximate"] else ("restricted (PCA subspace)" if r["method"] == "AE-pCN"
+                                                            else "exact")
+        lines.append(f"| {r['mesh']} | {r['method']} | {posterior} | {sampling} | {r['pipeline_time_s']:.1f} | {speed} | "
+                     f"{r['ess_log_likelihood_per_s']:.2f}{ratios.get('ess_log_likelihood_per_s', '')} | "
+                     f"{r['ess_field_min_per_s']:.2f}{ratios.get('ess_field_min_per_s', '')} | {loglik} | "
+                     f"{fmt(r['accept_rate'], '.2f')} | {fmt(r.get('first_stage_accept_rate'), '.2f')} | "
+                     f"{fmt(r.get('fine_solves_per_iter'), '.2f')} | {fmt(r.get('field_rel_err'), '.2f')} | "
                      f"{r['solve_share']:.0%} |")
-    lines += ["", "Stage times (s):", "", "| mesh | method | warm-up / pre-sampling | train | latent warm-up | sampling |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "Stage times (s) and effective sample sizes:", "",
+              "| mesh | method | warm-up / pre-sampling | train | latent warm-up | sampling | ESS log-lik | min ESS field |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['mesh']} | {r['method']} | {r.get('presample_time_s', r.get('warmup_time_s', 0)):.1f} | "
                      f"{fmt(r.get('train_time_s'), '.1f')} | {fmt(r.get('latent_warmup_time_s'), '.1f')} | "
-                     f"{r['sampling_time_s']:.1f} |")
+                     f"{r['sampling_time_s']:.1f} | {r['ess_log_likelihood']:.0f} | {r['ess_field_min']:.0f} |")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -165,6 +198,9 @@ def main() -> None:
     parser.add_argument("--presamples", type=int, default=1000, help="AE-pCN pre-samples, total over chains")
     parser.add_argument("--latent-dim", type=int, default=441)
     parser.add_argument("--latent-warmup", type=int, default=200)
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"which rows, of {', '.join(ROWS)}")
+    parser.add_argument("--da-meshes", default="10", help="method=dapcn coarse_mesh: one mesh or a list, e.g. 5,10")
+    parser.add_argument("--da-subchain", default="5", help="method=dapcn subchain_length: one or one per level")
     parser.add_argument("--hmc-meshes", default="20", help="meshes with an HMC row (empty for none)")
     parser.add_argument("--hmc-steps", type=int, default=10)
     parser.add_argument("--hmc-warmup", type=int, default=300)
@@ -174,6 +210,12 @@ def main() -> None:
     parser.add_argument("--out", default="results/deep_mcmc_table2.md")
     args = parser.parse_args()
     args.hmc_meshes = [int(m) for m in args.hmc_meshes.split(",") if m]
+    args.rows = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in args.rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; choose from {', '.join(ROWS)}")
+    as_levels = lambda text: [int(m) for m in text.split(",")] if "," in text else int(text)  # noqa: E731
+    args.da_meshes, args.da_subchain = as_levels(args.da_meshes), as_levels(args.da_subchain)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     start = time.perf_counter()
     rows = []

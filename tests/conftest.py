@@ -8,6 +8,15 @@ from cli_helpers import empty_store
 
 
 @pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A temporary $BAYESX_DATA_DIR for a whole test file (e.g. the elliptic prior-factor cache)."""
+    root = tmp_path_factory.mktemp("data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BAYESX_DATA_DIR", str(root))
+        yield root
+
+
+@pytest.fixture(scope="module")
 def bad_store(store):
     """A second MLflow store beside the module's ``store``, kept free of FINISHED runs, for bad input."""
     return empty_store(store[0])

@@ -3,7 +3,7 @@
 Exactness on the conjugate toy of test_pcn.py with deliberately wrong coarse levels (two and three
 levels, pCN and subspace proposals), with MCSE-aware z-scores against the closed form; the negative
 control (the second stage's ratio without the coarse correction) is caught by the same check. On the
-elliptic model, DA-pCN and pCN agree on a 4 x 4 mesh; the level machinery (injection, coarse
+elliptic model, DA-pCN and pCN agree on an 8 x 8 mesh (slow tests); the level machinery (injection, coarse
 gradients, the approximate-posterior tags) and bad input are checked; the CLI runs end to end.
 """
 
@@ -28,13 +28,7 @@ from bayesx.targets.elliptic import EllipticInverse
 from bayesx.targets.elliptic.levels import coarse_meshes_of, injection
 
 
-@pytest.fixture(scope="module", autouse=True)
-def data_dir(tmp_path_factory):
-    """The prior-factor cache ($BAYESX_DATA_DIR/elliptic) in a temporary folder for the whole file."""
-    root = tmp_path_factory.mktemp("dapcn-data")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BAYESX_DATA_DIR", str(root))
-        yield root
+pytestmark = pytest.mark.usefixtures("data_dir")  # the prior-factor caches go to a temporary folder
 
 
 def gen(seed=0):
@@ -99,14 +93,16 @@ def test_three_levels_sample_the_exact_posterior(toy):
 
 
 def test_subspace_proposal_samples_the_exact_posterior(toy):
-    """A 2-dimensional subspace with its own fixed step, the complement with the adapted one."""
+    """A 2-dimensional subspace with bold independent moves, the complement with the adapted step."""
     directions = torch.as_tensor(np.random.default_rng(3).normal(size=(4, 2)))
     proposal = dapcn.SubspaceProposal.from_directions(toy.chol, directions)
     from bayesx.methods.mcmc.dapcn import DASampler
 
-    sampler = DASampler((2,), (3,), proposal, 0.3, num_warmup=300, num_draws=2000)
+    sampler = DASampler((2,), (3,), proposal, 4.0, num_warmup=300, num_draws=2000)
     g = gen(2)
     result = sampler.run(toy, toy.initial_point(8, g), g, progress=False)
+    assert result.metrics["coarse_solves_per_iter"] == 9  # 3 steps x (latent, complement, latent)
+    assert 0.15 < result.metrics["first_stage_accept_rate"] < 0.35  # h adapts on the complement's moves
     assert_exact(toy, result.draws)
 
 
@@ -224,6 +220,11 @@ def test_coarse_levels_are_checked_against_the_likelihood_mesh():
     model.check_level(2, "coarse_mesh")
 
 
+def test_a_poor_coarse_model_is_warned_about():
+    assert any("poor model" in w for w in DAPCN().warnings({"fine_accept_rate": 0.05}))
+    assert not DAPCN().warnings({"fine_accept_rate": 0.6})
+
+
 def test_dapcn_needs_a_model_with_coarse_levels():
     with pytest.raises(BayesxError, match="coarse likelihood levels .*model=elliptic"):
         DAPCN().check(LinearGaussian(), 2)
@@ -260,7 +261,7 @@ def two_sample_z(a, b):
 
 @pytest.fixture(scope="module")
 def elliptic_pcn():
-    model = EllipticInverse(mesh=4, noise_sd=0.02)  # an informative posterior: the control has power
+    model = EllipticInverse(mesh=8, noise_sd=0.05)  # informative enough that the control has power
     g = gen(20)
     result = PCN(num_warmup=500, num_draws=4000).run(model, model.initial_point(8, g), g, progress=False)
     return model, field_summary(model, result.draws)
@@ -268,19 +269,21 @@ def elliptic_pcn():
 
 def elliptic_da(model, seed=21):
     g = gen(seed)
-    method = DAPCN(coarse_mesh=2, subchain_length=3, num_warmup=500, num_draws=2000)
+    method = DAPCN(coarse_mesh=4, subchain_length=3, num_warmup=500, num_draws=2000)
     method.check(model, 8)
     return method.run(model, model.initial_point(8, g), g, progress=False)
 
 
+@pytest.mark.slow  # three runs of about 25 s
 def test_dapcn_agrees_with_pcn_on_the_pde_posterior(elliptic_pcn):
     model, reference = elliptic_pcn
     result = elliptic_da(model)
-    assert result.metrics["fine_accept_rate"] < 0.99  # the 2 x 2 mesh is a poor model of the 4 x 4 one
+    assert result.metrics["fine_accept_rate"] < 0.9  # the 4 x 4 mesh is a rough model of the 8 x 8 one
     z_mean, z_var = two_sample_z(field_summary(model, result.draws), reference)
     assert np.abs(z_mean).max() < 4.5 and np.abs(z_var).max() < 4.5, (np.abs(z_mean).max(), np.abs(z_var).max())
 
 
+@pytest.mark.slow
 def test_negative_control_on_the_pde_posterior_is_caught(elliptic_pcn, monkeypatch):
     model, reference = elliptic_pcn
     monkeypatch.setattr(dapcn, "two_stage_log_ratio", lambda fine_new, fine_old, coarse_new, coarse_old:
@@ -322,6 +325,7 @@ def test_a_coarse_likelihood_run_is_tagged_approximate(store):
     run = run_ok(store[1], ["run", "model=elliptic", "model.mesh=4", "model.likelihood_mesh=2", "method=pcn",
                             "method.num_warmup=50", "method.num_draws=100", "n_chains=2", "progress=false"])
     assert run.data.tags["target.posterior"].startswith("approximate (likelihood on the 2 x 2 mesh)")
+    assert "approximate posterior" in run.data.tags["evaluation_notes"]  # the summary's remark, kept with the run
 
 
 @pytest.mark.parametrize("argv, needles", [

@@ -24,13 +24,7 @@ from bayesx.targets.elliptic.fem import P2Space
 MESH = 4  # 81 unknowns
 
 
-@pytest.fixture(scope="module", autouse=True)
-def data_dir(tmp_path_factory):
-    """The prior-factor cache ($BAYESX_DATA_DIR/elliptic) in a temporary folder for the whole file."""
-    root = tmp_path_factory.mktemp("elliptic-data")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BAYESX_DATA_DIR", str(root))
-        yield root
+pytestmark = pytest.mark.usefixtures("data_dir")  # the prior-factor caches go to a temporary folder
 
 
 def gen(seed=0):

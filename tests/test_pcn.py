@@ -31,13 +31,7 @@ from bayesx.targets.logreg import LogisticRegression
 Z_LIMIT = 4.0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def data_dir(tmp_path_factory):
-    """The prior-factor cache ($BAYESX_DATA_DIR/elliptic) in a temporary folder for the whole file."""
-    root = tmp_path_factory.mktemp("pcn-data")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BAYESX_DATA_DIR", str(root))
-        yield root
+pytestmark = pytest.mark.usefixtures("data_dir")  # the prior-factor caches go to a temporary folder
 
 
 def gen(seed=0):

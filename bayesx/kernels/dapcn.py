@@ -20,12 +20,14 @@ coarse levels' error. With n = 1 and two levels this is Christen and Fox's two-s
 proposal the coarse level rejects costs no fine solve. A subchain that did not move costs none
 either; the coarse levels' error shows only in the top level's acceptance.
 
-The level-0 proposal may split the prior into a subspace and its complement (``SubspaceProposal``,
+The level-0 step may split the prior into a subspace and its complement (``SubspaceProposal``,
 method=dapcn proposal=ae): in whitened coordinates v = L^-1 q (prior N(0, I)), with Q (D, d)
-orthonormal, a = Q^T v moves by pCN with rho_a and the complement v - Q a with rho_b. The two parts
-are independent under the prior and each pCN move is reversible for its part, so the proposal
-stays prior-reversible and the ratios above stay exact. This is how an auto-encoder's latent
-directions (AE-pCN) can take bold steps without confining the chain to the decoder's subspace.
+orthonormal, a = Q^T v and the complement v - Q a are independent under the prior. A pCN move of
+one part with the other held is a pi_0-reversible block update (Metropolis within Gibbs); one
+level-0 step is the palindrome latent, complement, latent, which is reversible again, so the ratios
+above stay exact. The latent directions (AE-pCN's auto-encoder) can take bold steps
+(``latent_step_size``) while the complement's h adapts on its own moves, without confining the
+chain to the decoder's subspace as AE-pCN does.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class PriorProposal(NamedTuple):
     def latent(self, position: Tensor) -> Tensor:
         return position.new_zeros((position.shape[0], 0))
 
+    def moves(self, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
+        """One level-0 step: a single pCN move with h (the move h adapts to)."""
+        return ((h, None, True),)
+
     def move(self, position: Tensor, latent: Tensor, noise: tuple[Tensor, ...], h: float, h_latent: float | None):
         r = pcn.rho(h)
         return r * position + math.sqrt(1.0 - r * r) * noise[0], latent
@@ -82,6 +88,12 @@ class SubspaceProposal(NamedTuple):
     def latent(self, position: Tensor) -> Tensor:
         return torch.linalg.solve_triangular(self.chol, position.T, upper=False).T @ self.basis
 
+    def moves(self, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
+        """One level-0 step: latent, complement, latent (h = 0 holds a part still). The palindrome of two
+        pi_0-reversible block updates is pi_0-reversible; h adapts to the complement move's acceptance."""
+        latent_only = (0.0, h if h_latent is None else h_latent, False)
+        return latent_only, (h, 0.0, True), latent_only
+
     def move(self, position: Tensor, latent: Tensor, noise: tuple[Tensor, ...], h: float, h_latent: float | None):
         colored, latent_noise = noise
         r_b = pcn.rho(h)
@@ -100,7 +112,7 @@ class DAState(NamedTuple):
 
 
 class DAInfo(NamedTuple):
-    accept_prob: Tensor  # mean level-0 acceptance probability over this step's level-0 moves (what h adapts to)
+    accept_prob: Tensor  # mean acceptance probability of this step's level-0 moves made with h (what h adapts to)
     accepted: Tensor  # the exact chain moved
     fine_accept_prob: Tensor  # the top level's acceptance probability (1 where the subchain did not move)
     divergent: Tensor  # a failed solve (NaN likelihood) at any level: that proposal was rejected
@@ -161,20 +173,22 @@ def _replace_level(levels: Tensor, level: int, values: Tensor) -> Tensor:
 
 
 def _coarsest_step(state: DAState, target, params: DAParams, gen, tally: _Tally) -> DAState:
-    """One pCN step on pi_0."""
-    noise, block = _draw(state, target, params, gen)
-    proposal, latent = params.proposal.move(state.position, state.latent, noise, params.step_size,
-                                            params.latent_step_size)
-    log_lik = _level_log_lik(target, params, 0, proposal)
-    tally.coarse_solves += 1
-    current = state.level_log_lik[0]
-    accept_prob, accepted, failed = pcn.metropolis(current, log_lik, 0.0, gen)
-    tally.accept_sum += accept_prob
-    tally.moves += 1
-    tally.divergent |= failed
-    return DAState(where_rows(accepted, proposal, state.position), state.log_likelihood,
-                   _replace_level(state.level_log_lik, 0, torch.where(accepted, log_lik, current)),
-                   where_rows(accepted, latent, state.latent), block)
+    """One pi_0-reversible step: the proposal's pCN moves, each accepted on l_0."""
+    for h, h_latent, adapted in params.proposal.moves(params.step_size, params.latent_step_size):
+        noise, block = _draw(state, target, params, gen)
+        proposal, latent = params.proposal.move(state.position, state.latent, noise, h, h_latent)
+        log_lik = _level_log_lik(target, params, 0, proposal)
+        tally.coarse_solves += 1
+        current = state.level_log_lik[0]
+        accept_prob, accepted, failed = pcn.metropolis(current, log_lik, 0.0, gen)
+        if adapted:
+            tally.accept_sum += accept_prob
+            tally.moves += 1
+        tally.divergent |= failed
+        state = DAState(where_rows(accepted, proposal, state.position), state.log_likelihood,
+                        _replace_level(state.level_log_lik, 0, torch.where(accepted, log_lik, current)),
+                        where_rows(accepted, latent, state.latent), block)
+    return state
 
 
 def two_stage_log_ratio(fine_new: Tensor, fine_old: Tensor, coarse_new: Tensor, coarse_old: Tensor) -> Tensor:
