@@ -118,15 +118,17 @@ def test_subspace_move_is_the_split_pcn_step(toy):
     """In whitened coordinates the move is P(rho_a v + s_a xi) + (I - P)(rho_b v + s_b xi)."""
     directions = torch.as_tensor(np.random.default_rng(4).normal(size=(4, 2)))
     proposal = dapcn.SubspaceProposal.from_directions(toy.chol, directions)
-    torch.testing.assert_close(proposal.basis.T @ proposal.basis, torch.eye(2, dtype=torch.float64))
+    basis = torch.linalg.solve_triangular(toy.chol, proposal.colored_basis, upper=False)  # Q
+    torch.testing.assert_close(basis.T @ basis, torch.eye(2, dtype=torch.float64))
     q = toy.sample_prior(3, gen(5))
     colored, latent_noise = proposal.noise(toy, 3, gen(6))
     xi = torch.linalg.solve_triangular(toy.chol, colored.T, upper=False).T
-    torch.testing.assert_close(latent_noise, xi @ proposal.basis)
+    torch.testing.assert_close(latent_noise, xi @ basis)
     h_b, h_a = 0.5, 2.0
     new, latent = proposal.move(q, proposal.latent(q), (colored, latent_noise), h_b, h_a)
     v = torch.linalg.solve_triangular(toy.chol, q.T, upper=False).T
-    P = proposal.basis @ proposal.basis.T
+    torch.testing.assert_close(proposal.latent(q), v @ basis)
+    P = basis @ basis.T
     ra, rb = pcn.rho(h_a), pcn.rho(h_b)
     expect_v = (ra * v + math.sqrt(1 - ra**2) * xi) @ P + (rb * v + math.sqrt(1 - rb**2) * xi) @ (torch.eye(4) - P)
     torch.testing.assert_close(new, expect_v @ toy.chol.T)
@@ -172,6 +174,12 @@ def test_a_smooth_field_has_nearly_the_same_likelihood_on_a_coarser_mesh():
     gaps = [abs(float(model.level_log_likelihood(u, n)) - fine) for n in (2, 4, 8)]
     assert gaps[2] < gaps[1] < gaps[0], gaps
     assert float(model.level_log_likelihood(u, 16)) == fine  # the model's own mesh is the exact level
+
+
+def test_dense_and_sparse_solvers_agree_on_a_coarse_level():
+    sparse, dense = EllipticInverse(mesh=4), EllipticInverse(mesh=4, solver="dense")
+    q = sparse.sample_prior(3, gen(10))
+    torch.testing.assert_close(dense.level_log_likelihood(q, 2), sparse.level_log_likelihood(q, 2), rtol=1e-8, atol=1e-8)
 
 
 def test_coarse_likelihood_gradient_matches_finite_differences():

@@ -233,6 +233,17 @@ def test_prior_draws_have_the_exponential_kernel_covariance():
     assert np.max(np.abs((estimate - wrong) / sd)[upper]) > 10.0
 
 
+def test_a_long_range_prior_falls_back_to_the_cholesky_factor():
+    """No circulant embedding of a kernel this long-ranged is positive semi-definite: draws use L z instead."""
+    model = EllipticInverse(mesh=4, prior_length=2.0)
+    assert model.prior.circulant is None and model.describe()["prior_draws"] == "cholesky"
+    draws = model.sample_prior(20000, gen(8)).numpy()
+    dist = np.linalg.norm(model.space.coords[:, None] - model.space.coords[None], axis=-1)
+    kernel = 1.25**2 * np.exp(-dist / (2 * 2.0))
+    assert np.abs(draws.T @ draws / 20000 - kernel).max() < 0.1  # sd of each entry <= 1.25^2 * sqrt(2 / 20000)
+    assert EllipticInverse(mesh=4).prior.circulant is not None
+
+
 def test_prior_factor_is_cached_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("BAYESX_DATA_DIR", str(tmp_path))
     first = EllipticInverse(mesh=3)
@@ -424,7 +435,8 @@ def test_describe_and_probes():
     model = EllipticInverse(mesh=MESH)
     tags = model.describe()
     assert tags == {"dim": "81", "mesh": "4", "elements": "P2", "n_obs": "25", "noise_sd": "0.1", "whiten": "false",
-                    "solver": "sparse", "likelihood_mesh": "4", "posterior": "exact"}
+                    "solver": "sparse", "likelihood_mesh": "4", "prior_draws": "circulant",
+                    "posterior": "exact"}
     probes = model.field_probe_dofs()
     assert probes.shape == (5,)
     np.testing.assert_allclose(model.dof_coordinates[probes], [[0.25, 0.25], [0.5, 0.5], [0.75, 0.25],

@@ -70,23 +70,24 @@ class PriorProposal(NamedTuple):
 class SubspaceProposal(NamedTuple):
     """pCN with its own step in span(L Q) (see the module docstring); ``latent`` is a = Q^T L^-1 q."""
 
-    chol: Tensor  # L, prior covariance L L^T
-    basis: Tensor  # Q (D, d), orthonormal in whitened coordinates
-    colored_basis: Tensor  # L Q
+    colored_basis: Tensor  # L Q (D, d): the latent directions in the target's coordinates
+    dual_basis: Tensor  # L^-T Q (D, d): a = Q^T L^-1 q = q @ (L^-T Q)
 
     @classmethod
     def from_directions(cls, chol: Tensor, directions: Tensor) -> SubspaceProposal:
-        """The whitened, orthonormalized span of ``directions`` (D, d) in the target's coordinates."""
+        """The whitened, orthonormalized span of ``directions`` (D, d) in the target's coordinates (C = L L^T)."""
         whitened = torch.linalg.solve_triangular(chol, directions, upper=False)
-        basis, _ = torch.linalg.qr(whitened)
-        return cls(chol, basis, chol @ basis)
+        basis, _ = torch.linalg.qr(whitened)  # Q
+        return cls(chol @ basis, torch.linalg.solve_triangular(chol.T, basis, upper=True))
 
     def noise(self, target, n: int, gen: torch.Generator) -> tuple[Tensor, ...]:
-        xi = torch.randn((n, self.chol.shape[0]), generator=gen, dtype=self.chol.dtype, device=self.chol.device)
-        return xi @ self.chol.T, xi @ self.basis
+        """A prior draw eta = L xi (the target's own sampler: circulant embedding on the elliptic model) and
+        its latent part Q^T xi = (L^-T Q)^T eta."""
+        colored = target.sample_prior(n, gen)
+        return colored, colored @ self.dual_basis
 
     def latent(self, position: Tensor) -> Tensor:
-        return torch.linalg.solve_triangular(self.chol, position.T, upper=False).T @ self.basis
+        return position @ self.dual_basis
 
     def moves(self, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
         """One level-0 step: latent, complement, latent (h = 0 holds a part still). The palindrome of two
@@ -100,7 +101,8 @@ class SubspaceProposal(NamedTuple):
         r_a = pcn.rho(h if h_latent is None else h_latent)
         s_a, s_b = math.sqrt(1.0 - r_a * r_a), math.sqrt(1.0 - r_b * r_b)
         shift = ((r_a - r_b) * latent + (s_a - s_b) * latent_noise) @ self.colored_basis.T
-        return r_b * position + s_b * colored + shift, r_a * latent + s_a * latent_noise
+        moved = position + shift if colored is None else r_b * position + s_b * colored + shift  # None: h = 0
+        return moved, r_a * latent + s_a * latent_noise
 
 
 class DAState(NamedTuple):
@@ -175,7 +177,11 @@ def _replace_level(levels: Tensor, level: int, values: Tensor) -> Tensor:
 def _coarsest_step(state: DAState, target, params: DAParams, gen, tally: _Tally) -> DAState:
     """One pi_0-reversible step: the proposal's pCN moves, each accepted on l_0."""
     for h, h_latent, adapted in params.proposal.moves(params.step_size, params.latent_step_size):
-        noise, block = _draw(state, target, params, gen)
+        if h == 0.0 and h_latent is not None:  # latent-only (complement held): only the latent noise, N(0, I_d)
+            noise, block = (None, torch.randn(state.latent.shape, generator=gen, dtype=state.latent.dtype,
+                                              device=state.latent.device)), state.noise
+        else:
+            noise, block = _draw(state, target, params, gen)
         proposal, latent = params.proposal.move(state.position, state.latent, noise, h, h_latent)
         log_lik = _level_log_lik(target, params, 0, proposal)
         tally.coarse_solves += 1

@@ -108,8 +108,7 @@ class DAPCNSettings(AutoEncodingSettings):
 
     def sampler_settings(self, source) -> DASamplerSettings:
         """The driver's settings from this block (the main chain) or from ``presample``."""
-        keys = DASamplerSettings.__dataclass_fields__
-        return DASamplerSettings(**{k: getattr(source, k) for k in keys if hasattr(source, k)})
+        return DASamplerSettings(**{k: getattr(source, k) for k in DASamplerSettings.__dataclass_fields__})
 
 
 class DAPCN(AutoEncodingMethod):

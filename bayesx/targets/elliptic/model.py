@@ -37,7 +37,7 @@ from bayesx.targets.base import Capabilities, Evaluation, TargetBase
 from bayesx.targets.elliptic import problem
 from bayesx.targets.elliptic.fem import P2Space
 from bayesx.targets.elliptic.levels import ForwardLevel, level_mesh_problem
-from bayesx.targets.elliptic.prior import CirculantSampler, GaussianFieldPrior, cholesky_factor, grid_positions
+from bayesx.targets.elliptic.prior import GaussianFieldPrior, cholesky_factor, circulant_sampler
 
 FIELD_PROBES = np.array([[0.3, 0.3], [0.5, 0.5], [0.7, 0.3], [0.7, 0.7], [0.3, 0.7]])  # dofs whose ESS is reported
 
@@ -85,10 +85,10 @@ class EllipticInverse(TargetBase):
         self.sensors = problem.sensor_points()
         self.true_u = self.space.interpolate(problem.true_field)
         self.clean, self.observations = self._generate_data(mesh * cfg.data_mesh_factor, cfg.data_seed)
-        grid = grid_positions(self.space.coords)  # the P2 dofs form a (2 mesh + 1)^2 grid
         self.prior = GaussianFieldPrior(cholesky_factor(self.space.coords, cfg.prior_sd, cfg.prior_length,
                                                         data_dir() / "elliptic"), self.device, dtype,
-                                        CirculantSampler(*grid, cfg.prior_sd, cfg.prior_length, self.device, dtype))
+                                        circulant_sampler(self.space.coords, cfg.prior_sd, cfg.prior_length,
+                                                          self.device, dtype))
         self._levels: dict[int, ForwardLevel] = {}
         self.likelihood_mesh = cfg.likelihood_mesh or mesh
         self.likelihood_level = self.level(self.likelihood_mesh)
@@ -203,6 +203,7 @@ class EllipticInverse(TargetBase):
         return {"dim": str(self.dim), "mesh": str(self.mesh), "elements": "P2", "n_obs": str(len(self.observations)),
                 "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(), "solver": self.solver,
                 "likelihood_mesh": str(self.likelihood_mesh),
+                "prior_draws": "cholesky" if self.prior.circulant is None else "circulant",
                 "posterior": f"approximate (likelihood on the {self.likelihood_mesh} x {self.likelihood_mesh} mesh)"
                              if self.approximate else "exact"}
 

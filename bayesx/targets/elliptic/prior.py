@@ -93,6 +93,18 @@ class CirculantSampler:
         return torch.cat([field.real, field.imag])[:n].to(self.dtype)
 
 
+def circulant_sampler(coords: np.ndarray, sigma: float, length: float, device, dtype) -> CirculantSampler | None:
+    """The FFT sampler for points on a regular grid, or None (not a grid, or a kernel so long-ranged that no
+    embedding up to MAX_GROWTH times the minimal torus is positive semi-definite: then L z is used)."""
+    grid = grid_positions(coords)
+    if grid is None:
+        return None
+    try:
+        return CirculantSampler(*grid, sigma, length, device, dtype)
+    except ValueError:
+        return None
+
+
 def exponential_kernel_of_distance(dist: np.ndarray, sigma: float, length: float) -> np.ndarray:
     return sigma**2 * np.exp(-dist / (2.0 * length))
 
