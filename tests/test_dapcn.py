@@ -243,6 +243,7 @@ def test_dapcn_needs_a_model_with_coarse_levels():
     ({"coarse_mesh": [2, 2]}, "names a mesh twice"),
     ({"coarse_mesh": [2, 4], "subchain_length": [1, 2, 3]}, "3 entries for 2 coarse levels"),
     ({"proposal": "ae", "ae": "tanh"}, "ae must be one of"),
+    ({"proposal": "ae", "presample": {"init": "laplace"}}, "presample.init=laplace"),
 ])
 def test_bad_options_are_one_line_errors(options, needle):
     with pytest.raises(BayesxError, match=needle):

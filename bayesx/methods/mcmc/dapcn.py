@@ -102,6 +102,9 @@ class DAPCNSettings(AutoEncodingSettings):
             raise InvalidSetting("coarse_mesh", "is an empty list; name at least one coarser mesh, e.g. 10")
         if len(set(meshes)) < len(meshes):
             raise InvalidSetting("coarse_mesh", f"={list(self.coarse_mesh)} names a mesh twice; list each level once")
+        if self.presample.init != "prior":
+            raise InvalidSetting("presample.init", f"={self.presample.init}: the delayed-acceptance pre-sampler starts "
+                                 "from the prior; use prior")
         if len(lengths) != len(meshes):
             raise InvalidSetting("subchain_length", f"={list(lengths)} has {len(lengths)} entries for {len(meshes)} "
                                  f"coarse levels; give one per level or a single number")
