@@ -72,17 +72,16 @@ def bench_mesh(mesh: int, repeats: int, chains: int) -> dict[str, float]:
     return out
 
 
-def many_chains_seconds(mesh: int, chains: int, solver: str, device: str, repeats: int) -> float | str:
+def many_chains_seconds(model: EllipticInverse, chains: int, repeats: int) -> float | str:
     """Seconds of one pCN iteration of ``chains`` chains in lock-step (the median of ``repeats``)."""
-    model = EllipticInverse(mesh=mesh, solver=solver, device=device)
-    gen = torch.Generator(device=device).manual_seed(0)
+    gen = torch.Generator(device=model.device).manual_seed(0)
     try:
         holder = {"state": pcn.init(model.sample_prior(chains, gen), model)}
         params = pcn.PCNParams(0.5, 64)
 
         def one_iteration():
             holder["state"], _ = pcn.step(holder["state"], model, params, gen)
-            if device == "cuda":
+            if model.device.type == "cuda":
                 torch.cuda.synchronize()
 
         return median_seconds(one_iteration, repeats)
@@ -97,6 +96,7 @@ def many_chains_table(meshes: list[int], counts: list[int], repeats: int) -> lis
              "| mesh | chains | " + " | ".join(c[0] for c in columns) + " | sparse CPU, per chain (ms) |",
              "|---|---|" + "---|" * (len(columns) + 1)]
     for mesh in meshes:
+        models = {}  # one model per solver and device, built when first needed
         for chains in counts:
             cells = []
             for _, solver, device in columns:
@@ -105,7 +105,9 @@ def many_chains_table(meshes: list[int], counts: list[int], repeats: int) -> lis
                 elif device == "cpu" and solver == "dense" and (mesh > 20 or chains > 4):
                     cells.append("not run (O(N^3) per chain)")
                 else:
-                    value = many_chains_seconds(mesh, chains, solver, device, repeats)
+                    if (solver, device) not in models:
+                        models[solver, device] = EllipticInverse(mesh=mesh, solver=solver, device=device)
+                    value = many_chains_seconds(models[solver, device], chains, repeats)
                     cells.append(value if isinstance(value, str) else f"{value:.3f}")
             sparse = float(cells[0]) * 1000 / chains
             lines.append(f"| {mesh} | {chains} | " + " | ".join(cells) + f" | {sparse:.2f} |")

@@ -322,6 +322,19 @@ def test_dapcn_runs_end_to_end(store):
     assert tags["method"] == "dapcn" and tags["target.posterior"] == "exact"
 
 
+def test_dapcn_with_three_levels_runs_end_to_end(store):
+    """Lists of meshes and subchain lengths from the command line (Hydra list overrides)."""
+    run = run_ok(store[1], [*DAPCN_RUN, "model.mesh=8", "method.coarse_mesh=[4,2]", "method.subchain_length=[2,3]"])
+    metrics = run.data.metrics
+    assert metrics["coarse_solves_per_iter"] >= 6  # mesh 2: 3 steps per mesh-4 step, mesh 4: 2 steps per proposal
+    assert run.data.params["method.coarse_mesh"] == "[4, 2]" and metrics["fine_solves_per_iter"] <= 1
+
+
+def test_subchain_lengths_follow_their_meshes_when_sorted():
+    assert DAPCN(coarse_mesh=[4, 2], subchain_length=[2, 3]).settings.levels() == ((2, 4), (3, 2))
+    assert DAPCN(coarse_mesh=[2, 4], subchain_length=3).settings.levels() == ((2, 4), (3, 3))
+
+
 def test_dapcn_with_the_auto_encoder_proposal_runs_end_to_end(store):
     run = run_ok(store[1], [*DAPCN_RUN, "method.proposal=ae", "method.latent_dim=10", "method.presample.num_warmup=50",
                             "method.presample.num_draws=100"])

@@ -131,8 +131,9 @@ def test_pcn_proposal_is_the_crank_nicolson_step():
     h = 0.3
     state = pcn.init(q, target)
     new, info = pcn.step(state, target, pcn.PCNParams(h, 3), gen(2))
-    xi = new.noise.draws[0]  # the first of a block of 3 iterations' prior draws, kept in the state
-    assert new.noise.next == 1 and new.noise.draws.shape == (3, 2, 4) and state.noise.draws.shape[0] == 0
+    (block,) = new.noise.draws  # a block of 3 iterations' prior draws, kept in the state
+    xi = block[0]  # the first of them
+    assert new.noise.next == 1 and block.shape == (3, 2, 4) and state.noise.draws == ()
     r = (1 - h / 4) / (1 + h / 4)
     assert pcn.rho(h) == pytest.approx(r)
     torch.testing.assert_close(new.position, r * q + math.sqrt(1 - r * r) * xi)
@@ -150,14 +151,14 @@ def test_prior_noise_is_drawn_in_blocks(toy):
             return super().sample_prior(n, gen)
 
     target, g = Counting(), gen(3)
-    noise, draws = pcn.empty_noise(torch.zeros(3, 4, dtype=torch.float64)), []
+    noise, draws = pcn.EMPTY_NOISE, []
     for _ in range(12):
-        xi, noise = pcn.draw_noise(noise, target, 3, 5, g)
+        (xi,), noise = pcn.draw_noise(noise, pcn.prior_draws(target), 3, 5, g)
         draws.append(xi)
     draws = torch.stack(draws)
     assert calls == [15, 15, 15]  # 5 iterations x 3 chains per product
     assert draws.shape == (12, 3, 4) and len({tuple(d.flatten().tolist()) for d in draws}) == 12
-    pcn.draw_noise(noise, target, 2, 5, g)  # another number of chains starts a new block
+    pcn.draw_noise(noise, pcn.prior_draws(target), 2, 5, g)  # another number of chains starts a new block
     assert calls[-1] == 10
 
 

@@ -33,6 +33,7 @@ chain to the decoder's subspace as AE-pCN does.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -42,18 +43,11 @@ from bayesx.kernels import pcn
 from bayesx.kernels.common import where_rows
 
 
-class NoiseBlock(NamedTuple):
-    """Proposal noise made ``block`` level-0 steps at a time: tensors (block, chains, ...), the next index."""
-
-    draws: tuple[Tensor, ...]
-    next: int
-
-
 class PriorProposal(NamedTuple):
     """pCN's proposal: xi ~ N(0, C) from the target's prior sampler."""
 
     def noise(self, target, n: int, gen: torch.Generator) -> tuple[Tensor, ...]:
-        return (target.sample_prior(n, gen),)
+        return pcn.prior_draws(target)(n, gen)
 
     def latent(self, position: Tensor) -> Tensor:
         return position.new_zeros((position.shape[0], 0))
@@ -110,7 +104,7 @@ class DAState(NamedTuple):
     log_likelihood: Tensor  # (chains,) the exact (top-level) l
     level_log_lik: Tensor  # (levels, chains): l_0 .. l_{K-1} at position (stale above a level during its subchain)
     latent: Tensor  # (chains, d) the subspace coordinates (d = 0 for plain pCN proposals)
-    noise: NoiseBlock
+    noise: pcn.PriorNoise  # level-0 proposal noise made ahead, in blocks
 
 
 class DAInfo(NamedTuple):
@@ -145,21 +139,12 @@ class _Tally:
 def init(position: Tensor, target, meshes: tuple[int, ...], proposal: PriorProposal | SubspaceProposal) -> DAState:
     """The state at ``position``: the exact and every coarse level's log-likelihood, the subspace coordinates."""
     levels = torch.stack([target.level_log_likelihood(position, mesh) for mesh in meshes])
-    return DAState(position, target.log_likelihood(position), levels, proposal.latent(position), NoiseBlock((), 0))
+    return DAState(position, target.log_likelihood(position), levels, proposal.latent(position), pcn.EMPTY_NOISE)
 
 
 def log_density(state: DAState) -> Tensor:
     """The exact log-likelihood (the prior is in the proposal)."""
     return state.log_likelihood
-
-
-def _draw(state: DAState, target, params: DAParams, gen: torch.Generator):
-    noise = state.noise
-    n_chains = state.position.shape[0]
-    if noise.next >= (noise.draws[0].shape[0] if noise.draws else 0) or noise.draws[0].shape[1] != n_chains:
-        made = params.proposal.noise(target, params.noise_block * n_chains, gen)
-        noise = NoiseBlock(tuple(t.reshape(params.noise_block, n_chains, -1) for t in made), 0)
-    return tuple(t[noise.next] for t in noise.draws), NoiseBlock(noise.draws, noise.next + 1)
 
 
 def _level_log_lik(target, params: DAParams, level: int, q: Tensor) -> Tensor:
@@ -181,7 +166,8 @@ def _coarsest_step(state: DAState, target, params: DAParams, gen, tally: _Tally)
             noise, block = (None, torch.randn(state.latent.shape, generator=gen, dtype=state.latent.dtype,
                                               device=state.latent.device)), state.noise
         else:
-            noise, block = _draw(state, target, params, gen)
+            noise, block = pcn.draw_noise(state.noise, partial(params.proposal.noise, target), state.position.shape[0],
+                                          params.noise_block, gen)
         proposal, latent = params.proposal.move(state.position, state.latent, noise, h, h_latent)
         log_lik = _level_log_lik(target, params, 0, proposal)
         tally.coarse_solves += 1

@@ -19,6 +19,7 @@ likelihood is NaN (a failed solve) is rejected and counted in ``divergent``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -35,21 +36,27 @@ def rho(h: float) -> float:
 
 
 class PriorNoise(NamedTuple):
-    """Prior draws made ``block`` iterations at a time, (block, chains, dim), and the next one to use."""
+    """Proposal noise made ``block`` iterations at a time, tensors (block, chains, ...), and the next one to use."""
 
-    draws: Tensor
+    draws: tuple[Tensor, ...]
     next: int
 
 
-def empty_noise(position: Tensor) -> PriorNoise:
-    return PriorNoise(position.new_empty((0, *position.shape)), 0)
+EMPTY_NOISE = PriorNoise((), 0)
 
 
-def draw_noise(noise: PriorNoise, target, n_chains: int, block: int, gen: torch.Generator) -> tuple[Tensor, PriorNoise]:
-    """The next prior draw for every chain and the noise state after it; a new block when the last is used up."""
-    if noise.next >= noise.draws.shape[0] or noise.draws.shape[1] != n_chains:
-        noise = PriorNoise(target.sample_prior(block * n_chains, gen).reshape(block, n_chains, -1), 0)
-    return noise.draws[noise.next], PriorNoise(noise.draws, noise.next + 1)
+def prior_draws(target) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
+    """pCN's noise: n prior draws xi ~ N(0, C) from the target's sampler, as a one-tensor tuple."""
+    return lambda n, gen: (target.sample_prior(n, gen),)
+
+
+def draw_noise(noise: PriorNoise, make: Callable[[int, torch.Generator], tuple[Tensor, ...]], n_chains: int,
+               block: int, gen: torch.Generator) -> tuple[tuple[Tensor, ...], PriorNoise]:
+    """The next iteration's noise for every chain and the noise state after it; ``make(n, gen)`` makes a new block
+    (n = block x chains rows of each tensor) when the last is used up or the number of chains changed."""
+    if not noise.draws or noise.next >= noise.draws[0].shape[0] or noise.draws[0].shape[1] != n_chains:
+        noise = PriorNoise(tuple(t.reshape(block, n_chains, -1) for t in make(block * n_chains, gen)), 0)
+    return tuple(t[noise.next] for t in noise.draws), PriorNoise(noise.draws, noise.next + 1)
 
 
 class PCNState(NamedTuple):
@@ -72,7 +79,7 @@ class PCNParams(NamedTuple):
 
 
 def init(position: Tensor, target) -> PCNState:
-    return PCNState(position, target.log_likelihood(position), empty_noise(position))
+    return PCNState(position, target.log_likelihood(position), EMPTY_NOISE)
 
 
 def log_density(state: PCNState) -> Tensor:
@@ -89,7 +96,7 @@ def metropolis(state_ll: Tensor, proposal_ll: Tensor, extra_log_ratio: Tensor | 
 
 def step(state: PCNState, target, params: PCNParams, gen: torch.Generator) -> tuple[PCNState, PCNInfo]:
     r = rho(params.step_size)
-    xi, noise = draw_noise(state.noise, target, state.position.shape[0], params.noise_block, gen)
+    (xi,), noise = draw_noise(state.noise, prior_draws(target), state.position.shape[0], params.noise_block, gen)
     proposal = r * state.position + math.sqrt(1.0 - r * r) * xi
     log_lik = target.log_likelihood(proposal)
     accept_prob, accepted, failed = metropolis(state.log_likelihood, log_lik, 0.0, gen)

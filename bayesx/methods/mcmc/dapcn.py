@@ -89,11 +89,15 @@ class DAPCNSettings(AutoEncodingSettings):
     presample: PCNSettings = field(default_factory=PCNSettings)
 
     def levels(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """The coarse meshes, coarsest first, and the subchain length below each next level."""
+        """The coarse meshes, coarsest first, and each one's subchain length (given in coarse_mesh's order):
+        its steps per proposal to the next finer level."""
         meshes = (self.coarse_mesh,) if isinstance(self.coarse_mesh, int) else tuple(self.coarse_mesh)
         lengths = self.subchain_length
         lengths = (lengths,) * len(meshes) if isinstance(lengths, int) else tuple(lengths)
-        return tuple(sorted(meshes)), lengths
+        if len(lengths) != len(meshes):  # check() names this; keep the pairs as given
+            return meshes, lengths
+        pairs = sorted(zip(meshes, lengths))
+        return tuple(m for m, _ in pairs), tuple(n for _, n in pairs)
 
     def check(self):
         super().check()

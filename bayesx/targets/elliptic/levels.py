@@ -93,10 +93,9 @@ class ForwardLevel:
         grad = np.full(u_np.shape, np.nan) if need_grad else None
         for row, field in enumerate(u_np):
             try:
-                factorized = self.space.factorize(field)
+                factorized, x = self._solve(field)
             except FloatingPointError:
                 continue
-            x = factorized.solve(self.rhs)
             residual = (self.observations - self.obs @ x[:-1]) / self.noise_sd
             log_lik[row] = -0.5 * residual @ residual
             if need_grad:
@@ -112,15 +111,19 @@ class ForwardLevel:
             self._dense = DenseOperators(self.space, self.obs, self.rhs, self.observations, self.device, self.dtype)
         return self._dense.misfit(u, self.noise_sd, need_grad)
 
+    def _solve(self, field: np.ndarray):
+        """The factorized system for k = exp(field) and its solution (p, mu); FloatingPointError if it fails."""
+        factorized = self.space.factorize(field)
+        return factorized, factorized.solve(self.rhs)
+
     def predict(self, u: np.ndarray) -> np.ndarray:
         """The sensor values O_n p_n(R_n u) for fine fields u (n, fine dofs)."""
         out = []
-        for row in u if self.restriction is None else u[:, self.restriction.cpu().numpy()]:
+        for row in self.restrict(torch.as_tensor(u, device=self.device)).cpu().numpy():
             try:
-                factorized = self.space.factorize(row)
+                values = self.obs @ self._solve(row)[1][:-1]
             except FloatingPointError as exc:
                 raise BayesxError(f"the PDE solve diverged for this field ({exc}); is exp(u) finite and positive?") from None
-            values = self.obs @ factorized.solve(self.rhs)[:-1]
             if not np.all(np.isfinite(values)):
                 raise BayesxError("the PDE solve diverged for this field (NaN in the solution)")
             out.append(values)
