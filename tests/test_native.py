@@ -108,16 +108,19 @@ def test_chains_split_over_torchs_threads_one_per_chain_at_most(digits, torch_th
 
 
 @needs_native
-def test_many_chains_on_a_large_design_go_to_pytorch():
-    """From MANY_CHAINS chains on a design of LARGE_DESIGN entries, PyTorch's BLAS runs."""
-    rows = native.LARGE_DESIGN // 8
-    large = native.make_form(torch.zeros(8, rows, dtype=torch.float64), None, torch.zeros(rows, dtype=torch.float64),
-                             torch.ones(8, dtype=torch.float64), None)
-    small = native.make_form(torch.zeros(8, rows - 1, dtype=torch.float64), None,
-                             torch.zeros(rows - 1, dtype=torch.float64), torch.ones(8, dtype=torch.float64), None)
-    few, many = (torch.zeros(c, 8, dtype=torch.float64) for c in (native.MANY_CHAINS - 1, native.MANY_CHAINS))
-    assert native.supports(large, few) and not native.supports(large, many)
-    assert native.supports(small, many)
+@pytest.mark.parametrize("size", sorted(native.MANY_CHAINS))
+def test_many_chains_on_a_large_design_go_to_pytorch(size):
+    """From MANY_CHAINS[size] chains on a design of `size` entries, PyTorch's BLAS runs; one row
+    fewer falls in the tier below."""
+    def form(rows):
+        return native.make_form(torch.zeros(8, rows, dtype=torch.float64), None, torch.zeros(rows, dtype=torch.float64),
+                                torch.ones(8, dtype=torch.float64), None)
+    rows = size // 8
+    many = native.MANY_CHAINS[size]
+    few_chains, many_chains = (torch.zeros(c, 8, dtype=torch.float64) for c in (many - 1, many))
+    assert native.supports(form(rows), few_chains) and not native.supports(form(rows), many_chains)
+    assert native.many_chains(form(rows - 1)) != many
+    assert native.supports(form(rows - 1), many_chains)
 
 
 @needs_openmp

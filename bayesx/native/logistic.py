@@ -95,11 +95,20 @@ def kernel_threads(form: LogisticForm, chains: int) -> int:
 
 LARGE_DESIGN = 1 << 17
 """Design matrices (n x k) from this many entries on stop fitting in a core's cache, where
-PyTorch's BLAS, which reuses each block of the design across chains, wins from MANY_CHAINS on."""
-MANY_CHAINS = 5
-"""At 2 threads on the synthetic posterior (550 x 500) one native HMC step is 1.46x faster than
-PyTorch with 4 chains, even with 8, 0.83x with 16 and 0.69x with 32; on digits (288 x 64) the
-kernel is 3-8x faster at every chain count up to 32 (measured 2026-11-21)."""
+PyTorch's BLAS, which reuses each block of the design across chains, wins from some chain count on."""
+HUGE_DESIGN = 1 << 20
+MANY_CHAINS = {LARGE_DESIGN: 12, HUGE_DESIGN: 5}
+"""From how many chains PyTorch runs, by design size (the largest key not above the design's entries).
+Native against PyTorch per leapfrog step at 2 threads (float64, measured 2026-11-24): on synthetic
+(550 x 500) 2.08x with 4 chains, 1.31x with 8, 0.98x with 16, 0.64x with 64; on mnist01 (1703 x 784)
+1.22x with 4, 0.79x with 8; on digits (288 x 64) the kernel is 3-8x faster at every count up to 32."""
+
+
+def many_chains(form: LogisticForm) -> int | None:
+    """The chain count from which PyTorch runs on this form's design; None: the kernel always runs."""
+    entries = form.design_t.numel()
+    sizes = [size for size in MANY_CHAINS if size <= entries]
+    return MANY_CHAINS[max(sizes)] if sizes else None
 
 
 def supports(form: LogisticForm, position: Tensor) -> bool:
@@ -107,7 +116,8 @@ def supports(form: LogisticForm, position: Tensor) -> bool:
     float64/32, the library built, and not many chains on a large design (see :data:`MANY_CHAINS`)."""
     if position.device.type != "cpu" or form.design_t.device.type != "cpu" or position.dtype != form.design_t.dtype:
         return False
-    if form.design_t.numel() >= LARGE_DESIGN and position.shape[0] >= MANY_CHAINS:
+    many = many_chains(form)
+    if many is not None and position.shape[0] >= many:
         return False
     return available(position.dtype)
 
