@@ -51,11 +51,15 @@ class CoarseLevels(LinearGaussian):
         self.calls["fine"] += q.shape[0]
         return super().log_likelihood(q)
 
-    def level_log_likelihood(self, q, mesh):
-        self.calls[mesh] += q.shape[0]
+    def level_predictions(self, q, mesh):
+        self.calls["fine" if mesh is None else mesh] += q.shape[0]
+        if mesh is None:
+            return q @ self.A.T
         a, bias = self.coarse[mesh]
-        r = (self.y - q @ a.T - bias) / self.noise
-        return -0.5 * (r * r).sum(-1)
+        return q @ a.T + bias
+
+    def sensor_data(self):
+        return self.y, self.noise
 
     def check_level(self, mesh, key):
         if mesh not in self.coarse:
@@ -76,9 +80,11 @@ def toy():
 
 
 # --- exactness ------------------------------------------------------------------------------------------------
-def test_two_levels_sample_the_exact_posterior_despite_a_wrong_coarse_model(toy):
-    result = run_da(toy)
+@pytest.mark.parametrize("error_model", [True, False])
+def test_two_levels_sample_the_exact_posterior_despite_a_wrong_coarse_model(toy, error_model):
+    result = run_da(toy, error_model=error_model)
     m = result.metrics
+    assert ("error_model_pairs" in m) == error_model
     assert result.draws.shape == (8, 2000, 4)
     assert 0.15 < m["first_stage_accept_rate"] < 0.35  # h adapts on the coarse level
     assert m["fine_accept_rate"] < 0.99  # the coarse model is wrong: the second stage has work to do
@@ -112,6 +118,55 @@ def test_negative_control_second_stage_without_the_coarse_correction_is_caught(t
                         fine_new - fine_old)
     result = run_da(toy)
     assert max_abs_z(toy, result.draws) > 10.0
+
+
+# --- the adaptive error model -------------------------------------------------------------------------------
+def test_error_model_recovers_a_known_error_distribution():
+    """mu and Sigma of B = F_exact - F_coarse from pairs; W W^T = (sigma^2 I + Sigma)^-1, so the corrected
+    misfit is the Gaussian log-density of y ~ N(F + mu, sigma^2 I + Sigma) up to a constant."""
+    g = gen(30)
+    y = torch.tensor([0.3, -1.0, 2.0], dtype=torch.float64)
+    mean = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    factor = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.3, 0.0], [0.2, -0.4, 0.6]], dtype=torch.float64)
+    n = 20000
+    error = mean + torch.randn(n, 3, generator=g, dtype=torch.float64) @ factor.T
+    fine = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    coarse = torch.stack([fine - error, fine - 2 * error])
+    coarse[1, 0] = math.nan  # a failed coarse solve: the pair is skipped
+    errors = dapcn.ErrorModel(y, 0.5, levels=2, min_pairs=10)
+    assert all(m.bias.abs().max() == 0 for m in errors.misfits())  # nothing learnt yet: all plain
+    errors.add(fine, coarse)
+    assert errors.count == n - 1
+    first, second, exact = errors.misfits()
+    torch.testing.assert_close(first.bias, mean, atol=0.05, rtol=0)
+    torch.testing.assert_close(second.bias, 2 * mean, atol=0.1, rtol=0)
+    cov = 0.25 * torch.eye(3, dtype=torch.float64) + factor @ factor.T
+    torch.testing.assert_close(torch.linalg.inv(first.whitener @ first.whitener.T), cov, atol=0.08, rtol=0)
+    torch.testing.assert_close(exact.whitener, torch.eye(3, dtype=torch.float64) / 0.5)
+    assert exact.bias.abs().max() == 0
+    predictions = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    gauss = torch.distributions.MultivariateNormal(predictions + first.bias,
+                                                   torch.linalg.inv(first.whitener @ first.whitener.T))
+    gap = gauss.log_prob(y) - first(predictions)
+    torch.testing.assert_close(gap, gap[:1].expand(5))  # equal up to the normalizing constant
+
+
+def test_error_model_raises_the_fine_acceptance_of_a_biased_coarse_level():
+    """A coarse level with a large systematic error: corrected, the second stage rejects far less."""
+    target = CoarseLevels(error=1.0)  # uncorrected, the chains stick (R-hat 1.8 measured); corrected, 1.03
+    plain, corrected = (run_da(target, num_warmup=400, num_draws=2000, error_model=on) for on in (False, True))
+    assert corrected.metrics["fine_accept_rate"] > plain.metrics["fine_accept_rate"] + 0.1, (
+        plain.metrics["fine_accept_rate"], corrected.metrics["fine_accept_rate"])
+    assert_exact(target, corrected.draws)
+
+
+def test_error_model_learns_in_warm_up_only():
+    """Frozen for sampling: without warm-up nothing is learnt, however many fine solves the draws make."""
+    target = CoarseLevels()
+    result = run_da(target, num_warmup=0, num_draws=200, chains=4, step_size=1.0, adapt_step_size=False)
+    assert result.metrics["fine_solves_per_iter"] > 0.2 and result.metrics["error_model_pairs"] == 0
+    warm = run_da(target, num_warmup=100, num_draws=50, chains=4)
+    assert 0 < warm.metrics["error_model_pairs"] <= 100 * 4
 
 
 def test_subspace_move_is_the_split_pcn_step(toy):
@@ -180,6 +235,19 @@ def test_dense_and_sparse_solvers_agree_on_a_coarse_level():
     sparse, dense = EllipticInverse(mesh=4), EllipticInverse(mesh=4, solver="dense")
     q = sparse.sample_prior(3, gen(10))
     torch.testing.assert_close(dense.level_log_likelihood(q, 2), sparse.level_log_likelihood(q, 2), rtol=1e-8, atol=1e-8)
+    for mesh in (2, None):
+        torch.testing.assert_close(dense.level_predictions(q, mesh), sparse.level_predictions(q, mesh))
+
+
+@pytest.mark.parametrize("solver", ["sparse", "dense"])
+def test_level_predictions_give_the_level_likelihoods(solver):
+    """The kernel's l_n is the plain Gaussian misfit of the level's sensor values: the target's own l_n."""
+    model = EllipticInverse(mesh=4, solver=solver)
+    q = model.sample_prior(3, gen(12))
+    misfit = dapcn.plain_misfit(*model.sensor_data())
+    torch.testing.assert_close(misfit(model.level_predictions(q, 2)), model.level_log_likelihood(q, 2))
+    torch.testing.assert_close(misfit(model.level_predictions(q, None)), model.log_likelihood(q))
+    assert model.level_predictions(q, 2).shape == (3, 25)
 
 
 def test_coarse_likelihood_gradient_matches_finite_differences():
@@ -276,17 +344,18 @@ def elliptic_pcn():
     return model, field_summary(model, result.draws)
 
 
-def elliptic_da(model, seed=21):
+def elliptic_da(model, seed=21, error_model=True):
     g = gen(seed)
-    method = DAPCN(coarse_mesh=4, subchain_length=3, num_warmup=500, num_draws=2000)
+    method = DAPCN(coarse_mesh=4, subchain_length=3, num_warmup=500, num_draws=2000, error_model=error_model)
     method.check(model, 8)
     return method.run(model, model.initial_point(8, g), g, progress=False)
 
 
-@pytest.mark.slow  # three runs of about 25 s
-def test_dapcn_agrees_with_pcn_on_the_pde_posterior(elliptic_pcn):
+@pytest.mark.slow  # four runs of about 25 s
+@pytest.mark.parametrize("error_model", [True, False])
+def test_dapcn_agrees_with_pcn_on_the_pde_posterior(elliptic_pcn, error_model):
     model, reference = elliptic_pcn
-    result = elliptic_da(model)
+    result = elliptic_da(model, error_model=error_model)
     assert result.metrics["fine_accept_rate"] < 0.9  # the 4 x 4 mesh is a rough model of the 8 x 8 one
     z_mean, z_var = two_sample_z(field_summary(model, result.draws), reference)
     assert np.abs(z_mean).max() < 4.5 and np.abs(z_var).max() < 4.5, (np.abs(z_mean).max(), np.abs(z_var).max())
@@ -297,7 +366,9 @@ def test_negative_control_on_the_pde_posterior_is_caught(elliptic_pcn, monkeypat
     model, reference = elliptic_pcn
     monkeypatch.setattr(dapcn, "two_stage_log_ratio", lambda fine_new, fine_old, coarse_new, coarse_old:
                         fine_new - fine_old)
-    z_mean, z_var = two_sample_z(field_summary(model, elliptic_da(model).draws), reference)
+    # without the error model: corrected, the coarse level is closer to the fine one and the wrong ratio's
+    # bias smaller (max |z| 5.2 measured, against 4.5 allowed above: too thin a margin for a control)
+    z_mean, z_var = two_sample_z(field_summary(model, elliptic_da(model, error_model=False).draws), reference)
     assert max(np.abs(z_mean).max(), np.abs(z_var).max()) > 6.0
 
 

@@ -28,6 +28,16 @@ level-0 step is the palindrome latent, complement, latent, which is reversible a
 above stay exact. The latent directions (AE-pCN's auto-encoder) can take bold steps
 (``latent_step_size``) while the complement's h adapts on its own moves, without confining the
 chain to the decoder's subspace as AE-pCN does.
+
+Levels are Gaussian likelihoods of the model's predictions F_k(q) at the sensors,
+l_k(q) = -|W_k^T (y - F_k(q) - mu_k)|^2 / 2 (a :class:`Misfit`); without correction mu_k = 0 and
+W_k = I / sigma. The adaptive error model of Cui, Fox and O'Sullivan (2011) treats the coarse
+model's error B = F_K(q) - F_k(q) as Gaussian, N(mu_k, Sigma_k), estimated from the pairs
+(F_K, F_k) that every fine solve yields (:class:`ErrorModel`), so the corrected level-k likelihood
+is y ~ N(F_k(q) + mu_k, sigma^2 I + Sigma_k): W_k W_k^T = (sigma^2 I + Sigma_k)^-1. Every coarse
+level is corrected towards the exact one. A correction changes the coarse levels, never the top
+one, so the chain stays exact for any fixed correction; it is learnt during warm-up and frozen for
+sampling.
 """
 
 from __future__ import annotations
@@ -41,6 +51,63 @@ from torch import Tensor
 
 from bayesx.kernels import pcn
 from bayesx.kernels.common import where_rows
+
+
+class Misfit(NamedTuple):
+    """l(F) = -|W^T (y - F - mu)|^2 / 2 for predictions F (..., m) of the observations y (m,)."""
+
+    observations: Tensor
+    bias: Tensor  # mu (m,)
+    whitener: Tensor  # W (m, m)
+
+    def __call__(self, predictions: Tensor) -> Tensor:
+        r = (self.observations - predictions - self.bias) @ self.whitener
+        return -0.5 * (r * r).sum(-1)
+
+
+def plain_misfit(observations: Tensor, noise_sd: float) -> Misfit:
+    """The uncorrected Gaussian likelihood with noise sd sigma: mu = 0, W = I / sigma."""
+    m = observations.shape[0]
+    eye = torch.eye(m, dtype=observations.dtype, device=observations.device)
+    return Misfit(observations, torch.zeros_like(observations), eye / noise_sd)
+
+
+class ErrorModel:
+    """The adaptive error model (Cui, Fox and O'Sullivan 2011): the running mean mu_k and covariance
+    Sigma_k of B = F_K(q) - F_k(q) over the fine solves seen, one per coarse level, and the corrected
+    misfits they give (see the module docstring). A level stays uncorrected until ``min_pairs`` pairs."""
+
+    def __init__(self, observations: Tensor, noise_sd: float, levels: int, min_pairs: int | None = None):
+        m = observations.shape[0]
+        self.observations, self.noise_sd = observations, float(noise_sd)
+        self.min_pairs = 2 * m if min_pairs is None else min_pairs
+        self.count = 0
+        self.sum = observations.new_zeros((levels, m))
+        self.outer = observations.new_zeros((levels, m, m))
+
+    def add(self, fine: Tensor, coarse: Tensor) -> None:
+        """Pairs at the rows where the fine solve ran: fine (n, m), coarse (levels, n, m); rows with a
+        non-finite value (a failed solve) are skipped."""
+        keep = torch.isfinite(fine).all(-1) & torch.isfinite(coarse).all(-1).all(0)
+        bias = (fine[keep][None] - coarse[:, keep]).to(self.sum.dtype)
+        self.count += int(keep.sum())
+        self.sum += bias.sum(1)
+        self.outer += bias.transpose(1, 2) @ bias
+
+    def misfits(self) -> tuple[Misfit, ...]:
+        """One Misfit per coarse level, corrected once enough pairs are in, and the exact level's (plain)."""
+        plain = plain_misfit(self.observations, self.noise_sd)
+        if self.count < self.min_pairs:
+            return (plain,) * (self.sum.shape[0] + 1)
+        out = []
+        eye = torch.eye(self.sum.shape[1], dtype=self.sum.dtype, device=self.sum.device)
+        for total, outer in zip(self.sum, self.outer):
+            mean = total / self.count
+            cov = outer / self.count - torch.outer(mean, mean)
+            factor = torch.linalg.cholesky(self.noise_sd ** 2 * eye + cov)  # L L^T = sigma^2 I + Sigma
+            whitener = torch.linalg.solve_triangular(factor, eye, upper=False).T  # L^-T: |r L^-T|^2 = r C^-1 r^T
+            out.append(Misfit(self.observations, mean, whitener))
+        return (*out, plain)
 
 
 class PriorProposal(NamedTuple):
@@ -102,7 +169,8 @@ class SubspaceProposal(NamedTuple):
 class DAState(NamedTuple):
     position: Tensor  # (chains, dim)
     log_likelihood: Tensor  # (chains,) the exact (top-level) l
-    level_log_lik: Tensor  # (levels, chains): l_0 .. l_{K-1} at position (stale above a level during its subchain)
+    level_predictions: Tensor  # (levels, chains, m): F_0 .. F_{K-1} at position (stale above a level during its subchain)
+    level_log_lik: Tensor  # (levels, chains): l_0 .. l_{K-1} from them, under the step's misfits
     latent: Tensor  # (chains, d) the subspace coordinates (d = 0 for plain pCN proposals)
     noise: pcn.PriorNoise  # level-0 proposal noise made ahead, in blocks
 
@@ -125,6 +193,7 @@ class DAParams(NamedTuple):
     proposal: PriorProposal | SubspaceProposal = PriorProposal()
     latent_step_size: float | None = None  # h of the subspace part; None: step_size
     noise_block: int = 64
+    misfits: tuple[Misfit, ...] | None = None  # one per coarse level and the exact level's; None: all plain
 
 
 class _Tally:
@@ -137,9 +206,11 @@ class _Tally:
 
 
 def init(position: Tensor, target, meshes: tuple[int, ...], proposal: PriorProposal | SubspaceProposal) -> DAState:
-    """The state at ``position``: the exact and every coarse level's log-likelihood, the subspace coordinates."""
-    levels = torch.stack([target.level_log_likelihood(position, mesh) for mesh in meshes])
-    return DAState(position, target.log_likelihood(position), levels, proposal.latent(position), pcn.EMPTY_NOISE)
+    """The state at ``position``: the exact log-likelihood, every coarse level's predictions, the subspace
+    coordinates (the levels' log-likelihoods are filled in by each step, under its misfits)."""
+    predictions = torch.stack([target.level_predictions(position, mesh) for mesh in meshes])
+    return DAState(position, target.log_likelihood(position), predictions, predictions.new_zeros(predictions.shape[:2]),
+                   proposal.latent(position), pcn.EMPTY_NOISE)
 
 
 def log_density(state: DAState) -> Tensor:
@@ -147,10 +218,19 @@ def log_density(state: DAState) -> Tensor:
     return state.log_likelihood
 
 
-def _level_log_lik(target, params: DAParams, level: int, q: Tensor) -> Tensor:
-    if level == len(params.meshes):
-        return target.log_likelihood(q)
-    return target.level_log_likelihood(q, params.meshes[level])
+def level_misfits(target, params: DAParams) -> tuple[Misfit, ...]:
+    """The params' misfits, or the plain one of the target's observations at every level."""
+    if params.misfits is not None:
+        return params.misfits
+    observations, noise_sd = target.sensor_data()
+    return (plain_misfit(observations, noise_sd),) * (len(params.meshes) + 1)
+
+
+def _evaluate(target, params: DAParams, misfits, level: int, q: Tensor) -> tuple[Tensor, Tensor]:
+    """Predictions F_level(q) (NaN where a solve failed) and l_level(q) under the step's misfit."""
+    mesh = None if level == len(params.meshes) else params.meshes[level]
+    predictions = target.level_predictions(q, mesh)
+    return predictions, misfits[level](predictions)
 
 
 def _replace_level(levels: Tensor, level: int, values: Tensor) -> Tensor:
@@ -159,7 +239,7 @@ def _replace_level(levels: Tensor, level: int, values: Tensor) -> Tensor:
     return out
 
 
-def _coarsest_step(state: DAState, target, params: DAParams, gen, tally: _Tally) -> DAState:
+def _coarsest_step(state: DAState, target, params: DAParams, misfits, gen, tally: _Tally) -> DAState:
     """One pi_0-reversible step: the proposal's pCN moves, each accepted on l_0."""
     for h, h_latent, adapted in params.proposal.moves(params.step_size, params.latent_step_size):
         if h == 0.0 and h_latent is not None:  # latent-only (complement held): only the latent noise, N(0, I_d)
@@ -169,7 +249,7 @@ def _coarsest_step(state: DAState, target, params: DAParams, gen, tally: _Tally)
             noise, block = pcn.draw_noise(state.noise, partial(params.proposal.noise, target), state.position.shape[0],
                                           params.noise_block, gen)
         proposal, latent = params.proposal.move(state.position, state.latent, noise, h, h_latent)
-        log_lik = _level_log_lik(target, params, 0, proposal)
+        predictions, log_lik = _evaluate(target, params, misfits, 0, proposal)
         tally.coarse_solves += 1
         current = state.level_log_lik[0]
         accept_prob, accepted, failed = pcn.metropolis(current, log_lik, 0.0, gen)
@@ -178,6 +258,8 @@ def _coarsest_step(state: DAState, target, params: DAParams, gen, tally: _Tally)
             tally.moves += 1
         tally.divergent |= failed
         state = DAState(where_rows(accepted, proposal, state.position), state.log_likelihood,
+                        _replace_level(state.level_predictions, 0,
+                                       where_rows(accepted, predictions, state.level_predictions[0])),
                         _replace_level(state.level_log_lik, 0, torch.where(accepted, log_lik, current)),
                         where_rows(accepted, latent, state.latent), block)
     return state
@@ -188,19 +270,31 @@ def two_stage_log_ratio(fine_new: Tensor, fine_old: Tensor, coarse_new: Tensor, 
     return (fine_new - fine_old) - (coarse_new - coarse_old)
 
 
-def _level_step(state: DAState, target, params: DAParams, level: int, gen, tally: _Tally):
-    """One step of the pi_level-reversible kernel; returns the state and, at the top, its (accepted, prob, solved)."""
+class FineSolves(NamedTuple):
+    """What the top level's step saw: the chains it solved and, there, the exact predictions and every coarse
+    level's at the same proposal (the pairs the adaptive error model learns from)."""
+
+    accepted: Tensor
+    accept_prob: Tensor  # 1 where the subchain did not move
+    solved: Tensor
+    fine: Tensor  # (chains, m), NaN where not solved
+    coarse: Tensor  # (levels, chains, m)
+
+
+def _level_step(state: DAState, target, params: DAParams, misfits, level: int, gen, tally: _Tally):
+    """One step of the pi_level-reversible kernel; returns the state and, at the top, its FineSolves."""
     if level == 0:
-        return _coarsest_step(state, target, params, gen, tally), None
+        return _coarsest_step(state, target, params, misfits, gen, tally), None
     proposal = state
     for _ in range(params.subchain_lengths[level - 1]):
-        proposal, _ = _level_step(proposal, target, params, level - 1, gen, tally)
+        proposal, _ = _level_step(proposal, target, params, misfits, level - 1, gen, tally)
     top = level == len(params.meshes)
     current = state.log_likelihood if top else state.level_log_lik[level]
     moved = (proposal.position != state.position).any(1)
     new_log_lik = current.clone()
+    new_predictions = torch.full_like(state.level_predictions[0], math.nan)
     if bool(moved.any()):
-        new_log_lik[moved] = _level_log_lik(target, params, level, proposal.position[moved])
+        new_predictions[moved], new_log_lik[moved] = _evaluate(target, params, misfits, level, proposal.position[moved])
     if not top:
         tally.coarse_solves += moved.long()
     log_ratio = two_stage_log_ratio(new_log_lik, current, proposal.level_log_lik[level - 1],
@@ -209,20 +303,37 @@ def _level_step(state: DAState, target, params: DAParams, level: int, gen, tally
     accepted &= moved
     tally.divergent |= failed
     position = where_rows(accepted, proposal.position, state.position)
+    predictions = torch.where(accepted[None, :, None], proposal.level_predictions, state.level_predictions)
     levels = torch.where(accepted[None], proposal.level_log_lik, state.level_log_lik)
     if top:
         log_lik = torch.where(accepted, new_log_lik, current)
     else:
         log_lik = state.log_likelihood  # stale for moved rows until the level above evaluates it
+        predictions = _replace_level(predictions, level,
+                                     where_rows(accepted, new_predictions, state.level_predictions[level]))
         levels = _replace_level(levels, level, torch.where(accepted, new_log_lik, current))
-    new = DAState(position, log_lik, levels, where_rows(accepted, proposal.latent, state.latent), proposal.noise)
-    return new, ((accepted, torch.where(moved, accept_prob, torch.ones_like(accept_prob)), moved) if top else None)
+    new = DAState(position, log_lik, predictions, levels, where_rows(accepted, proposal.latent, state.latent),
+                  proposal.noise)
+    if not top:
+        return new, None
+    prob = torch.where(moved, accept_prob, torch.ones_like(accept_prob))
+    return new, FineSolves(accepted, prob, moved, new_predictions, proposal.level_predictions)
+
+
+def step_with_solves(state: DAState, target, params: DAParams,
+                     gen: torch.Generator) -> tuple[DAState, DAInfo, FineSolves]:
+    """One step (see :func:`step`) and what its fine solves saw."""
+    misfits = level_misfits(target, params)
+    levels = torch.stack([misfit(predictions) for misfit, predictions in zip(misfits, state.level_predictions)])
+    state = state._replace(level_log_lik=levels)  # under this step's misfits (the error model may have moved)
+    tally = _Tally(state.log_likelihood)
+    new, fine = _level_step(state, target, params, misfits, len(params.meshes), gen, tally)
+    zeros = torch.zeros(fine.accepted.shape[0], dtype=torch.long, device=fine.accepted.device)
+    info = DAInfo(tally.accept_sum / max(tally.moves, 1), fine.accepted, fine.accept_prob, tally.divergent, zeros,
+                  fine.solved.long(), tally.coarse_solves, new.log_likelihood)
+    return new, info, fine
 
 
 def step(state: DAState, target, params: DAParams, gen: torch.Generator) -> tuple[DAState, DAInfo]:
-    tally = _Tally(state.log_likelihood)
-    new, fine = _level_step(state, target, params, len(params.meshes), gen, tally)
-    accepted, fine_prob, solved = fine
-    zeros = torch.zeros(accepted.shape[0], dtype=torch.long, device=accepted.device)
-    return new, DAInfo(tally.accept_sum / max(tally.moves, 1), accepted, fine_prob, tally.divergent, zeros,
-                       solved.long(), tally.coarse_solves, new.log_likelihood)
+    new, info, _ = step_with_solves(state, target, params, gen)
+    return new, info

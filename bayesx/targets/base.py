@@ -41,8 +41,11 @@ class Capabilities:
                           its gradient (what Hamiltonian VI's learned leapfrog needs); False for a
                           density computed outside torch (the PDE solve)
     coarse_levels         (with gaussian_prior) cheaper approximations of the same likelihood on coarser
-                          meshes: ``check_level(n, key)`` and ``level_log_likelihood(q, n)``, what
-                          delayed-acceptance samplers (method=dapcn) screen proposals with
+                          meshes: ``check_level(n, key)``, ``level_log_likelihood(q, n)``, the sensor
+                          values ``level_predictions(q, n)`` (n None: the likelihood's own level) and
+                          ``sensor_data()`` (observations y and noise sd sigma of the Gaussian likelihood
+                          l = -|y - F|^2 / (2 sigma^2)), what delayed-acceptance samplers (method=dapcn)
+                          screen proposals with
     logistic_design       a Bayesian logistic regression y ~ Bernoulli(sigmoid(X q)), q ~ N(0, s^2 I), whose
                           ``logistic_design()`` returns (X, y, s^2) (for the Jaakkola-Jordan bound of method=vi)
     """

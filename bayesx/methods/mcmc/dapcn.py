@@ -11,7 +11,7 @@ AE-pCN's proposal, made exact.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Annotated, Literal
 
@@ -40,7 +40,9 @@ class DASamplerSettings(LatentSamplerSettings):
 
 class DASampler(CrankNicolsonSampler):
     """The shared pCN driver around the delayed-acceptance kernel: h is the coarsest level's step, adapted
-    to its acceptance (``accept_rate``); the exact chain's acceptance and solve counts are extra metrics."""
+    to its acceptance (``accept_rate``); the exact chain's acceptance and solve counts are extra metrics.
+    With ``error_model`` every warm-up step's fine solves feed the adaptive error model (kernels.dapcn.
+    ErrorModel), whose estimate the coarse levels use from then on; it is frozen for sampling."""
 
     Settings = DASamplerSettings
     name = "dapcn"
@@ -48,15 +50,34 @@ class DASampler(CrankNicolsonSampler):
 
     def __init__(self, meshes: tuple[int, ...], subchain_lengths: tuple[int, ...],
                  proposal: dapcn.PriorProposal | dapcn.SubspaceProposal, latent_step_size: float | None = None,
-                 settings: DASamplerSettings | None = None, **options):
+                 error_model: bool = False, settings: DASamplerSettings | None = None, **options):
         super().__init__(settings, **options)
         self.meshes, self.subchain_lengths = meshes, subchain_lengths
         self.proposal, self.latent_step_size = proposal, latent_step_size
+        self.learns_errors = error_model
+        self.errors: dapcn.ErrorModel | None = None
         self.kernel = Kernel(partial(dapcn.init, meshes=meshes, proposal=proposal), dapcn.step, dapcn.log_density)
 
+    def run(self, target, initial_position, gen, progress=None, *args, **kwargs):
+        if self.learns_errors:
+            observations, noise_sd = target.sensor_data()
+            self.errors = dapcn.ErrorModel(observations, noise_sd, len(self.meshes))
+        return super().run(target, initial_position, gen, progress, *args, **kwargs)
+
     def make_params(self, step_size, metric=None):
+        misfits = None if self.errors is None else self.errors.misfits()
         return dapcn.DAParams(min(step_size, pcn.MAX_H), self.meshes, self.subchain_lengths, self.proposal,
-                              self.latent_step_size, self.settings.noise_block)
+                              self.latent_step_size, self.settings.noise_block, misfits)
+
+    def make_adaptation(self, target, gen):
+        adaptation = super().make_adaptation(target, gen)
+        return adaptation if self.errors is None else replace(adaptation, step=self._learning_step)
+
+    def _learning_step(self, state, target, params, gen):
+        """A warm-up step whose fine solves add their (exact, coarse) prediction pairs to the error model."""
+        state, info, solves = dapcn.step_with_solves(state, target, params, gen)
+        self.errors.add(solves.fine[solves.solved], solves.coarse[:, solves.solved])
+        return state, info
 
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
         if not stats:
@@ -65,7 +86,8 @@ class DASampler(CrankNicolsonSampler):
                 "fine_accept_rate": float(np.mean(stats["fine_accept_prob"])),
                 "move_rate": float(np.mean(stats["accepted"])),
                 "fine_solves_per_iter": float(np.mean(stats["n_fine_solves"])),
-                "coarse_solves_per_iter": float(np.mean(stats["n_coarse_solves"]))}
+                "coarse_solves_per_iter": float(np.mean(stats["n_coarse_solves"])),
+                **({} if self.errors is None else {"error_model_pairs": float(self.errors.count)})}
 
 
 @dataclass(frozen=True)
@@ -74,12 +96,14 @@ class DAPCNSettings(AutoEncodingSettings):
     subchain_length    coarse steps per proposal to the next level (one per coarse level, or one for all)
     proposal           pcn | ae (latent / complement / latent block moves; pre-samples and a PCA fit first)
     latent_step_size   h of the latent directions with proposal=ae (null: the adapted step_size)
+    error_model        correct the coarse levels by the adaptive error model learnt in warm-up (Cui et al.)
     """
 
     coarse_mesh: Annotated[int | tuple[int, ...], AtLeast(2)] = 10
     subchain_length: Annotated[int | tuple[int, ...], AtLeast(1)] = 5
     proposal: Literal["pcn", "ae"] = "pcn"
     latent_step_size: Annotated[float | None, Positive()] = 4.0
+    error_model: bool = True
     noise_block: Annotated[int, AtLeast(1)] = 64
     latent_dim: Annotated[int | Literal["auto"] | None, AtLeast(1)] = 441  # as AE-pCN
     ae: Literal["linear", "pca"] = "pca"  # a subspace proposal needs a linear decoder
@@ -125,7 +149,7 @@ class DAPCN(AutoEncodingMethod):
     name = "dapcn"
     presample_method = "dapcn"
     approximate_draws = False  # the coarse levels only screen: the chain targets the exact posterior
-    summary_keys = (*LEVEL_STATS, "latent_dim", *Sampler.summary_keys)
+    summary_keys = (*LEVEL_STATS, "error_model_pairs", "latent_dim", *Sampler.summary_keys)
     compare_keys = (*Sampler.compare_keys, "fine_solves_per_iter")
 
     def check(self, target, n_chains: int) -> None:
@@ -150,7 +174,7 @@ class DAPCN(AutoEncodingMethod):
 
     def _sampler(self, proposal, settings: DASamplerSettings, latent_step_size=None) -> DASampler:
         meshes, lengths = self.settings.levels()
-        return DASampler(meshes, lengths, proposal, latent_step_size, settings)
+        return DASampler(meshes, lengths, proposal, latent_step_size, self.settings.error_model, settings)
 
     def make_presampler(self, settings: PCNSettings) -> DASampler:
         return self._sampler(dapcn.PriorProposal(), self.settings.sampler_settings(settings))

@@ -40,7 +40,8 @@ class DenseOperators:
         self.rhs = torch.as_tensor(rhs, device=device, dtype=dtype)
         self.y = torch.as_tensor(observations, device=device, dtype=dtype)
 
-    def misfit(self, u: Tensor, noise_sd: float, need_grad: bool) -> tuple[Tensor, Tensor | None]:
+    def _solve(self, u: Tensor):
+        """The batched LU factors of A(exp(u)) for rows u, and the solutions x (batch, dofs + 1)."""
         batch = u.shape[0]
         k_q = torch.exp(torch.sparse.mm(self.interp, u.T)).T  # (batch, n_quad)
         matrix = torch.zeros(batch, self.size * self.size, device=u.device, dtype=u.dtype)
@@ -48,6 +49,18 @@ class DenseOperators:
         matrix[:, self.c_flat] = self.c_values
         lu, pivots, info = torch.linalg.lu_factor_ex(matrix.view(batch, self.size, self.size))
         x = torch.linalg.lu_solve(lu, pivots, self.rhs.expand(batch, -1).unsqueeze(-1)).squeeze(-1)
+        return k_q, lu, pivots, info, x
+
+    def predictions(self, u: Tensor) -> Tensor:
+        """The sensor values O p(u) for rows u (batch, dofs); NaN rows where a factorization fails."""
+        _, _, _, info, x = self._solve(u)
+        values = x[:, : self.n_dofs] @ self.obs.T
+        failed = (info != 0) | ~torch.isfinite(values).all(-1)
+        return torch.where(failed[:, None], torch.full_like(values, float("nan")), values)
+
+    def misfit(self, u: Tensor, noise_sd: float, need_grad: bool) -> tuple[Tensor, Tensor | None]:
+        batch = u.shape[0]
+        k_q, lu, pivots, info, x = self._solve(u)
         residual = (self.y - x[:, : self.n_dofs] @ self.obs.T) / noise_sd
         log_lik = -0.5 * (residual * residual).sum(-1)
         failed = (info != 0) | ~torch.isfinite(log_lik)

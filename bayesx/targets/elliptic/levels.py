@@ -104,27 +104,37 @@ class ForwardLevel:
         as_tensor = lambda a: torch.as_tensor(a, device=u.device, dtype=u.dtype)  # noqa: E731
         return as_tensor(log_lik), (as_tensor(grad) if need_grad else None)
 
-    def _misfit_dense(self, u: Tensor, need_grad: bool):
+    def _dense_operators(self):
         if self._dense is None:
             from bayesx.targets.elliptic.dense import DenseOperators
 
             self._dense = DenseOperators(self.space, self.obs, self.rhs, self.observations, self.device, self.dtype)
-        return self._dense.misfit(u, self.noise_sd, need_grad)
+        return self._dense
+
+    def _misfit_dense(self, u: Tensor, need_grad: bool):
+        return self._dense_operators().misfit(u, self.noise_sd, need_grad)
 
     def _solve(self, field: np.ndarray):
         """The factorized system for k = exp(field) and its solution (p, mu); FloatingPointError if it fails."""
         factorized = self.space.factorize(field)
         return factorized, factorized.solve(self.rhs)
 
-    def predict(self, u: np.ndarray) -> np.ndarray:
-        """The sensor values O_n p_n(R_n u) for fine fields u (n, fine dofs)."""
-        out = []
-        for row in self.restrict(torch.as_tensor(u, device=self.device)).cpu().numpy():
+    def predictions(self, u: Tensor) -> Tensor:
+        """The sensor values O_n p_n(R_n u) for rows u (n, fine dofs); a row of NaN where a solve fails."""
+        if self.solver == "dense":
+            return self._dense_operators().predictions(self.restrict(u))
+        coarse = self.restrict(u).detach().cpu().numpy().astype(np.float64)
+        out = np.full((coarse.shape[0], self.obs.shape[0]), np.nan)
+        for row, field in enumerate(coarse):
             try:
-                values = self.obs @ self._solve(row)[1][:-1]
-            except FloatingPointError as exc:
-                raise BayesxError(f"the PDE solve diverged for this field ({exc}); is exp(u) finite and positive?") from None
-            if not np.all(np.isfinite(values)):
-                raise BayesxError("the PDE solve diverged for this field (NaN in the solution)")
-            out.append(values)
-        return np.stack(out)
+                out[row] = self.obs @ self._solve(field)[1][:-1]
+            except FloatingPointError:
+                continue
+        return torch.as_tensor(out, device=u.device, dtype=u.dtype)
+
+    def predict(self, u: np.ndarray) -> np.ndarray:
+        """The sensor values for fine fields u (n, fine dofs); a clear error where a solve fails."""
+        out = self.predictions(torch.as_tensor(u, device=self.device)).cpu().numpy()
+        if not np.all(np.isfinite(out)):
+            raise BayesxError("the PDE solve diverged for this field (no finite solution); is exp(u) finite and positive?")
+        return out

@@ -16,8 +16,9 @@ in torch on any device (``solver=dense``; the default on CUDA).
 
 ``likelihood_mesh`` (default: ``mesh``) evaluates l on a coarser mesh that divides ``mesh``, the
 field injected into it (levels.py): a cheaper but *different*, approximate posterior, tagged and
-reported as such. Every mesh dividing ``mesh`` is available as a level,
-``level_log_likelihood(q, n)``, for delayed-acceptance samplers (``method=dapcn``).
+reported as such. Every mesh dividing ``mesh`` is available as a level, ``level_log_likelihood(q, n)``
+and its sensor values ``level_predictions(q, n)`` (with ``sensor_data()``, what the adaptive error
+model of delayed-acceptance samplers needs), for ``method=dapcn``.
 """
 
 from __future__ import annotations
@@ -142,6 +143,16 @@ class EllipticInverse(TargetBase):
         problem = level_mesh_problem(mesh, self.likelihood_mesh, fine_key)
         if problem:
             raise InvalidSetting(key, problem)
+
+    def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
+        """The 25 sensor values on the n x n mesh (None: the likelihood's own) for parameters q (chains, dim);
+        NaN rows where a solve fails. l_n is their Gaussian misfit against :meth:`sensor_data`."""
+        level = self.likelihood_level if mesh is None else self.level(mesh)
+        return level.predictions(self.field(q.reshape(-1, self.dim)))
+
+    def sensor_data(self) -> tuple[Tensor, float]:
+        """The observations y (25,) and the noise sd sigma of l(u) = -|y - O p(u)|^2 / (2 sigma^2)."""
+        return torch.as_tensor(self.observations, device=self.device, dtype=self.dtype), float(self.noise_sd)
 
     def level_log_likelihood(self, q: Tensor, mesh: int) -> Tensor:
         """l_n(u(q)) on the n x n mesh for parameters q (chains, dim); the model's own mesh is the exact l."""
