@@ -84,6 +84,7 @@ class ErrorModel:
         self.count = 0
         self.sum = observations.new_zeros((levels, m))
         self.outer = observations.new_zeros((levels, m, m))
+        self._misfits: tuple[int, tuple[Misfit, ...]] | None = None  # (count, misfits) last made
 
     def add(self, fine: Tensor, coarse: Tensor) -> None:
         """Pairs at the rows where the fine solve ran: fine (n, m), coarse (levels, n, m); rows with a
@@ -95,7 +96,13 @@ class ErrorModel:
         self.outer += bias.transpose(1, 2) @ bias
 
     def misfits(self) -> tuple[Misfit, ...]:
-        """One Misfit per coarse level, corrected once enough pairs are in, and the exact level's (plain)."""
+        """One Misfit per coarse level, corrected once enough pairs are in, and the exact level's (plain);
+        made again only when pairs were added since the last call."""
+        if self._misfits is None or self._misfits[0] != self.count:
+            self._misfits = (self.count, self._make_misfits())
+        return self._misfits[1]
+
+    def _make_misfits(self) -> tuple[Misfit, ...]:
         plain = plain_misfit(self.observations, self.noise_sd)
         if self.count < self.min_pairs:
             return (plain,) * (self.sum.shape[0] + 1)

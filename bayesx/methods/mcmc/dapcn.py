@@ -41,8 +41,9 @@ class DASamplerSettings(LatentSamplerSettings):
 class DASampler(CrankNicolsonSampler):
     """The shared pCN driver around the delayed-acceptance kernel: h is the coarsest level's step, adapted
     to its acceptance (``accept_rate``); the exact chain's acceptance and solve counts are extra metrics.
-    With ``error_model`` every warm-up step's fine solves feed the adaptive error model (kernels.dapcn.
-    ErrorModel), whose estimate the coarse levels use from then on; it is frozen for sampling."""
+    The params carry the levels' misfits from an ErrorModel (kernels.dapcn), built for the target at the start
+    of a run; with ``error_model`` every warm-up step's fine solves feed it, and the coarse levels use its
+    estimate from then on; it is frozen for sampling. Without, it stays plain."""
 
     Settings = DASamplerSettings
     name = "dapcn"
@@ -55,23 +56,20 @@ class DASampler(CrankNicolsonSampler):
         self.meshes, self.subchain_lengths = meshes, subchain_lengths
         self.proposal, self.latent_step_size = proposal, latent_step_size
         self.learns_errors = error_model
-        self.errors: dapcn.ErrorModel | None = None
+        self.errors: dapcn.ErrorModel | None = None  # made by run() for its target
         self.kernel = Kernel(partial(dapcn.init, meshes=meshes, proposal=proposal), dapcn.step, dapcn.log_density)
 
     def run(self, target, initial_position, gen, progress=None, *args, **kwargs):
-        if self.learns_errors:
-            observations, noise_sd = target.sensor_data()
-            self.errors = dapcn.ErrorModel(observations, noise_sd, len(self.meshes))
+        self.errors = dapcn.ErrorModel(*target.sensor_data(), len(self.meshes))
         return super().run(target, initial_position, gen, progress, *args, **kwargs)
 
     def make_params(self, step_size, metric=None):
-        misfits = None if self.errors is None else self.errors.misfits()
         return dapcn.DAParams(min(step_size, pcn.MAX_H), self.meshes, self.subchain_lengths, self.proposal,
-                              self.latent_step_size, self.settings.noise_block, misfits)
+                              self.latent_step_size, self.settings.noise_block, self.errors.misfits())
 
     def make_adaptation(self, target, gen):
         adaptation = super().make_adaptation(target, gen)
-        return adaptation if self.errors is None else replace(adaptation, step=self._learning_step)
+        return replace(adaptation, step=self._learning_step) if self.learns_errors else adaptation
 
     def _learning_step(self, state, target, params, gen):
         """A warm-up step whose fine solves add their (exact, coarse) prediction pairs to the error model."""
@@ -87,7 +85,7 @@ class DASampler(CrankNicolsonSampler):
                 "move_rate": float(np.mean(stats["accepted"])),
                 "fine_solves_per_iter": float(np.mean(stats["n_fine_solves"])),
                 "coarse_solves_per_iter": float(np.mean(stats["n_coarse_solves"])),
-                **({} if self.errors is None else {"error_model_pairs": float(self.errors.count)})}
+                **({"error_model_pairs": float(self.errors.count)} if self.learns_errors else {})}
 
 
 @dataclass(frozen=True)

@@ -58,15 +58,15 @@ class DenseOperators:
         failed = (info != 0) | ~torch.isfinite(values).all(-1)
         return torch.where(failed[:, None], torch.full_like(values, float("nan")), values)
 
-    def misfit(self, u: Tensor, noise_sd: float, need_grad: bool) -> tuple[Tensor, Tensor | None]:
+    def misfit_and_grad(self, u: Tensor, noise_sd: float) -> tuple[Tensor, Tensor]:
+        """l(u) and its adjoint gradient for rows u, NaN where a factorization fails (the values alone:
+        :meth:`predictions`)."""
         batch = u.shape[0]
         k_q, lu, pivots, info, x = self._solve(u)
         residual = (self.y - x[:, : self.n_dofs] @ self.obs.T) / noise_sd
         log_lik = -0.5 * (residual * residual).sum(-1)
         failed = (info != 0) | ~torch.isfinite(log_lik)
         log_lik = torch.where(failed, torch.full_like(log_lik, float("nan")), log_lik)
-        if not need_grad:
-            return log_lik, None
         g = torch.cat([(residual / noise_sd) @ self.obs, torch.zeros(batch, 1, device=u.device, dtype=u.dtype)], 1)
         adjoint = torch.linalg.lu_solve(lu, pivots, g.unsqueeze(-1)).squeeze(-1)  # A is symmetric
         weights = adjoint[:, self.k_rows] * x[:, self.k_cols]

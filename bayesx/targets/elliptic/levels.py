@@ -78,19 +78,24 @@ class ForwardLevel:
         return u if self.restriction is None else u[:, self.restriction]
 
     def misfit(self, u: Tensor, need_grad: bool) -> tuple[Tensor, Tensor | None]:
-        """l_n(u) and dl_n/du for each row of u (n, fine dofs); NaN (value and gradient) where a solve fails."""
+        """l_n(u) and dl_n/du for each row of u (n, fine dofs); NaN (value and gradient) where a solve fails.
+        Without the gradient, l_n is the Gaussian misfit of :meth:`predictions`."""
+        if not need_grad:
+            y = torch.as_tensor(self.observations, device=u.device, dtype=u.dtype)
+            residual = (y - self.predictions(u)) / self.noise_sd
+            return -0.5 * (residual * residual).sum(-1), None
         coarse = self.restrict(u)
-        log_lik, grad = (self._misfit_dense if self.solver == "dense" else self._misfit_sparse)(coarse, need_grad)
-        if grad is not None and self.restriction is not None:
+        log_lik, grad = self._misfit_dense(coarse) if self.solver == "dense" else self._misfit_sparse(coarse)
+        if self.restriction is not None:
             full = grad.new_zeros(u.shape)
             full[:, self.restriction] = grad
             grad = full
         return log_lik, grad
 
-    def _misfit_sparse(self, u: Tensor, need_grad: bool) -> tuple[Tensor, Tensor | None]:
+    def _misfit_sparse(self, u: Tensor) -> tuple[Tensor, Tensor]:
+        """l_n and its adjoint gradient per row, one factorization each (SuperLU)."""
         u_np = u.detach().cpu().numpy().astype(np.float64)
-        log_lik = np.full(u_np.shape[0], np.nan)
-        grad = np.full(u_np.shape, np.nan) if need_grad else None
+        log_lik, grad = np.full(u_np.shape[0], np.nan), np.full(u_np.shape, np.nan)
         for row, field in enumerate(u_np):
             try:
                 factorized, x = self._solve(field)
@@ -98,11 +103,10 @@ class ForwardLevel:
                 continue
             residual = (self.observations - self.obs @ x[:-1]) / self.noise_sd
             log_lik[row] = -0.5 * residual @ residual
-            if need_grad:
-                adjoint = factorized.solve(np.append(self.obs_t @ (residual / self.noise_sd), 0.0))
-                grad[row] = -self.space.coefficient_gradient(factorized, x, adjoint)
+            adjoint = factorized.solve(np.append(self.obs_t @ (residual / self.noise_sd), 0.0))
+            grad[row] = -self.space.coefficient_gradient(factorized, x, adjoint)
         as_tensor = lambda a: torch.as_tensor(a, device=u.device, dtype=u.dtype)  # noqa: E731
-        return as_tensor(log_lik), (as_tensor(grad) if need_grad else None)
+        return as_tensor(log_lik), as_tensor(grad)
 
     def _dense_operators(self):
         if self._dense is None:
@@ -111,8 +115,8 @@ class ForwardLevel:
             self._dense = DenseOperators(self.space, self.obs, self.rhs, self.observations, self.device, self.dtype)
         return self._dense
 
-    def _misfit_dense(self, u: Tensor, need_grad: bool):
-        return self._dense_operators().misfit(u, self.noise_sd, need_grad)
+    def _misfit_dense(self, u: Tensor):
+        return self._dense_operators().misfit_and_grad(u, self.noise_sd)
 
     def _solve(self, field: np.ndarray):
         """The factorized system for k = exp(field) and its solution (p, mu); FloatingPointError if it fails."""
