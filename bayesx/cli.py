@@ -71,6 +71,20 @@ def _task(cfg) -> float | None:
         raise SystemExit(130)
 
 
+TEXT_KEYS = ("resume", "run_name")  # always text: a run id such as 508306e4 must not reach the job as a float
+
+
+def quote_text_value(override: str) -> str:
+    """``resume=508306e4`` becomes ``resume='508306e4'``: Hydra would read the bare value as the number
+    5083060000.0 (or an all-digit id as an int without its leading zeros), so a text key's value is quoted
+    unless it is quoted already."""
+    key, sep, value = override.partition("=")
+    if sep and key.lstrip("+") in TEXT_KEYS and value and value[0] not in "'\"" and value != "null" \
+            and not any(c in value for c in "'(,"):  # a sweep (a,b or choice(...)) is left to Hydra
+        return f"{key}='{value}'"
+    return override
+
+
 def cmd_run(args: list[str]) -> int:
     import hydra
 
@@ -80,7 +94,7 @@ def cmd_run(args: list[str]) -> int:
     def is_override(a: str) -> bool:
         return not a.startswith("-") and ("=" in a or a.startswith("~"))
 
-    overrides = [a for a in args if is_override(a)]
+    overrides = [quote_text_value(a) for a in args if is_override(a)]
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "--shell-completion", "-sc") for a in args):
         check_overrides(overrides)
     # overrides last: Hydra's argparse rejects overrides after a flag (`bayesx run method=nuts -m seed=0,1`)

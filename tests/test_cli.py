@@ -358,6 +358,23 @@ def test_cfg_job_prints_the_config_and_records_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "mlartifacts").exists()
 
 
+def test_a_run_id_that_looks_like_a_number_stays_text(tmp_path, monkeypatch):
+    """MLflow run ids are hex: a prefix such as 508306e4 is a float to Hydra, 00001234 an int without its
+    zeros. resume= and run_name= values reach the job as the text typed (a CI failure once hung on this)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = call(["run", "--cfg", "job", "method=nuts", "resume=508306e4", "run_name=00001234"])
+    assert code == 0, err
+    config = yaml.safe_load(out)
+    assert config["resume"] == "508306e4" and config["run_name"] == "00001234"
+    from bayesx.cli import quote_text_value
+    assert quote_text_value("resume='1e5'") == "resume='1e5'"  # quoted already
+    assert quote_text_value("run_name=a,b") == "run_name=a,b"  # a sweep stays a sweep
+    assert quote_text_value("resume=null") == "resume=null"
+    assert quote_text_value("seed=1e5") == "seed=1e5"  # only text keys
+    assert quote_text_value("resume=1e5") != "resume=1e5"  # negative control: the bare value is quoted
+
+
 def test_help_lists_commands_groups_and_choices():
     script = Path(sys.executable).with_name("bayesx")  # the installed entry point, where there is one
     command = [str(script)] if script.exists() else [sys.executable, "-m", "bayesx"]
