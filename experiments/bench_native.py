@@ -94,7 +94,7 @@ def bench_row(row_name: str, repeats: int) -> dict:
     latent_form, lat = latent_trajectory(target, gen, latent_spread)
     per_step = 1e6 / STEPS
     row = {"data": row_name, "D": target.dim, "d": latent_form.design_t.shape[0], "n": int(target.x_train.shape[0]),
-           "threads": native.kernel_threads(latent_form, CHAINS)}
+           "threads": native.kernel_threads(latent_form.design_t.dtype, CHAINS)}
     for backend, on in (("torch", False), ("native", True)):
         row[f"hmc_{backend}"] = with_backend(on, lambda: median_seconds(hmc, repeats)) * per_step
         row[f"latent_{backend}"] = with_backend(on, lambda: median_seconds(lat, repeats)) * per_step

@@ -59,10 +59,15 @@ METHODS = [
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kernels", ["native", "pytorch"])
 @pytest.mark.parametrize("case,kwargs", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("name,make", METHODS, ids=[m[0] for m in METHODS])
-def test_sampler_recovers_gaussian_moments(case, kwargs, name, make):
+def test_sampler_recovers_gaussian_moments(case, kwargs, name, make, kernels, monkeypatch):
+    """Both implementations of every sampler: the Gaussian is a density the native kernels evaluate
+    (HMC trajectories and NUTS trees in C), and BAYESX_NATIVE=0 runs the PyTorch reference."""
+    monkeypatch.setenv("BAYESX_NATIVE", "1" if kernels == "native" else "0")
     target = Gaussian(**kwargs)
+    assert target.kernel_name(target.initial_point(4, torch.Generator())) == kernels
     draws, result = run(make(), target)
     z_mean, z_var = moment_z_scores(draws, target.mean.numpy(), target.cov.numpy())
     assert np.all(np.abs(z_mean) < Z_MAX), (name, case, z_mean)
@@ -122,6 +127,7 @@ def test_nuts_with_a_wrong_u_turn_rule_is_caught(monkeypatch):
     draw from it, no merge). Merging it instead breaks detailed balance; on N(0, 1) with a fixed step
     of 1.2 the variance of the draws then comes out about 1.14 (z about 9 when measured), while the
     correct kernel's passes the same check."""
+    monkeypatch.setenv("BAYESX_NATIVE", "0")  # the PyTorch tree, which the control patches
     target = Gaussian(dim=1)
 
     def variance_z(method):

@@ -9,7 +9,7 @@ HMC on logistic regression with A = X, c = 0, P = I / s^2, b = 0, and AE-HMC's l
 A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2 (the decoder q = a + B u, Deep MCMC eq. 7). At the
 sizes of that table (n = 288, k = 6 to 64, four chains) a PyTorch step is a handful of tiny kernels
 whose dispatch costs more than their arithmetic, so :func:`trajectory` runs all L steps of every
-chain in one C call (logistic_leapfrog.h), with the same arithmetic as the PyTorch path up to
+chain in one C call (logistic_leapfrog.h), and :func:`nuts` each chain's whole tree (nuts.h), with the same arithmetic as the PyTorch path up to
 rounding. It is used for CPU tensors of float64 or float32 when the library builds (see build.py);
 otherwise callers keep their PyTorch path. Chains are independent, so one call splits them over
 torch's thread count (:func:`kernel_threads`) with OpenMP, in the same thread pool as PyTorch's
@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from bayesx.native.build import enabled, load
+from bayesx.native.nuts import NUTSTransition, transition
 
 _SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
 
@@ -53,42 +54,49 @@ class _Kernels(NamedTuple):
     density: ctypes._CFuncPtr
     leapfrog: ctypes._CFuncPtr
     nuts: ctypes._CFuncPtr
+    funnel_density: ctypes._CFuncPtr
+    funnel_nuts: ctypes._CFuncPtr
     work_size: ctypes._CFuncPtr  # (n, k) -> scratch numbers one thread of the two functions needs
     openmp: bool  # whether one call can split its chains over threads
 
 
 @cache
-def _kernels(dtype: torch.dtype):
+def kernels(dtype: torch.dtype):
     """The library's functions for one precision, or None where it cannot be built."""
     library = load("logistic_leapfrog") if dtype in _SUFFIX else None
     if library is None:
         return None
-    real = ctypes.c_double if dtype == torch.float64 else ctypes.c_float
-    density, leapfrog = (getattr(library, f"{kind}_{_SUFFIX[dtype]}") for kind in ("logistic_density", "logistic_leapfrog"))
-    density.argtypes = [ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real] + [ctypes.c_void_p] * 4
-    leapfrog.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real, ctypes.c_void_p,
-                         ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] + [ctypes.c_void_p] * 2)
-    nuts = getattr(library, f"logistic_nuts_{_SUFFIX[dtype]}")
-    nuts.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, real, ctypes.c_void_p,
-                     ctypes.c_int, real, ctypes.c_int] + [ctypes.c_void_p] * 7)
-    for function in (density, leapfrog, nuts):
+    real, ptr, int_ = (ctypes.c_double if dtype == torch.float64 else ctypes.c_float), ctypes.c_void_p, ctypes.c_int
+    suffix = _SUFFIX[dtype]
+    density, leapfrog, nuts, funnel_density, funnel_nuts = (
+        getattr(library, f"{kind}_{suffix}")
+        for kind in ("logistic_density", "logistic_leapfrog", "logistic_nuts", "funnel_density", "funnel_nuts"))
+    form = [ptr] * 4 + [int_, ptr, real]  # A^T, c, y, P, P dense, b, constant
+    nuts_tail = [ptr, int_, real, int_] + [ptr] * 7  # M^-1, dense, eps, max depth, seeds, u, p, g, lp, info, failed
+    density.argtypes = [int_] * 4 + form + [ptr] * 4
+    leapfrog.argtypes = [int_] * 5 + form + [ptr, int_] + [ptr] * 4 + [int_] + [ptr] * 2
+    nuts.argtypes = [int_] * 4 + form + nuts_tail
+    funnel_density.argtypes = [int_, int_, real, ptr, ptr, ptr]
+    funnel_nuts.argtypes = [int_, int_, int_, real] + nuts_tail
+    for function in (density, leapfrog, nuts, funnel_density, funnel_nuts):
         function.restype = None
     library.logistic_work_size.restype = ctypes.c_int
-    return _Kernels(density, leapfrog, nuts, library.logistic_work_size, bool(library.logistic_openmp()))
+    return _Kernels(density, leapfrog, nuts, funnel_density, funnel_nuts, library.logistic_work_size,
+                    bool(library.logistic_openmp()))
 
 
 def available(dtype: torch.dtype = torch.float64) -> bool:
     """Whether the native kernels are on and built for this dtype on this machine."""
-    return enabled() and _kernels(dtype) is not None
+    return enabled() and kernels(dtype) is not None
 
 
-def kernel_threads(form: LogisticForm, chains: int) -> int:
+def kernel_threads(dtype: torch.dtype, chains: int) -> int:
     """Threads one native call splits its chains over: torch's thread count, at most one per chain,
     one where the library was built without OpenMP. On this project's two cores splitting never
     lost, down to two chains of 1,728 multiply-adds each and one leapfrog step (11 against 12 us
     per density call, 25 against 26 us per one-step trajectory, measured 2026-11-21)."""
-    kernels = _kernels(form.design_t.dtype)
-    if kernels is None or not kernels.openmp:
+    library = kernels(dtype)
+    if library is None or not library.openmp:
         return 1
     return max(1, min(torch.get_num_threads(), chains))
 
@@ -131,20 +139,20 @@ def _form_args(form: LogisticForm) -> tuple:
             form.precision.dim() == 2, _ptr(form.shift), form.constant)
 
 
-def _work(kernels: _Kernels, form: LogisticForm, like: Tensor, threads: int) -> Tensor:
-    return torch.empty(threads * kernels.work_size(form.labels.shape[0], like.shape[-1]), dtype=like.dtype)
+def _work(library: _Kernels, form: LogisticForm, like: Tensor, threads: int) -> Tensor:
+    return torch.empty(threads * library.work_size(form.labels.shape[0], like.shape[-1]), dtype=like.dtype)
 
 
 def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Tensor]:
     """log pi and grad log pi at each row of position (chains, k), in one native call. The caller
     has checked :func:`supports`."""
-    kernels = _kernels(position.dtype)
+    library = kernels(position.dtype)
     u = position.detach().contiguous()
     chains, k = u.shape
     grad, log_prob = torch.empty_like(u), torch.empty(chains, dtype=u.dtype)
-    threads = kernel_threads(form, chains)
-    work = _work(kernels, form, u, threads)  # held here: a pointer does not keep its tensor alive
-    kernels.density(threads, chains, form.labels.shape[0], k, *_form_args(form), _ptr(u), _ptr(grad), _ptr(log_prob),
+    threads = kernel_threads(u.dtype, chains)
+    work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
+    library.density(threads, chains, form.labels.shape[0], k, *_form_args(form), _ptr(u), _ptr(grad), _ptr(log_prob),
                     _ptr(work))
     return log_prob, grad
 
@@ -171,7 +179,7 @@ def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size
     """
     if num_steps < 1:
         raise ValueError("num_steps must be >= 1")
-    kernels = _kernels(position.dtype)
+    library = kernels(position.dtype)
     u, p = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum))
     chains, k = u.shape
     out = torch.empty(4, chains, dtype=u.dtype)  # log pi start, end; H start, end
@@ -186,43 +194,19 @@ def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size
     else:
         eps = torch.full((chains,), float(step_size), dtype=u.dtype)
     inv_mass = inv_mass.detach().contiguous()
-    threads = kernel_threads(form, chains)
-    work = _work(kernels, form, u, threads)  # held here: a pointer does not keep its tensor alive
-    kernels.leapfrog(threads, chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
+    threads = kernel_threads(u.dtype, chains)
+    work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
+    library.leapfrog(threads, chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
                      inv_mass.dim() == 2, _ptr(eps), _ptr(u), _ptr(p), _ptr(g), start_known, _ptr(out), _ptr(work))
     return Trajectory(u, p, g, out[1], out[0], out[2], out[3])
-
-
-class NUTSTransition(NamedTuple):
-    """Each chain's draw after one NUTS transition and what the tree did (bayesx.kernels.nuts.NUTSInfo)."""
-
-    position: Tensor  # (chains, k)
-    log_prob: Tensor  # (chains,)
-    grad: Tensor
-    accept_prob: Tensor  # mean over the leaves of min(1, exp(H0 - H))
-    moved: Tensor  # bool
-    energy: Tensor  # H at the draw
-    divergent: Tensor  # bool
-    n_leaves: Tensor  # long: leapfrog steps
-    depth: Tensor  # long: doublings
 
 
 def nuts(form: LogisticForm, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
          inv_mass: Tensor, max_depth: int, seeds: Tensor) -> NUTSTransition:
     """One NUTS transition of every chain in one native call, each chain's tree built on its own
-    (logistic_leapfrog.h); ``seeds`` (chains,) int64 seed each chain's uniforms. The inputs are not
-    modified; the caller has checked :func:`supports`."""
-    kernels = _kernels(position.dtype)
-    u, p, g = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum, grad))
-    lp = log_prob.detach().clone().contiguous()
-    chains, k = u.shape
-    info = torch.empty(6, chains, dtype=u.dtype)
-    inv_mass = inv_mass.detach().contiguous()
-    seeds = seeds.to(torch.int64).contiguous()
-    failed = ctypes.c_int(0)
-    kernels.nuts(kernel_threads(form, chains), chains, form.labels.shape[0], k, *_form_args(form), _ptr(inv_mass),
-                 inv_mass.dim() == 2, float(step_size), int(max_depth), _ptr(seeds), _ptr(u), _ptr(p), _ptr(g), _ptr(lp),
-                 _ptr(info), ctypes.addressof(failed))
-    if failed.value:
-        raise MemoryError("the native NUTS kernel could not allocate its scratch memory")
-    return NUTSTransition(u, lp, g, info[0], info[1] > 0, info[2], info[3] > 0, info[4].long(), info[5].long())
+    (nuts.h); ``seeds`` (chains,) int64 seed each chain's uniforms. The inputs are not modified; the
+    caller has checked :func:`supports`."""
+    run = kernels(position.dtype).nuts
+    threads, n = kernel_threads(position.dtype, position.shape[0]), form.labels.shape[0]
+    return transition(lambda *tail: run(threads, position.shape[0], n, position.shape[1], *_form_args(form), *tail),
+                      position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)

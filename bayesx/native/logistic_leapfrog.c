@@ -1,5 +1,7 @@
-/* Fused leapfrog trajectories for Gaussian-prior logistic regression (see logistic_leapfrog.h),
- * in double and single precision. Built at first use by bayesx/native/build.py. */
+/* The native kernels, in double and single precision: NUTS for any density with a native gradient
+ * (nuts.h), the fused leapfrog trajectories and densities of Gaussian-prior logistic regression
+ * (logistic_leapfrog.h; with no rows it is a Gaussian), and Neal's funnel (funnel.h). Built at first
+ * use by bayesx/native/build.py. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,12 +59,21 @@ static inline double nuts_uniform(nuts_rng *r) {
 static inline int finite_f64(double x) { uint64_t b; memcpy(&b, &x, sizeof b); return (b & 0x7ff0000000000000ULL) != 0x7ff0000000000000ULL; }
 static inline int finite_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); return (b & 0x7f800000U) != 0x7f800000U; }
 
+#define CAT_(a, b) a##_##b
+#define CAT(a, b) CAT_(a, b)
+
 #define REAL double
 #define SUFFIX f64
 #define EXP exp
 #define LOG log
 #define EXP_FLOOR (-708.0)   /* exp(-708) = 3.3e-308, still a normal double */
+#include "nuts.h"
 #include "logistic_leapfrog.h"
+#include "funnel.h"
+#undef DENSITY
+#undef PHASE
+#undef NUTS_DIVERGENCE
+#undef NUTS_BIG
 #undef REAL
 #undef SUFFIX
 #undef EXP
@@ -74,4 +85,6 @@ static inline int finite_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); re
 #define EXP expf
 #define LOG logf
 #define EXP_FLOOR (-87.0f)   /* expf(-87) = 1.6e-38, still a normal float */
+#include "nuts.h"
 #include "logistic_leapfrog.h"
+#include "funnel.h"

@@ -27,37 +27,8 @@ from bayesx.native import logistic as native
 from bayesx.native.logistic import LogisticForm
 from bayesx.settings import Positive, Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase
+from bayesx.targets.fused import FusedLogistic
 from bayesx.targets.restriction import AffineRestriction
-
-
-class FusedLogistic:
-    """The native kernel of a density in logistic form (bayesx.native.logistic), for CPU chains where
-    it runs (``native.supports``: CPU tensors, the library built, not many chains on a large design).
-    The density provides its form (``logistic_form``)."""
-
-    def logistic_form(self) -> LogisticForm:
-        raise NotImplementedError
-
-    def _native(self, q: Tensor) -> bool:
-        """Whether the native kernel runs for these chains (never under autograd or for one point)."""
-        return q.dim() == 2 and not q.requires_grad and native.supports(self.logistic_form(), q)
-
-    def fused_trajectory(self, position, momentum, step_size, num_steps, inv_mass, grad=None, log_prob=None):
-        if not self._native(position):
-            return None
-        return native.trajectory(self.logistic_form(), position, momentum, step_size, num_steps, inv_mass, grad,
-                                 log_prob)
-
-    def fused_nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, gen):
-        if not self._native(position):
-            return None
-        seeds = torch.randint(-(2**63), 2**63 - 1, (position.shape[0],), generator=gen, dtype=torch.int64,
-                              device=gen.device).cpu()
-        return native.nuts(self.logistic_form(), position, momentum, log_prob, grad, step_size, inv_mass, max_depth,
-                           seeds)
-
-    def kernel_name(self, position: Tensor) -> str:
-        return "native" if self._native(position) else "pytorch"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,53 @@
+"""The Python side of the native NUTS kernel (nuts.h): one transition of every chain in one C call, each
+chain's tree built on its own thread slot, for any density the library has a gradient for (the logistic
+form in :mod:`bayesx.native.logistic`, Neal's funnel in :mod:`bayesx.native.funnel`)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, NamedTuple
+
+import torch
+from torch import Tensor
+
+
+class NUTSTransition(NamedTuple):
+    """Each chain's draw after one NUTS transition and what the tree did (bayesx.kernels.nuts.NUTSInfo)."""
+
+    position: Tensor  # (chains, k)
+    log_prob: Tensor  # (chains,)
+    grad: Tensor
+    accept_prob: Tensor  # mean over the leaves of min(1, exp(H0 - H))
+    moved: Tensor  # bool
+    energy: Tensor  # H at the draw
+    divergent: Tensor  # bool
+    n_leaves: Tensor  # long: leapfrog steps
+    depth: Tensor  # long: doublings
+
+
+def _ptr(t: Tensor) -> int:
+    return t.data_ptr()
+
+
+def transition(run: Callable, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
+               inv_mass: Tensor, max_depth: int, seeds: Tensor) -> NUTSTransition:
+    """Call ``run`` (a density's NUTS function with its leading, density-specific arguments bound) with the
+    arguments every density shares: M^-1 and whether it is dense, the step size, the maximum depth, the
+    chains' seeds, then the point, momentum, gradient and log pi (copied: the inputs are not modified),
+    the info rows and the failure flag."""
+    u, p, g = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum, grad))
+    lp = log_prob.detach().clone().contiguous()
+    info = torch.empty(6, u.shape[0], dtype=u.dtype)
+    inv_mass = inv_mass.detach().contiguous()
+    seeds = seeds.to(torch.int64).contiguous()
+    failed = ctypes.c_int(0)
+    run(_ptr(inv_mass), inv_mass.dim() == 2, float(step_size), int(max_depth), _ptr(seeds), _ptr(u), _ptr(p), _ptr(g),
+        _ptr(lp), _ptr(info), ctypes.addressof(failed))
+    if failed.value:
+        raise MemoryError("the native NUTS kernel could not allocate its scratch memory")
+    return NUTSTransition(u, lp, g, info[0], info[1] > 0, info[2], info[3] > 0, info[4].long(), info[5].long())
+
+
+def chain_seeds(n_chains: int, gen: torch.Generator) -> Tensor:
+    """One 64-bit seed per chain for the kernel's own uniforms, drawn from the run's generator."""
+    return torch.randint(-(2**63), 2**63 - 1, (n_chains,), generator=gen, dtype=torch.int64, device=gen.device).cpu()
