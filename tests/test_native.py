@@ -276,6 +276,37 @@ def test_native_nuts_matches_the_posterior_and_the_pytorch_trees(monkeypatch):
 
 
 @needs_native
+@needs_openmp
+@pytest.mark.parametrize("chains", [3, 4])
+def test_pairs_of_chains_give_the_single_chains_results(digits, chains, torch_threads):
+    """Two chains per thread, their gradients evaluated in one pass over the design (lock-step HMC
+    trajectories, NUTS trees leaf by leaf), equal one chain per task up to rounding: the same tree depths
+    and draws, with three chains a pair and a lone chain."""
+    torch_threads(2)
+    form = digits.logistic_form()
+    q = 0.05 * torch.randn(chains, digits.dim, generator=gen(41), dtype=torch.float64)
+    p = torch.randn(chains, digits.dim, generator=gen(42), dtype=torch.float64)
+    inv_mass = 0.5 + torch.rand(digits.dim, generator=gen(43), dtype=torch.float64)
+    lp, grad = digits.log_prob_and_grad(q)
+    seeds = torch.arange(1, chains + 1)
+    for step in (0.003, 0.02):  # deep trees that differ between chains, and shallow ones
+        paired, single = (native.nuts(form, q, p, lp, grad, step, inv_mass, 10, seeds, pairs=on) for on in (True, False))
+        assert torch.equal(paired.depth, single.depth) and torch.equal(paired.n_leaves, single.n_leaves)
+        for a, b in zip(paired, single):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-10)
+        if step == 0.003:
+            assert len(set(paired.depth.tolist())) > 1  # trees of different depths: a pair member waited
+    paired, single = (native.trajectory(form, q, p, 0.01, 7, inv_mass, pairs=on) for on in (True, False))
+    for a, b in zip(paired, single):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-10)
+
+
+def test_pairs_only_where_they_shorten_the_makespan():
+    assert [native.pairs_pay(c, 2) for c in (1, 2, 3, 4)] == [False, False, True, True]
+    assert not native.pairs_pay(4, 4) and native.pairs_pay(8, 4) and not native.pairs_pay(1, 1)
+
+
+@needs_native
 @pytest.mark.parametrize("kind", ["correlated", "scaled"])
 def test_gaussian_is_the_logistic_form_without_rows(kind, monkeypatch):
     """A Gaussian with a non-zero mean (dense precision, or its diagonal): the native log density and

@@ -32,7 +32,7 @@ void CAT(funnel_nuts, SUFFIX)(int threads, int chains, int k, REAL constant, con
                               REAL eps, int max_depth, const uint64_t *seeds, REAL *u_all, const REAL *p_all,
                               REAL *g_all, REAL *lp_all, REAL *info, int *failed) {
     const CAT(funnel_model, SUFFIX) model = {constant};
-    const DENSITY density = {CAT(funnel_log_prob_grad, SUFFIX), &model, 0};
-    CAT(nuts_chains, SUFFIX)(threads, chains, k, &density, inv_mass, mass_dense, eps, max_depth, seeds, u_all, p_all,
+    const DENSITY density = {CAT(funnel_log_prob_grad, SUFFIX), NULL, &model, 0};
+    CAT(nuts_chains, SUFFIX)(threads, 1, chains, k, &density, inv_mass, mass_dense, eps, max_depth, seeds, u_all, p_all,
                              g_all, lp_all, info, failed);
 }

@@ -74,8 +74,8 @@ def kernels(dtype: torch.dtype):
     form = [ptr] * 4 + [int_, ptr, real]  # A^T, c, y, P, P dense, b, constant
     nuts_tail = [ptr, int_, real, int_] + [ptr] * 7  # M^-1, dense, eps, max depth, seeds, u, p, g, lp, info, failed
     density.argtypes = [int_] * 4 + form + [ptr] * 4
-    leapfrog.argtypes = [int_] * 5 + form + [ptr, int_] + [ptr] * 4 + [int_] + [ptr] * 2
-    nuts.argtypes = [int_] * 4 + form + nuts_tail
+    leapfrog.argtypes = [int_] * 6 + form + [ptr, int_] + [ptr] * 4 + [int_] + [ptr] * 2  # threads, pairs, chains, n, k, L
+    nuts.argtypes = [int_] * 5 + form + nuts_tail  # threads, pairs, chains, n, k
     funnel_density.argtypes = [int_, int_, real, ptr, ptr, ptr]
     funnel_nuts.argtypes = [int_, int_, int_, real] + nuts_tail
     for function in (density, leapfrog, nuts, funnel_density, funnel_nuts):
@@ -140,7 +140,7 @@ def _form_args(form: LogisticForm) -> tuple:
 
 
 def _work(library: _Kernels, form: LogisticForm, like: Tensor, threads: int) -> Tensor:
-    return torch.empty(threads * library.work_size(form.labels.shape[0], like.shape[-1]), dtype=like.dtype)
+    return torch.empty(threads * 2 * library.work_size(form.labels.shape[0], like.shape[-1]), dtype=like.dtype)
 
 
 def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Tensor]:
@@ -170,12 +170,13 @@ class Trajectory(NamedTuple):
 
 
 def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size, num_steps: int,
-               inv_mass: Tensor, grad: Tensor | None = None, log_prob: Tensor | None = None) -> Trajectory:
+               inv_mass: Tensor, grad: Tensor | None = None, log_prob: Tensor | None = None,
+               pairs: bool | None = None) -> Trajectory:
     """``num_steps`` leapfrog steps from (position, momentum) with velocity M^-1 p (inv_mass dense
     (k, k) or diagonal (k)) and a scalar or per-chain step size, in one native call. grad and
     log_prob are log pi and its gradient at the start where the caller has them; otherwise the
-    kernel evaluates them first. The inputs are not modified; the caller has checked
-    :func:`supports`.
+    kernel evaluates them first. ``pairs``: run the chains two at a time per thread (None:
+    :func:`pairs_pay`). The inputs are not modified; the caller has checked :func:`supports`.
     """
     if num_steps < 1:
         raise ValueError("num_steps must be >= 1")
@@ -196,17 +197,35 @@ def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size
     inv_mass = inv_mass.detach().contiguous()
     threads = kernel_threads(u.dtype, chains)
     work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
-    library.leapfrog(threads, chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
+    paired = pairs_pay(chains, threads) if pairs is None else pairs
+    library.leapfrog(threads, paired, chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
                      inv_mass.dim() == 2, _ptr(eps), _ptr(u), _ptr(p), _ptr(g), start_known, _ptr(out), _ptr(work))
     return Trajectory(u, p, g, out[1], out[0], out[2], out[3])
 
 
+PAIR_COST = 1.5
+"""The cost of a pair's two gradients (add_product2 / transpose_product2) in units of one gradient: on
+synthetic (550 x 500, double, two threads) 0.394 against 0.258 ns per design entry (measured 2026-11-24)."""
+
+
+def pairs_pay(chains: int, threads: int) -> bool:
+    """Whether the kernels run the chains two at a time per thread (HMC trajectories in lock-step, NUTS
+    trees leaf by leaf), each pair's gradients reading the design once: where the pairs' makespan,
+    ceil(ceil(chains / 2) / threads) x PAIR_COST, beats the single chains', ceil(chains / threads). Four
+    chains on two threads: 1.5 against 2, so pairs; two chains on two threads: 1.5 against 1, so not."""
+    def rounds(tasks: int) -> int:
+        return -(-tasks // threads)
+    return chains > 1 and rounds(-(-chains // 2)) * PAIR_COST < rounds(chains)
+
+
 def nuts(form: LogisticForm, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
-         inv_mass: Tensor, max_depth: int, seeds: Tensor) -> NUTSTransition:
-    """One NUTS transition of every chain in one native call, each chain's tree built on its own
-    (nuts.h); ``seeds`` (chains,) int64 seed each chain's uniforms. The inputs are not modified; the
-    caller has checked :func:`supports`."""
+         inv_mass: Tensor, max_depth: int, seeds: Tensor, pairs: bool | None = None) -> NUTSTransition:
+    """One NUTS transition of every chain in one native call, each chain's tree built on its own (nuts.h),
+    or two in lock-step per thread (``pairs``; None: :func:`pairs_pay`); ``seeds`` (chains,) int64 seed each
+    chain's uniforms. The inputs are not modified; the caller has checked :func:`supports`."""
     run = kernels(position.dtype).nuts
-    threads, n = kernel_threads(position.dtype, position.shape[0]), form.labels.shape[0]
-    return transition(lambda *tail: run(threads, position.shape[0], n, position.shape[1], *_form_args(form), *tail),
+    (chains, k), n = position.shape, form.labels.shape[0]
+    threads = kernel_threads(position.dtype, chains)
+    paired = pairs_pay(chains, threads) if pairs is None else pairs
+    return transition(lambda *tail: run(threads, paired, chains, n, k, *_form_args(form), *tail),
                       position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)

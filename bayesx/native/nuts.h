@@ -23,9 +23,13 @@ static void CAT(apply, SUFFIX)(int k, const REAL *restrict m, int dense, const R
 }
 
 /* A density NUTS can sample: log_prob_grad(model, k, u, g, scratch) sets g <- grad log pi(u) and returns
- * log pi(u) with its constant, using `scratch` numbers of scratch memory. */
+ * log pi(u) with its constant, using `scratch` numbers of scratch memory. log_prob_grad2 (or NULL) does
+ * the same for two points at once (a, b; log pi(b) written to *lp_b, each with its own scratch): where
+ * a density's gradient streams data from memory, two points in one pass cost much less than two passes. */
 typedef struct {
     REAL (*log_prob_grad)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch);
+    REAL (*log_prob_grad2)(const void *model, int k, const REAL *ua, const REAL *ub, REAL *ga, REAL *gb, REAL *lp_b,
+                           REAL *scratch_a, REAL *scratch_b);
     const void *model;
     size_t scratch;
 } CAT(density, SUFFIX);
@@ -68,114 +72,193 @@ static size_t CAT(nuts_size, SUFFIX)(size_t scratch, int k, int max_depth) {
     return scratch + (size_t)k * (18 + 2 * ((size_t)max_depth + 1));
 }
 
+/* One chain's transition as a state machine that halts before every gradient evaluation, so that one
+ * thread can grow two chains' trees in lock-step and evaluate their gradients together
+ * (log_prob_grad2). The fields are the variables of the recursive algorithm's iterative form. */
+typedef struct {
+    const REAL *inv_mass;
+    int k, mass_dense, max_depth;
+    REAL eps;
+    PHASE left, right, cur, *edge;
+    REAL *draw_q, *draw_g, *sub_q, *sub_g, *rho, *sub_rho, *node_rho, *node_first;  /* stacks of (rho, first velocity) */
+    REAL h0, draw_lp, draw_h, sub_lp, sub_h, log_w, accept_sum, sub_log_w, e;
+    long n_leaves, leaf;  /* leaves so far; this leaf's index in its subtree */
+    int depth, divergent, moved, has_weight, broken, top;
+    nuts_rng rng;
+} CAT(tree, SUFFIX);
+#define TREE CAT(tree, SUFFIX)
+
+/* The first half of a leapfrog step from cur: p += e/2 grad; q += e M^-1 p. Then cur.q needs its gradient. */
+static void CAT(tree_half_step, SUFFIX)(TREE *t) {
+    PHASE *c = &t->cur;
+    for (int j = 0; j < t->k; j++) c->p[j] += (REAL)0.5 * t->e * c->g[j];
+    CAT(apply, SUFFIX)(t->k, t->inv_mass, t->mass_dense, c->p, c->v);
+    for (int j = 0; j < t->k; j++) c->q[j] += t->e * c->v[j];
+}
+
+/* A new subtree of 2^depth leaves from the edge in a random direction, up to its first gradient;
+ * 0 when the tree has reached max_depth (the transition is over). */
+static int CAT(tree_start_subtree, SUFFIX)(TREE *t) {
+    if (t->depth >= t->max_depth) return 0;
+    const int forward = nuts_uniform(&t->rng) < 0.5;
+    t->e = forward ? t->eps : -t->eps;
+    t->edge = forward ? &t->right : &t->left;
+    CAT(copy_phase, SUFFIX)(t->k, &t->cur, t->edge);
+    memset(t->sub_rho, 0, sizeof(REAL) * t->k);
+    t->sub_log_w = 0;
+    t->has_weight = t->broken = t->top = 0;
+    t->leaf = 0;
+    CAT(tree_half_step, SUFFIX)(t);
+    return 1;
+}
+
+/* Lays out a chain's tree in mem and starts its transition from (q0, p0) with gradient g0 and log pi lp0;
+ * returns 1 (it needs its first gradient). */
+static int CAT(tree_begin, SUFFIX)(TREE *t, REAL *vecs, int k, const REAL *inv_mass, int mass_dense, REAL eps,
+                                   int max_depth, uint64_t seed, const REAL *q0, const REAL *p0, const REAL *g0, REAL lp0) {
+    #define VECTOR(i) (vecs + (size_t)(i) * k)
+    *t = (TREE){.inv_mass = inv_mass, .k = k, .mass_dense = mass_dense, .max_depth = max_depth, .eps = eps,
+                .left = {VECTOR(0), VECTOR(1), VECTOR(2), VECTOR(3), 0}, .right = {VECTOR(4), VECTOR(5), VECTOR(6), VECTOR(7), 0},
+                .cur = {VECTOR(8), VECTOR(9), VECTOR(10), VECTOR(11), 0},
+                .draw_q = VECTOR(12), .draw_g = VECTOR(13), .sub_q = VECTOR(14), .sub_g = VECTOR(15),
+                .rho = VECTOR(16), .sub_rho = VECTOR(17), .node_rho = VECTOR(18), .node_first = VECTOR(18 + max_depth + 1)};
+    #undef VECTOR
+    nuts_rng_seed(&t->rng, seed);
+    memcpy(t->left.q, q0, sizeof(REAL) * k);
+    memcpy(t->left.p, p0, sizeof(REAL) * k);
+    memcpy(t->left.g, g0, sizeof(REAL) * k);
+    CAT(apply, SUFFIX)(k, inv_mass, mass_dense, p0, t->left.v);
+    t->left.lp = lp0;
+    t->h0 = -lp0 + (REAL)0.5 * CAT(dot, SUFFIX)(k, p0, t->left.v);
+    CAT(copy_phase, SUFFIX)(k, &t->right, &t->left);
+    memcpy(t->rho, p0, sizeof(REAL) * k);
+    memcpy(t->draw_q, q0, sizeof(REAL) * k);
+    memcpy(t->draw_g, g0, sizeof(REAL) * k);
+    t->draw_lp = lp0;
+    t->draw_h = t->h0;
+    t->log_w = 0;  /* the starting leaf has weight exp(H0 - H0) = 1 */
+    return CAT(tree_start_subtree, SUFFIX)(t);
+}
+
+/* With cur's gradient and log pi in place: the leaf's second half step, its weight, the progressive
+ * sampling and the U-turn checks; then the next leaf's first half step (returns 1: it needs a gradient),
+ * or the end of the transition (returns 0). */
+static int CAT(tree_leaf_done, SUFFIX)(TREE *t) {
+    const int k = t->k;
+    PHASE *c = &t->cur;
+    for (int j = 0; j < k; j++) c->p[j] += (REAL)0.5 * t->e * c->g[j];
+    CAT(apply, SUFFIX)(k, t->inv_mass, t->mass_dense, c->p, c->v);
+    const REAL h = -c->lp + (REAL)0.5 * CAT(dot, SUFFIX)(k, c->p, c->v);
+    REAL delta = h - t->h0;
+    if (!CAT(finite, SUFFIX)(delta) || delta > NUTS_BIG) delta = NUTS_BIG;
+    t->n_leaves++;
+    t->accept_sum += delta > 0 ? EXP(-delta) : (REAL)1;
+    for (int j = 0; j < k; j++) t->sub_rho[j] += c->p[j];
+    /* uniform progressive sampling among the subtree's leaves */
+    const REAL new_log_w = CAT(log_add, SUFFIX)(t->has_weight, t->sub_log_w, -delta);
+    if (LOG((REAL)nuts_uniform(&t->rng)) < -delta - new_log_w) {
+        memcpy(t->sub_q, c->q, sizeof(REAL) * k);
+        memcpy(t->sub_g, c->g, sizeof(REAL) * k);
+        t->sub_lp = c->lp;
+        t->sub_h = h;
+    }
+    t->sub_log_w = new_log_w;
+    t->has_weight = 1;
+    int stop = delta > NUTS_DIVERGENCE;
+    t->divergent |= stop;
+    /* U-turn checks of the balanced sub-subtrees this leaf completes */
+    memcpy(t->node_rho + (size_t)t->top * k, c->p, sizeof(REAL) * k);
+    memcpy(t->node_first + (size_t)t->top * k, c->v, sizeof(REAL) * k);
+    for (long bits = t->leaf; bits & 1; bits >>= 1) {
+        REAL *below = t->node_rho + (size_t)(t->top - 1) * k, *mine = t->node_rho + (size_t)t->top * k;
+        for (int j = 0; j < k; j++) below[j] += mine[j];
+        t->top--;
+        stop |= CAT(turning, SUFFIX)(k, below, t->node_first + (size_t)t->top * k, c->v);
+    }
+    t->top++;
+    t->broken = stop;
+    if (!stop && ++t->leaf < (1L << t->depth)) {
+        CAT(tree_half_step, SUFFIX)(t);
+        return 1;
+    }
+    /* the subtree is complete, or has a U-turn or a divergence inside (then it is discarded) */
+    CAT(copy_phase, SUFFIX)(k, t->edge, c);
+    t->depth++;
+    if (t->broken) return 0;
+    /* biased progressive sampling: the new subtree's draw with probability min(1, W_new / W_old) */
+    if (LOG((REAL)nuts_uniform(&t->rng)) < t->sub_log_w - t->log_w) {
+        memcpy(t->draw_q, t->sub_q, sizeof(REAL) * k);
+        memcpy(t->draw_g, t->sub_g, sizeof(REAL) * k);
+        t->draw_lp = t->sub_lp;
+        t->draw_h = t->sub_h;
+        t->moved = 1;
+    }
+    t->log_w = CAT(log_add, SUFFIX)(1, t->log_w, t->sub_log_w);
+    for (int j = 0; j < k; j++) t->rho[j] += t->sub_rho[j];
+    if (CAT(turning, SUFFIX)(k, t->rho, t->left.v, t->right.v)) return 0;
+    return CAT(tree_start_subtree, SUFFIX)(t);
+}
+
+/* Writes the drawn point and what the tree did (see nuts_chains) for chain ch of `chains`. */
+static void CAT(tree_finish, SUFFIX)(const TREE *t, int chains, int ch, REAL *q0, REAL *g0, REAL *lp_all, REAL *info) {
+    memcpy(q0, t->draw_q, sizeof(REAL) * t->k);
+    memcpy(g0, t->draw_g, sizeof(REAL) * t->k);
+    lp_all[ch] = t->draw_lp;
+    info[ch] = t->accept_sum / (REAL)(t->n_leaves > 0 ? t->n_leaves : 1);
+    info[chains + ch] = (REAL)t->moved;
+    info[2 * chains + ch] = t->draw_h;
+    info[3 * chains + ch] = (REAL)t->divergent;
+    info[4 * chains + ch] = (REAL)t->n_leaves;
+    info[5 * chains + ch] = (REAL)t->depth;
+}
+
 /* u (chains x k), g and lp hold each chain's point, gradient and log pi (constant included); on return
  * the drawn point's. p (chains x k) is the momentum drawn for this transition. info (6 x chains)
  * receives the mean acceptance statistic over the leaves, whether the draw moved, H at the draw,
- * divergence, leapfrog steps and doublings. *failed is set when scratch memory cannot be had. */
-static void CAT(nuts_chains, SUFFIX)(int threads, int chains, int k, const DENSITY *density, const REAL *inv_mass,
-                                     int mass_dense, REAL eps, int max_depth, const uint64_t *seeds, REAL *u_all,
-                                     const REAL *p_all, REAL *g_all, REAL *lp_all, REAL *info, int *failed) {
+ * divergence, leapfrog steps and doublings. *failed is set when scratch memory cannot be had.
+ *
+ * The chains are split into groups of `group` (1 or 2), one group per task on `threads` OpenMP threads
+ * (dynamic schedule). A group of two grows its trees in lock-step, leaf by leaf, and evaluates both
+ * gradients in one call of log_prob_grad2 while both trees are growing: a pair costs as many leaves as
+ * its deeper tree, each gradient much less than alone. Otherwise a chain whose tree stops early frees
+ * its thread for the next group. */
+static void CAT(nuts_chains, SUFFIX)(int threads, int group, int chains, int k, const DENSITY *density,
+                                     const REAL *inv_mass, int mass_dense, REAL eps, int max_depth,
+                                     const uint64_t *seeds, REAL *u_all, const REAL *p_all, REAL *g_all, REAL *lp_all,
+                                     REAL *info, int *failed) {
+    if (group != 2 || !density->log_prob_grad2) group = 1;
+    const int tasks = (chains + group - 1) / group;
+    const size_t size = CAT(nuts_size, SUFFIX)(density->scratch, k, max_depth);
     #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
-    for (int ch = 0; ch < chains; ch++) {
-        REAL *mem = malloc(sizeof(REAL) * CAT(nuts_size, SUFFIX)(density->scratch, k, max_depth));
+    for (int task = 0; task < tasks; task++) {
+        const int first = task * group, members = first + group <= chains ? group : chains - first;
+        REAL *mem = malloc(sizeof(REAL) * size * (size_t)members);
         if (!mem) { *failed = 1; continue; }
-        REAL *scratch = mem, *vecs = mem + density->scratch;
-        #define VECTOR(i) (vecs + (size_t)(i) * k)
-        PHASE left = {VECTOR(0), VECTOR(1), VECTOR(2), VECTOR(3), 0}, right = {VECTOR(4), VECTOR(5), VECTOR(6), VECTOR(7), 0};
-        PHASE cur = {VECTOR(8), VECTOR(9), VECTOR(10), VECTOR(11), 0};
-        REAL *draw_q = VECTOR(12), *draw_g = VECTOR(13), *sub_q = VECTOR(14), *sub_g = VECTOR(15);
-        REAL *rho = VECTOR(16), *sub_rho = VECTOR(17);
-        REAL *node_rho = VECTOR(18), *node_first = VECTOR(18 + max_depth + 1);  /* stacks of (rho, first velocity) */
-        #undef VECTOR
-        REAL *q0 = u_all + (size_t)ch * k, *g0 = g_all + (size_t)ch * k;
-        const REAL *p0 = p_all + (size_t)ch * k;
-        nuts_rng rng;
-        nuts_rng_seed(&rng, seeds[ch]);
-
-        memcpy(left.q, q0, sizeof(REAL) * k);
-        memcpy(left.p, p0, sizeof(REAL) * k);
-        memcpy(left.g, g0, sizeof(REAL) * k);
-        CAT(apply, SUFFIX)(k, inv_mass, mass_dense, p0, left.v);
-        left.lp = lp_all[ch];
-        const REAL h0 = -left.lp + (REAL)0.5 * CAT(dot, SUFFIX)(k, p0, left.v);
-        CAT(copy_phase, SUFFIX)(k, &right, &left);
-        memcpy(rho, p0, sizeof(REAL) * k);
-        memcpy(draw_q, q0, sizeof(REAL) * k);
-        memcpy(draw_g, g0, sizeof(REAL) * k);
-        REAL draw_lp = left.lp, draw_h = h0, sub_lp = 0, sub_h = 0;
-        REAL log_w = 0, accept_sum = 0;  /* the starting leaf has weight exp(H0 - H0) = 1 */
-        long n_leaves = 0;
-        int depth = 0, divergent = 0, moved = 0;
-
-        for (int d = 0; d < max_depth; d++) {
-            const int forward = nuts_uniform(&rng) < 0.5;
-            const REAL e = forward ? eps : -eps;
-            PHASE *edge = forward ? &right : &left;
-            CAT(copy_phase, SUFFIX)(k, &cur, edge);
-            memset(sub_rho, 0, sizeof(REAL) * k);
-            REAL sub_log_w = 0;
-            int has_weight = 0, broken = 0, top = 0;
-            for (long i = 0; i < (1L << d); i++) {
-                for (int j = 0; j < k; j++) cur.p[j] += (REAL)0.5 * e * cur.g[j];
-                CAT(apply, SUFFIX)(k, inv_mass, mass_dense, cur.p, cur.v);
-                for (int j = 0; j < k; j++) cur.q[j] += e * cur.v[j];
-                cur.lp = density->log_prob_grad(density->model, k, cur.q, cur.g, scratch);
-                for (int j = 0; j < k; j++) cur.p[j] += (REAL)0.5 * e * cur.g[j];
-                CAT(apply, SUFFIX)(k, inv_mass, mass_dense, cur.p, cur.v);
-                const REAL h = -cur.lp + (REAL)0.5 * CAT(dot, SUFFIX)(k, cur.p, cur.v);
-                REAL delta = h - h0;
-                if (!CAT(finite, SUFFIX)(delta) || delta > NUTS_BIG) delta = NUTS_BIG;
-                n_leaves++;
-                accept_sum += delta > 0 ? EXP(-delta) : (REAL)1;
-                for (int j = 0; j < k; j++) sub_rho[j] += cur.p[j];
-                /* uniform progressive sampling among the subtree's leaves */
-                const REAL new_log_w = CAT(log_add, SUFFIX)(has_weight, sub_log_w, -delta);
-                if (LOG((REAL)nuts_uniform(&rng)) < -delta - new_log_w) {
-                    memcpy(sub_q, cur.q, sizeof(REAL) * k);
-                    memcpy(sub_g, cur.g, sizeof(REAL) * k);
-                    sub_lp = cur.lp;
-                    sub_h = h;
-                }
-                sub_log_w = new_log_w;
-                has_weight = 1;
-                int stop = delta > NUTS_DIVERGENCE;
-                divergent |= stop;
-                /* U-turn checks of the balanced sub-subtrees this leaf completes */
-                memcpy(node_rho + (size_t)top * k, cur.p, sizeof(REAL) * k);
-                memcpy(node_first + (size_t)top * k, cur.v, sizeof(REAL) * k);
-                for (long bits = i; bits & 1; bits >>= 1) {
-                    REAL *below = node_rho + (size_t)(top - 1) * k, *mine = node_rho + (size_t)top * k;
-                    for (int j = 0; j < k; j++) below[j] += mine[j];
-                    top--;
-                    stop |= CAT(turning, SUFFIX)(k, below, node_first + (size_t)top * k, cur.v);
-                }
-                top++;
-                if (stop) { broken = 1; break; }
-            }
-            CAT(copy_phase, SUFFIX)(k, edge, &cur);
-            depth++;
-            if (broken) break;
-            /* biased progressive sampling: the new subtree's draw with probability min(1, W_new / W_old) */
-            if (LOG((REAL)nuts_uniform(&rng)) < sub_log_w - log_w) {
-                memcpy(draw_q, sub_q, sizeof(REAL) * k);
-                memcpy(draw_g, sub_g, sizeof(REAL) * k);
-                draw_lp = sub_lp;
-                draw_h = sub_h;
-                moved = 1;
-            }
-            log_w = CAT(log_add, SUFFIX)(1, log_w, sub_log_w);
-            for (int j = 0; j < k; j++) rho[j] += sub_rho[j];
-            if (CAT(turning, SUFFIX)(k, rho, left.v, right.v)) break;
+        TREE trees[2];
+        int growing[2] = {0, 0};
+        for (int m = 0; m < members; m++) {
+            const int ch = first + m;
+            growing[m] = CAT(tree_begin, SUFFIX)(&trees[m], mem + size * (size_t)m + density->scratch, k, inv_mass,
+                                                 mass_dense, eps, max_depth, seeds[ch], u_all + (size_t)ch * k,
+                                                 p_all + (size_t)ch * k, g_all + (size_t)ch * k, lp_all[ch]);
         }
-        memcpy(q0, draw_q, sizeof(REAL) * k);
-        memcpy(g0, draw_g, sizeof(REAL) * k);
-        lp_all[ch] = draw_lp;
-        info[ch] = accept_sum / (REAL)(n_leaves > 0 ? n_leaves : 1);
-        info[chains + ch] = (REAL)moved;
-        info[2 * chains + ch] = draw_h;
-        info[3 * chains + ch] = (REAL)divergent;
-        info[4 * chains + ch] = (REAL)n_leaves;
-        info[5 * chains + ch] = (REAL)depth;
+        while (growing[0] || growing[1]) {
+            if (growing[0] && growing[1]) {
+                PHASE *a = &trees[0].cur, *b = &trees[1].cur;
+                a->lp = density->log_prob_grad2(density->model, k, a->q, b->q, a->g, b->g, &b->lp, mem, mem + size);
+            } else {
+                for (int m = 0; m < members; m++) {
+                    PHASE *c = &trees[m].cur;
+                    if (growing[m]) c->lp = density->log_prob_grad(density->model, k, c->q, c->g, mem + size * (size_t)m);
+                }
+            }
+            for (int m = 0; m < members; m++)
+                if (growing[m]) growing[m] = CAT(tree_leaf_done, SUFFIX)(&trees[m]);
+        }
+        for (int m = 0; m < members; m++) {
+            const int ch = first + m;
+            CAT(tree_finish, SUFFIX)(&trees[m], chains, ch, u_all + (size_t)ch * k, g_all + (size_t)ch * k, lp_all, info);
+        }
         free(mem);
     }
 }
