@@ -105,11 +105,13 @@ LARGE_DESIGN = 1 << 17
 """Design matrices (n x k) from this many entries on stop fitting in a core's cache, where
 PyTorch's BLAS, which reuses each block of the design across chains, wins from some chain count on."""
 HUGE_DESIGN = 1 << 20
-MANY_CHAINS = {LARGE_DESIGN: 12, HUGE_DESIGN: 5}
+MANY_CHAINS = {LARGE_DESIGN: 56, HUGE_DESIGN: 12}
 """From how many chains PyTorch runs, by design size (the largest key not above the design's entries).
-Native against PyTorch per leapfrog step at 2 threads (float64, measured 2026-11-24): on synthetic
-(550 x 500) 2.08x with 4 chains, 1.31x with 8, 0.98x with 16, 0.64x with 64; on mnist01 (1703 x 784)
-1.22x with 4, 0.79x with 8; on digits (288 x 64) the kernel is 3-8x faster at every count up to 32."""
+Native (chains in pairs, see :func:`pairs_pay`) against PyTorch per HMC leapfrog step at 2 threads
+(float64, measured 2026-11-24): on synthetic (550 x 500) 1.66x with 8 chains, 1.38x with 16, 1.09x
+with 32, 1.04x with 48, 0.87x with 64; on mnist01 (1703 x 784) 1.49x with 4, 1.15x with 8, 0.94x with
+12, 0.98x with 16; on digits (288 x 64) the kernel is 3-8x faster at every count up to 32. (Before
+the pairs, the crossovers were 12 and 5 chains.)"""
 
 
 def many_chains(form: LogisticForm) -> int | None:
