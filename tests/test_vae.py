@@ -625,7 +625,7 @@ def test_cli_vae_on_fashion_mnist(store):
     (["model=logreg", "method=hvi"], ["method=hvi", "model=vae"]),
     (["model=vae", "method=flowvae", "method.flow=radial"], ["method.flow", "planar, iaf"]),
     (["model=vae", "method=flowvae", "method.n_layers=0"], ["method.n_layers", "0"]),
-    (["model=vae"], ["method=hmc", "model=vae", "method=vae"]),  # the global default method samples
+    (["model=vae"], ["method=nuts", "model=vae", "method=vae"]),  # the global default method samples
     (["model=vae", "method=vae", "data.n_features=3"], ["data.n_features", "data=mnist"]),  # a synthetic-only key
 ], ids=["conv_cifar_on_mnist", "eval_k_0", "unknown_arch", "leapfrog_steps_0", "synthetic_data", "vae_on_logreg",
         "hvi_on_logreg", "flowvae_unknown_flow", "flowvae_no_layers", "sampler_on_vae", "key_of_other_data"])
