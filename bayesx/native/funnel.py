@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from bayesx.native import logistic
-from bayesx.native.nuts import NUTSTransition, transition
+from bayesx.native.nuts import NUTSTransition, ptr, transition
 
 LOG_2PI = math.log(2.0 * math.pi)
 
@@ -32,8 +32,8 @@ def log_prob_and_grad(position: Tensor) -> tuple[Tensor, Tensor]:
     """log pi and its gradient at each row of position (chains, dim); the caller has checked :func:`supports`."""
     u = position.detach().contiguous()
     grad, log_prob = torch.empty_like(u), torch.empty(u.shape[0], dtype=u.dtype)
-    logistic.kernels(u.dtype).funnel_density(u.shape[0], u.shape[1], constant(u.shape[1]), u.data_ptr(),
-                                             grad.data_ptr(), log_prob.data_ptr())
+    logistic.kernels(u.dtype).funnel_density(u.shape[0], u.shape[1], constant(u.shape[1]), ptr(u), ptr(grad),
+                                             ptr(log_prob))
     return log_prob, grad
 
 
@@ -42,5 +42,6 @@ def nuts(position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, ste
     """One NUTS transition of every chain in one native call (see bayesx.native.nuts.transition)."""
     run = logistic.kernels(position.dtype).funnel_nuts
     chains, dim = position.shape
-    return transition(lambda *tail: run(logistic.kernel_threads(position.dtype, chains), chains, dim, constant(dim), *tail),
+    threads = logistic.kernel_threads(position.dtype, chains)
+    return transition(lambda *tail: run(threads, chains, dim, constant(dim), *tail),
                       position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)

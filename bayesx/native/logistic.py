@@ -9,8 +9,8 @@ HMC on logistic regression with A = X, c = 0, P = I / s^2, b = 0, and AE-HMC's l
 A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2 (the decoder q = a + B u, Deep MCMC eq. 7). At the
 sizes of that table (n = 288, k = 6 to 64, four chains) a PyTorch step is a handful of tiny kernels
 whose dispatch costs more than their arithmetic, so :func:`trajectory` runs all L steps of every
-chain in one C call (logistic_leapfrog.h), and :func:`nuts` each chain's whole tree (nuts.h), with the same arithmetic as the PyTorch path up to
-rounding. It is used for CPU tensors of float64 or float32 when the library builds (see build.py);
+chain in one C call (logistic_leapfrog.h), and :func:`nuts` each chain's whole tree (nuts.h), with
+the same arithmetic as the PyTorch path up to rounding. It is used for CPU tensors of float64 or float32 when the library builds (see build.py);
 otherwise callers keep their PyTorch path. Chains are independent, so one call splits them over
 torch's thread count (:func:`kernel_threads`) with OpenMP, in the same thread pool as PyTorch's
 own parallel operations (see build.py).
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from bayesx.native.build import enabled, load
-from bayesx.native.nuts import NUTSTransition, transition
+from bayesx.native.nuts import NUTSTransition, ptr, transition
 
 _SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
 
@@ -132,13 +132,9 @@ def supports(form: LogisticForm, position: Tensor) -> bool:
     return available(position.dtype)
 
 
-def _ptr(t: Tensor | None):
-    return None if t is None else t.data_ptr()
-
-
 def _form_args(form: LogisticForm) -> tuple:
-    return (_ptr(form.design_t), _ptr(form.offset), _ptr(form.labels), _ptr(form.precision),
-            form.precision.dim() == 2, _ptr(form.shift), form.constant)
+    return (ptr(form.design_t), ptr(form.offset), ptr(form.labels), ptr(form.precision),
+            form.precision.dim() == 2, ptr(form.shift), form.constant)
 
 
 def _work(library: _Kernels, form: LogisticForm, like: Tensor, threads: int) -> Tensor:
@@ -154,8 +150,8 @@ def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Ten
     grad, log_prob = torch.empty_like(u), torch.empty(chains, dtype=u.dtype)
     threads = kernel_threads(u.dtype, chains)
     work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
-    library.density(threads, chains, form.labels.shape[0], k, *_form_args(form), _ptr(u), _ptr(grad), _ptr(log_prob),
-                    _ptr(work))
+    library.density(threads, chains, form.labels.shape[0], k, *_form_args(form), ptr(u), ptr(grad), ptr(log_prob),
+                    ptr(work))
     return log_prob, grad
 
 
@@ -200,8 +196,8 @@ def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size
     threads = kernel_threads(u.dtype, chains)
     work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
     paired = pairs_pay(chains, threads) if pairs is None else pairs
-    library.leapfrog(threads, paired, chains, form.labels.shape[0], k, num_steps, *_form_args(form), _ptr(inv_mass),
-                     inv_mass.dim() == 2, _ptr(eps), _ptr(u), _ptr(p), _ptr(g), start_known, _ptr(out), _ptr(work))
+    library.leapfrog(threads, paired, chains, form.labels.shape[0], k, num_steps, *_form_args(form), ptr(inv_mass),
+                     inv_mass.dim() == 2, ptr(eps), ptr(u), ptr(p), ptr(g), start_known, ptr(out), ptr(work))
     return Trajectory(u, p, g, out[1], out[0], out[2], out[3])
 
 

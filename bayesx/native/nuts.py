@@ -26,8 +26,9 @@ class NUTSTransition(NamedTuple):
     depth: Tensor  # long: doublings
 
 
-def _ptr(t: Tensor) -> int:
-    return t.data_ptr()
+def ptr(t: Tensor | None) -> int | None:
+    """The address a C function receives for a tensor (NULL for None); the caller keeps the tensor alive."""
+    return None if t is None else t.data_ptr()
 
 
 def transition(run: Callable, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
@@ -42,8 +43,8 @@ def transition(run: Callable, position: Tensor, momentum: Tensor, log_prob: Tens
     inv_mass = inv_mass.detach().contiguous()
     seeds = seeds.to(torch.int64).contiguous()
     failed = ctypes.c_int(0)
-    run(_ptr(inv_mass), inv_mass.dim() == 2, float(step_size), int(max_depth), _ptr(seeds), _ptr(u), _ptr(p), _ptr(g),
-        _ptr(lp), _ptr(info), ctypes.addressof(failed))
+    run(ptr(inv_mass), inv_mass.dim() == 2, float(step_size), int(max_depth), ptr(seeds), ptr(u), ptr(p), ptr(g),
+        ptr(lp), ptr(info), ctypes.addressof(failed))
     if failed.value:
         raise MemoryError("the native NUTS kernel could not allocate its scratch memory")
     return NUTSTransition(u, lp, g, info[0], info[1] > 0, info[2], info[3] > 0, info[4].long(), info[5].long())
