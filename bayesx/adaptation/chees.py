@@ -10,11 +10,17 @@ probability a_m, and then:
   the per-chain gradient estimates, weighted by the acceptance probabilities,
       g_m = (|q'_m - mean q'|^2 - |q_m - mean q|^2) (q'_m - mean q') . p'_m u   (whitened; u the jitter),
   Adam's learning rate 0.025 and beta_1 = 0, beta_2 = 0.95 (their settings); the value used after
-  warm-up is the average of log T over the second half of warm-up.
+  warm-up is the average of log T over the second half of warm-up. T is kept at least one step: when
+  a metric update lets the step size jump, a T left below it would take Adam a hundred iterations to
+  catch up (seen with the gradient-based metrics, which change in jumps).
 - the step size by dual averaging (bayesx.adaptation.window.DualAveraging) on the *harmonic* mean of
   the a_m, which a few stuck chains pull down (their choice), towards ``target_accept`` (0.651);
-- the diagonal metric (mass=diag) as the cross-chain variance of the current states, averaged with
-  weight 0.95 per iteration, frozen at three quarters of warm-up so step size and T settle on it.
+- the metric, frozen at three quarters of warm-up so step size and T settle on it:
+  mass=diag: the cross-chain variance of the current states, averaged with weight 0.95 per iteration;
+  mass=diag_grad / lowrank: the estimates of bayesx.adaptation.window from draws *and gradients*
+  (nutpie's sqrt(var q / var grad), and its low-rank correction), here from the states and gradients
+  of the last ``WINDOW`` iterations of all chains, each iteration centred on its mean across chains,
+  re-estimated every ``REFRESH`` iterations.
 
 It needs at least two chains (the means across chains); it is meant for tens to thousands.
 """
@@ -26,12 +32,24 @@ from dataclasses import dataclass
 
 import torch
 
-from bayesx.adaptation.window import DualAveraging, WarmupProgress
+from bayesx.adaptation.window import GRADIENT_FORMS, DualAveraging, WarmupProgress, update_inverse_mass
 from bayesx.kernels import chees, hmc
-from bayesx.kernels.metric import make_metric
+from bayesx.kernels.metric import Metric, make_metric
 
 LEARNING_RATE, BETA_2 = 0.025, 0.95
 METRIC_DECAY = 0.95
+WINDOW, REFRESH = 50, 10  # iterations of states and gradients behind a diag_grad / lowrank estimate; how often
+FIRST_UPDATE = 10  # iterations of spread before the metric first changes
+
+
+def whiten(metric: Metric, q):
+    """z = L^-1 q for each row (L L^T = M^-1): coordinates in which the metric is the identity."""
+    return q @ metric.chol_inv.T if metric.dense else q * metric.chol_inv
+
+
+def whitened_velocity(metric: Metric, p):
+    """dz/dt = L^-1 M^-1 p = L^T p for each row: the velocity in the whitened coordinates."""
+    return p @ metric.chol if metric.dense else p * metric.chol
 
 
 @dataclass
@@ -40,15 +58,17 @@ class CheesAdaptation:
 
     num_warmup: int
     target_accept: float
-    adapt_metric: bool
+    mass: str  # identity | diag | diag_grad | lowrank
     max_steps: int
     trajectory_length: float = 0.0
+    rank: int = 10  # of the lowrank correction
 
     def run(self, progress: WarmupProgress, target, gen, on_step=None) -> WarmupProgress:
         controller = DualAveraging(progress.step_size, self.target_accept)
         log_t = math.log(self.trajectory_length or progress.step_size)
         second_moment, log_t_sum, log_t_count = 0.0, 0.0, 0
         variance = None
+        recent: list[tuple] = []  # (states, gradients) of the last WINDOW iterations (diag_grad, lowrank)
         freeze = int(0.75 * self.num_warmup)
         for it in range(self.num_warmup):
             state, metric = progress.state, progress.metric
@@ -60,12 +80,11 @@ class CheesAdaptation:
             accept_prob = info.accept_prob
             progress.grad_evals += n * state.position.shape[0]
 
-            # ChEES gradient in whitened coordinates (z = q / sqrt(M^-1), its velocity sqrt(M^-1) p)
-            scale = metric.chol
-            z, z_new = state.position / scale, end.position / scale
+            # ChEES gradient in whitened coordinates
+            z, z_new = whiten(metric, state.position), whiten(metric, end.position)
             centred, centred_new = z - z.mean(0), z_new - z_new.mean(0)
             change = (centred_new * centred_new).sum(-1) - (centred * centred).sum(-1)
-            per_chain = change * (centred_new * (end.momentum * scale)).sum(-1) * jitter
+            per_chain = change * (centred_new * whitened_velocity(metric, end.momentum)).sum(-1) * jitter
             weights = torch.nan_to_num(accept_prob, nan=0.0)
             finite = torch.isfinite(per_chain)
             if float(weights[finite].sum()) > 0:
@@ -81,11 +100,16 @@ class CheesAdaptation:
             progress.state = new_state
             harmonic = float(1.0 / (1.0 / accept_prob.clamp(min=1e-10)).mean())
             progress.step_size = controller.update(harmonic)
-            if self.adapt_metric and it < freeze:
+            log_t = max(log_t, math.log(progress.step_size))  # T is at least one step, also after the metric jumps
+            if self.mass == "diag" and it < freeze:
                 current = progress.state.position.var(0)
                 variance = current if variance is None else METRIC_DECAY * variance + (1 - METRIC_DECAY) * current
-                if it >= 10:  # a few iterations of spread before the first change
+                if it >= FIRST_UPDATE:
                     progress.metric = make_metric(variance.clamp(min=1e-8))
+            elif self.mass in GRADIENT_FORMS and it < freeze:
+                recent = recent[-(WINDOW - 1):] + [(progress.state.position, progress.state.grad)]
+                if it >= FIRST_UPDATE and (it - FIRST_UPDATE) % REFRESH == 0:
+                    progress.metric = self._from_gradients(recent, progress.metric)
             self.trajectory_length = math.exp(log_t)
             if on_step is not None:
                 on_step(info, progress.step_size, it)
@@ -94,3 +118,10 @@ class CheesAdaptation:
             if log_t_count:
                 self.trajectory_length = math.exp(log_t_sum / log_t_count)
         return progress
+
+    def _from_gradients(self, recent: list[tuple], current: Metric) -> Metric:
+        """diag_grad / lowrank from the recent iterations, each centred across chains: the window
+        estimators take (groups, n, dim) and centre each group, so iterations go first."""
+        states = torch.stack([q for q, _ in recent], 0)
+        grads = torch.stack([g for _, g in recent], 0)
+        return make_metric(update_inverse_mass(states, current, self.mass, grads, self.rank))

@@ -25,9 +25,9 @@ from bayesx.targets.fused import FusedLogistic
 @dataclass(frozen=True)
 class GaussianSettings(Settings):
     dim: Annotated[int, AtLeast(1)] = 10
-    kind: Literal["isotropic", "correlated", "scaled"] = "isotropic"
+    kind: Literal["isotropic", "correlated", "scaled", "rotated"] = "isotropic"
     rho: float = 0.9  # the equicorrelation of kind=correlated
-    condition: Annotated[float, Positive()] = 100.0  # sds log-spaced over [1/condition, 1] for kind=scaled
+    condition: Annotated[float, Positive()] = 100.0  # scaled, rotated: sds log-spaced over [1/condition, 1]
     mean: tuple[float, ...] | None = None  # null: zeros
     cov: tuple[tuple[float, ...], ...] | None = None  # an explicit covariance overrides kind and dim
 
@@ -42,6 +42,9 @@ class Gaussian(FusedLogistic, TargetBase):
     kind: isotropic   Sigma = I
           correlated  Sigma_ij = rho^|i-j| ... here equicorrelation: 1 on the diagonal, rho off it
           scaled      Sigma = diag(scales^2), scales log-spaced over [1/condition, 1] (badly scaled)
+          rotated     Sigma = Q diag(scales^2) Q^T with the same scales and a fixed random rotation Q
+                      (badly scaled and correlated: no diagonal metric fixes it; the condition number of
+                      Sigma is condition^2)
     """
 
     Settings = GaussianSettings
@@ -73,7 +76,12 @@ class Gaussian(FusedLogistic, TargetBase):
         if kind == "correlated":
             return (1 - rho) * torch.eye(dim, dtype=torch.float64) + rho * torch.ones(dim, dim, dtype=torch.float64)
         scales = torch.logspace(-torch.log10(torch.tensor(condition)).item(), 0.0, dim, dtype=torch.float64)
-        return torch.diag(scales**2)
+        if kind == "scaled":
+            return torch.diag(scales**2)
+        rotation, _ = torch.linalg.qr(torch.randn(dim, dim, generator=torch.Generator().manual_seed(0),
+                                                  dtype=torch.float64))
+        cov = (rotation * scales**2) @ rotation.T
+        return 0.5 * (cov + cov.T)
 
     def log_normalizer(self) -> float:
         """log of the integral of exp(-1/2 (q - m)^T P (q - m)): dim/2 log 2 pi + 1/2 log det Sigma."""

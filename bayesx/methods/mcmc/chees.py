@@ -17,7 +17,7 @@ from bayesx.settings import AtLeast, Between, Positive
 @dataclass(frozen=True)
 class CheesSettings(MCMCSettings):
     target_accept: Annotated[float, Between(0.0, 1.0)] = 0.651  # Hoffman, Radul and Sountsov (2021)
-    mass: Literal["diag", "identity"] = "diag"  # diag: cross-chain variances during warm-up
+    mass: Literal["diag", "identity", "diag_grad", "lowrank"] = "diag"  # from the spread across chains in warm-up
     max_leapfrog_steps: Annotated[int, AtLeast(1)] = 1000  # cap on the steps of one transition
     init_trajectory_length: Annotated[float | None, Positive()] = None  # T at the start of warm-up; null: one step
 
@@ -42,8 +42,8 @@ class Chees(MCMCMethod):
 
     def make_adaptation(self, target, gen):
         cfg = self.settings
-        self._adaptation = CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass == "diag", cfg.max_leapfrog_steps,
-                                           cfg.init_trajectory_length or 0.0)
+        self._adaptation = CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass, cfg.max_leapfrog_steps,
+                                           cfg.init_trajectory_length or 0.0, cfg.mass_rank)
         return self._adaptation
 
     def make_params(self, step_size, metric):
