@@ -264,9 +264,9 @@ def bayesx_nuts(mass: str):
     return bayesx_contender(lambda w, d: NUTS(num_warmup=w, num_draws=d, mass=mass, init="prior"))
 
 
-def bayesx_chees():
+def bayesx_chees(mass: str):
     from bayesx.methods.mcmc.chees import Chees
-    return bayesx_contender(lambda w, d: Chees(num_warmup=w, num_draws=d), chains_option="chees_chains")
+    return bayesx_contender(lambda w, d: Chees(num_warmup=w, num_draws=d, mass=mass), chains_option="chees_chains")
 
 
 CONTENDERS = {
@@ -274,7 +274,9 @@ CONTENDERS = {
     "bayesx-nuts-diag_grad": (bayesx_nuts("diag_grad"), "bayesx NUTS, diagonal from draws and gradients"),
     "bayesx-nuts-lowrank": (bayesx_nuts("lowrank"), "bayesx NUTS, diag_grad plus a rank-10 correction"),
     "bayesx-nuts-dense": (bayesx_nuts("dense"), "bayesx NUTS, Stan's windows, dense shrinkage metric"),
-    "bayesx-chees": (bayesx_chees(), "bayesx ChEES-HMC"),
+    "bayesx-chees": (bayesx_chees("diag"), "bayesx ChEES-HMC, cross-chain variances"),
+    "bayesx-chees-diag_grad": (bayesx_chees("diag_grad"), "bayesx ChEES-HMC, diagonal from states and gradients"),
+    "bayesx-chees-lowrank": (bayesx_chees("lowrank"), "bayesx ChEES-HMC, diag_grad plus a rank-10 correction"),
     "numpyro-nuts": (numpyro_run, "NumPyro NUTS, defaults (diag mass, target 0.8)"),
     "nutpie": (nutpie_run, "nutpie (PyMC model), defaults (gradient-based diagonal adaptation)"),
     "blackjax-nuts": (blackjax_run, "BlackJAX NUTS with window adaptation"),
