@@ -56,7 +56,8 @@ class SolveTimer:
 
     def __init__(self, target):
         self.target, self.seconds = target, 0.0
-        for name in ("log_likelihood", "log_prob_and_grad", "level_log_likelihood", "level_predictions"):
+        for name in ("log_likelihood", "log_prob_and_grad", "level_log_likelihood", "level_predictions",
+                     "level_predictions_at"):
             setattr(self, name, self._timed(getattr(target, name)))
 
     def _timed(self, fn):

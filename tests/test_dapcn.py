@@ -51,7 +51,10 @@ class CoarseLevels(LinearGaussian):
         self.calls["fine"] += q.shape[0]
         return super().log_likelihood(q)
 
-    def level_predictions(self, q, mesh):
+    def level_inputs(self, q, mesh):
+        return q  # every level reads all of q (linearly, as the contract asks)
+
+    def level_predictions_at(self, q, mesh):
         self.calls["fine" if mesh is None else mesh] += q.shape[0]
         if mesh is None:
             return q @ self.A.T
@@ -107,8 +110,21 @@ def test_subspace_proposal_samples_the_exact_posterior(toy):
     sampler = DASampler((2,), (3,), proposal, 4.0, num_warmup=300, num_draws=2000)
     g = gen(2)
     result = sampler.run(toy, toy.initial_point(8, g), g, progress=False)
-    assert result.metrics["coarse_solves_per_iter"] == 9  # 3 steps x (latent, complement, latent)
+    assert result.metrics["coarse_solves_per_iter"] == 7  # latent, then 3 x (complement, latent)
     assert 0.15 < result.metrics["first_stage_accept_rate"] < 0.35  # h adapts on the complement's moves
+    assert_exact(toy, result.draws)
+
+
+def test_subspace_proposal_with_three_levels_samples_the_exact_posterior(toy):
+    """The middle level keeps its subchain's states with latent offsets not yet added (never formed)."""
+    directions = torch.as_tensor(np.random.default_rng(5).normal(size=(4, 2)))
+    proposal = dapcn.SubspaceProposal.from_directions(toy.chol, directions)
+    from bayesx.methods.mcmc.dapcn import DASampler
+
+    sampler = DASampler((2, 4), (2, 2), proposal, 4.0, num_warmup=300, num_draws=2000)
+    g = gen(3)
+    result = sampler.run(toy, toy.initial_point(8, g), g, progress=False)
+    assert result.metrics["coarse_solves_per_iter"] > 10  # 2 subchains of (latent, 2 x (complement, latent)), level 1
     assert_exact(toy, result.draws)
 
 
@@ -180,7 +196,9 @@ def test_subspace_move_is_the_split_pcn_step(toy):
     xi = torch.linalg.solve_triangular(toy.chol, colored.T, upper=False).T
     torch.testing.assert_close(latent_noise, xi @ basis)
     h_b, h_a = 0.5, 2.0
-    new, latent = proposal.move(q, proposal.latent(q), (colored, latent_noise), h_b, h_a)
+    position, offset, latent = proposal.move(q, torch.zeros(3, 2, dtype=q.dtype), proposal.latent(q),
+                                             (colored, latent_noise), h_b, h_a)
+    new = proposal.materialize(position, offset)
     v = torch.linalg.solve_triangular(toy.chol, q.T, upper=False).T
     torch.testing.assert_close(proposal.latent(q), v @ basis)
     P = basis @ basis.T
@@ -248,6 +266,24 @@ def test_level_predictions_give_the_level_likelihoods(solver):
     torch.testing.assert_close(misfit(model.level_predictions(q, 2)), model.level_log_likelihood(q, 2))
     torch.testing.assert_close(misfit(model.level_predictions(q, None)), model.log_likelihood(q))
     assert model.level_predictions(q, 2).shape == (3, 25)
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+def test_subspace_levels_read_the_field_without_forming_it(whiten):
+    """A coarse level's inputs at q = position + offset (L Q)^T, by linearity, equal those of the formed q,
+    and so do the sensor values; the exact level's come from the formed q."""
+    model = EllipticInverse(mesh=4, whiten=whiten)
+    directions = torch.as_tensor(np.random.default_rng(6).normal(size=(model.dim, 5)))
+    proposal = dapcn.SubspaceProposal.from_directions(model.prior_factor(), directions)
+    position = model.sample_prior(3, gen(13)) if not whiten else torch.randn(3, model.dim, generator=gen(13),
+                                                                              dtype=torch.float64)
+    offset = torch.randn(3, 5, generator=gen(14), dtype=torch.float64)
+    q = proposal.materialize(position, offset)
+    for mesh in (2, None):
+        lazy = proposal.level_inputs(model, position, offset, mesh)
+        torch.testing.assert_close(lazy, model.level_inputs(q, mesh))
+        torch.testing.assert_close(model.level_predictions_at(lazy, mesh), model.level_predictions(q, mesh))
+    assert model.level_inputs(q, 2).shape == (3, 25)  # the P2 nodes of the 2 x 2 mesh
 
 
 def test_coarse_likelihood_gradient_matches_finite_differences():

@@ -12,8 +12,8 @@ accepts it with
 
     log alpha_k = [l_k(q*) - l_k(q)] - [l_{k-1}(q*) - l_{k-1}(q)].
 
-The subchain is a power of a pi_{k-1}-reversible kernel, hence itself pi_{k-1}-reversible, so its
-proposal density satisfies pi_{k-1}(q) Q(q, q*) = pi_{k-1}(q*) Q(q*, q); substituting into the
+The subchain is a power of a pi_{k-1}-reversible kernel (level 1's: a palindrome of pi_0-reversible
+moves, below), hence itself pi_{k-1}-reversible, so its proposal density satisfies pi_{k-1}(q) Q(q, q*) = pi_{k-1}(q*) Q(q*, q); substituting into the
 Metropolis-Hastings ratio pi_k(q*) Q(q*, q) / (pi_k(q) Q(q, q*)) gives the ratio above. Every level
 k is therefore pi_k-reversible, and the top level K samples the exact posterior, whatever the
 coarse levels' error. With n = 1 and two levels this is Christen and Fox's two-stage algorithm: a
@@ -23,11 +23,19 @@ either; the coarse levels' error shows only in the top level's acceptance.
 The level-0 step may split the prior into a subspace and its complement (``SubspaceProposal``,
 method=dapcn proposal=ae): in whitened coordinates v = L^-1 q (prior N(0, I)), with Q (D, d)
 orthonormal, a = Q^T v and the complement v - Q a are independent under the prior. A pCN move of
-one part with the other held is a pi_0-reversible block update (Metropolis within Gibbs); one
-level-0 step is the palindrome latent, complement, latent, which is reversible again, so the ratios
-above stay exact. The latent directions (AE-pCN's auto-encoder) can take bold steps
+one part with the other held is a pi_0-reversible block update (Metropolis within Gibbs). A
+product of reversible kernels in palindromic order is reversible again (its adjoint is the product
+reversed), so level 1's subchain of n steps is latent, (complement, latent) n times: 2n + 1 coarse
+solves, where n self-contained latent-complement-latent steps would take 3n; the ratios above stay
+exact. The latent directions (AE-pCN's auto-encoder) can take bold steps
 (``latent_step_size``) while the complement's h adapts on its own moves, without confining the
 chain to the decoder's subspace as AE-pCN does.
+
+Within a step the position is kept as q = position + offset (L Q)^T: a latent move only changes the
+offset (d numbers), a complement move scales both parts, and a coarse level reads its inputs as
+level_inputs(position) + offset level_inputs((L Q)^T), which is exact because a level's inputs are
+linear in q (the field at its nodes). The full field, D numbers per chain, is formed once per step,
+for the exact level; before, every level-0 move formed it (a (d, D) product each time).
 
 Levels are Gaussian likelihoods of the model's predictions F_k(q) at the sensors,
 l_k(q) = -|W_k^T (y - F_k(q) - mu_k)|^2 / 2 (a :class:`Misfit`); without correction mu_k = 0 and
@@ -126,20 +134,30 @@ class PriorProposal(NamedTuple):
     def latent(self, position: Tensor) -> Tensor:
         return position.new_zeros((position.shape[0], 0))
 
-    def moves(self, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
-        """One level-0 step: a single pCN move with h (the move h adapts to)."""
-        return ((h, None, True),)
+    def materialize(self, position: Tensor, offset: Tensor) -> Tensor:
+        return position  # no offset: every move forms the whole position
 
-    def move(self, position: Tensor, latent: Tensor, noise: tuple[Tensor, ...], h: float, h_latent: float | None):
+    def level_inputs(self, target, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
+        return target.level_inputs(position, mesh)
+
+    def subchain_moves(self, n: int, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
+        """Level 1's subchain: n pCN moves with h (the moves h adapts to)."""
+        return ((h, None, True),) * n
+
+    def move(self, position: Tensor, offset: Tensor, latent: Tensor, noise: tuple[Tensor, ...], h: float,
+             h_latent: float | None):
         r = pcn.rho(h)
-        return r * position + math.sqrt(1.0 - r * r) * noise[0], latent
+        return r * position + math.sqrt(1.0 - r * r) * noise[0], offset, latent
 
 
-class SubspaceProposal(NamedTuple):
-    """pCN with its own step in span(L Q) (see the module docstring); ``latent`` is a = Q^T L^-1 q."""
+class SubspaceProposal:
+    """pCN with its own step in span(L Q) (see the module docstring); ``latent`` is a = Q^T L^-1 q. Made for
+    one target: it keeps the levels' inputs of L Q once computed."""
 
-    colored_basis: Tensor  # L Q (D, d): the latent directions in the target's coordinates
-    dual_basis: Tensor  # L^-T Q (D, d): a = Q^T L^-1 q = q @ (L^-T Q)
+    def __init__(self, colored_basis: Tensor, dual_basis: Tensor):
+        self.colored_basis = colored_basis  # L Q (D, d): the latent directions in the target's coordinates
+        self.dual_basis = dual_basis  # L^-T Q (D, d): a = Q^T L^-1 q = q @ (L^-T Q)
+        self._level_bases: dict[int | None, Tensor] = {}  # mesh -> level_inputs((L Q)^T) (d, the level's inputs)
 
     @classmethod
     def from_directions(cls, chol: Tensor, directions: Tensor) -> SubspaceProposal:
@@ -157,29 +175,44 @@ class SubspaceProposal(NamedTuple):
     def latent(self, position: Tensor) -> Tensor:
         return position @ self.dual_basis
 
-    def moves(self, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
-        """One level-0 step: latent, complement, latent (h = 0 holds a part still). The palindrome of two
-        pi_0-reversible block updates is pi_0-reversible; h adapts to the complement move's acceptance."""
-        latent_only = (0.0, h if h_latent is None else h_latent, False)
-        return latent_only, (h, 0.0, True), latent_only
+    def materialize(self, position: Tensor, offset: Tensor) -> Tensor:
+        """q = position + offset (L Q)^T."""
+        return position + offset @ self.colored_basis.T
 
-    def move(self, position: Tensor, latent: Tensor, noise: tuple[Tensor, ...], h: float, h_latent: float | None):
+    def level_inputs(self, target, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
+        """What level ``mesh`` reads of q = position + offset (L Q)^T, by linearity without forming q."""
+        if mesh not in self._level_bases:
+            self._level_bases[mesh] = target.level_inputs(self.colored_basis.T, mesh)
+        return target.level_inputs(position, mesh) + offset @ self._level_bases[mesh]
+
+    def subchain_moves(self, n: int, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
+        """Level 1's subchain of n steps: latent, then (complement, latent) n times (h = 0 holds a part still),
+        a palindrome of pi_0-reversible block updates; h adapts to the complement moves' acceptance."""
+        latent_only = (0.0, h if h_latent is None else h_latent, False)
+        return (latent_only,) + ((h, 0.0, True), latent_only) * n
+
+    def move(self, position: Tensor, offset: Tensor, latent: Tensor, noise: tuple[Tensor, ...], h: float,
+             h_latent: float | None):
+        """q* = r_b q + s_b eta + ((r_a - r_b) a + (s_a - s_b) xi_a) (L Q)^T, with q = position + offset (L Q)^T:
+        the new offset is r_b offset + (r_a - r_b) a + (s_a - s_b) xi_a, the position r_b position + s_b eta."""
         colored, latent_noise = noise
         r_b = pcn.rho(h)
         r_a = pcn.rho(h if h_latent is None else h_latent)
         s_a, s_b = math.sqrt(1.0 - r_a * r_a), math.sqrt(1.0 - r_b * r_b)
-        shift = ((r_a - r_b) * latent + (s_a - s_b) * latent_noise) @ self.colored_basis.T
-        moved = position + shift if colored is None else r_b * position + s_b * colored + shift  # None: h = 0
-        return moved, r_a * latent + s_a * latent_noise
+        shift = (r_a - r_b) * latent + (s_a - s_b) * latent_noise
+        if colored is None:  # h = 0: the complement is held
+            return position, offset + shift, r_a * latent + s_a * latent_noise
+        return r_b * position + s_b * colored, r_b * offset + shift, r_a * latent + s_a * latent_noise
 
 
 class DAState(NamedTuple):
-    position: Tensor  # (chains, dim)
+    position: Tensor  # (chains, dim); within a step, with ``offset``: q = position + offset (L Q)^T
     log_likelihood: Tensor  # (chains,) the exact (top-level) l
     level_predictions: Tensor  # (levels, chains, m): F_0 .. F_{K-1} at position (stale above a level during its subchain)
     level_log_lik: Tensor  # (levels, chains): l_0 .. l_{K-1} from them, under the step's misfits
     latent: Tensor  # (chains, d) the subspace coordinates (d = 0 for plain pCN proposals)
     noise: pcn.PriorNoise  # level-0 proposal noise made ahead, in blocks
+    offset: Tensor  # (chains, d) latent moves not yet added to position (zero between steps)
 
 
 class DAInfo(NamedTuple):
@@ -216,8 +249,9 @@ def init(position: Tensor, target, meshes: tuple[int, ...], proposal: PriorPropo
     """The state at ``position``: the exact log-likelihood, every coarse level's predictions, the subspace
     coordinates (the levels' log-likelihoods are filled in by each step, under its misfits)."""
     predictions = torch.stack([target.level_predictions(position, mesh) for mesh in meshes])
+    latent = proposal.latent(position)
     return DAState(position, target.log_likelihood(position), predictions, predictions.new_zeros(predictions.shape[:2]),
-                   proposal.latent(position), pcn.EMPTY_NOISE)
+                   latent, pcn.EMPTY_NOISE, torch.zeros_like(latent))
 
 
 def log_density(state: DAState) -> Tensor:
@@ -233,10 +267,15 @@ def level_misfits(target, params: DAParams) -> tuple[Misfit, ...]:
     return (plain_misfit(observations, noise_sd),) * (len(params.meshes) + 1)
 
 
-def _evaluate(target, params: DAParams, misfits, level: int, q: Tensor) -> tuple[Tensor, Tensor]:
-    """Predictions F_level(q) (NaN where a solve failed) and l_level(q) under the step's misfit."""
-    mesh = None if level == len(params.meshes) else params.meshes[level]
-    predictions = target.level_predictions(q, mesh)
+def _evaluate(target, params: DAParams, misfits, level: int, position: Tensor,
+              offset: Tensor) -> tuple[Tensor, Tensor]:
+    """Predictions F_level(q) (NaN where a solve failed) and l_level(q) under the step's misfit, at a coarse
+    level's q = position + offset (L Q)^T, or at the exact level's q = position (formed by the caller)."""
+    if level == len(params.meshes):
+        predictions = target.level_predictions(position, None)
+    else:
+        mesh = params.meshes[level]
+        predictions = target.level_predictions_at(params.proposal.level_inputs(target, position, offset, mesh), mesh)
     return predictions, misfits[level](predictions)
 
 
@@ -246,17 +285,17 @@ def _replace_level(levels: Tensor, level: int, values: Tensor) -> Tensor:
     return out
 
 
-def _coarsest_step(state: DAState, target, params: DAParams, misfits, gen, tally: _Tally) -> DAState:
-    """One pi_0-reversible step: the proposal's pCN moves, each accepted on l_0."""
-    for h, h_latent, adapted in params.proposal.moves(params.step_size, params.latent_step_size):
+def _coarsest_subchain(state: DAState, target, params: DAParams, misfits, n: int, gen, tally: _Tally) -> DAState:
+    """Level 1's proposal, a pi_0-reversible subchain of n steps: the proposal's pCN moves, each accepted on l_0."""
+    for h, h_latent, adapted in params.proposal.subchain_moves(n, params.step_size, params.latent_step_size):
         if h == 0.0 and h_latent is not None:  # latent-only (complement held): only the latent noise, N(0, I_d)
             noise, block = (None, torch.randn(state.latent.shape, generator=gen, dtype=state.latent.dtype,
                                               device=state.latent.device)), state.noise
         else:
             noise, block = pcn.draw_noise(state.noise, partial(params.proposal.noise, target), state.position.shape[0],
                                           params.noise_block, gen)
-        proposal, latent = params.proposal.move(state.position, state.latent, noise, h, h_latent)
-        predictions, log_lik = _evaluate(target, params, misfits, 0, proposal)
+        proposal, offset, latent = params.proposal.move(state.position, state.offset, state.latent, noise, h, h_latent)
+        predictions, log_lik = _evaluate(target, params, misfits, 0, proposal, offset)
         tally.coarse_solves += 1
         current = state.level_log_lik[0]
         accept_prob, accepted, failed = pcn.metropolis(current, log_lik, 0.0, gen)
@@ -268,7 +307,7 @@ def _coarsest_step(state: DAState, target, params: DAParams, misfits, gen, tally
                         _replace_level(state.level_predictions, 0,
                                        where_rows(accepted, predictions, state.level_predictions[0])),
                         _replace_level(state.level_log_lik, 0, torch.where(accepted, log_lik, current)),
-                        where_rows(accepted, latent, state.latent), block)
+                        where_rows(accepted, latent, state.latent), block, where_rows(accepted, offset, state.offset))
     return state
 
 
@@ -289,19 +328,26 @@ class FineSolves(NamedTuple):
 
 
 def _level_step(state: DAState, target, params: DAParams, misfits, level: int, gen, tally: _Tally):
-    """One step of the pi_level-reversible kernel; returns the state and, at the top, its FineSolves."""
-    if level == 0:
-        return _coarsest_step(state, target, params, misfits, gen, tally), None
-    proposal = state
-    for _ in range(params.subchain_lengths[level - 1]):
-        proposal, _ = _level_step(proposal, target, params, misfits, level - 1, gen, tally)
+    """One step of the pi_level-reversible kernel (level >= 1); returns the state and, at the top, its FineSolves."""
+    n = params.subchain_lengths[level - 1]
+    if level == 1:
+        proposal = _coarsest_subchain(state, target, params, misfits, n, gen, tally)
+    else:
+        proposal = state
+        for _ in range(n):
+            proposal, _ = _level_step(proposal, target, params, misfits, level - 1, gen, tally)
     top = level == len(params.meshes)
     current = state.log_likelihood if top else state.level_log_lik[level]
-    moved = (proposal.position != state.position).any(1)
+    moved = (proposal.position != state.position).any(1) | (proposal.offset != state.offset).any(1)
+    # the exact level reads the whole field: form it (a step starts with a zero offset, so state.position is q)
+    position, offset = proposal.position, proposal.offset
+    if top:
+        position, offset = params.proposal.materialize(position, offset), torch.zeros_like(offset)
     new_log_lik = current.clone()
     new_predictions = torch.full_like(state.level_predictions[0], math.nan)
     if bool(moved.any()):
-        new_predictions[moved], new_log_lik[moved] = _evaluate(target, params, misfits, level, proposal.position[moved])
+        new_predictions[moved], new_log_lik[moved] = _evaluate(target, params, misfits, level, position[moved],
+                                                               offset[moved])
     if not top:
         tally.coarse_solves += moved.long()
     log_ratio = two_stage_log_ratio(new_log_lik, current, proposal.level_log_lik[level - 1],
@@ -309,7 +355,7 @@ def _level_step(state: DAState, target, params: DAParams, misfits, level: int, g
     accept_prob, accepted, failed = pcn.metropolis(torch.zeros_like(current), log_ratio, 0.0, gen)
     accepted &= moved
     tally.divergent |= failed
-    position = where_rows(accepted, proposal.position, state.position)
+    position, offset = where_rows(accepted, position, state.position), where_rows(accepted, offset, state.offset)
     predictions = torch.where(accepted[None, :, None], proposal.level_predictions, state.level_predictions)
     levels = torch.where(accepted[None], proposal.level_log_lik, state.level_log_lik)
     if top:
@@ -320,7 +366,7 @@ def _level_step(state: DAState, target, params: DAParams, misfits, level: int, g
                                      where_rows(accepted, new_predictions, state.level_predictions[level]))
         levels = _replace_level(levels, level, torch.where(accepted, new_log_lik, current))
     new = DAState(position, log_lik, predictions, levels, where_rows(accepted, proposal.latent, state.latent),
-                  proposal.noise)
+                  proposal.noise, offset)
     if not top:
         return new, None
     prob = torch.where(moved, accept_prob, torch.ones_like(accept_prob))

@@ -42,7 +42,9 @@ class Capabilities:
                           density computed outside torch (the PDE solve)
     coarse_levels         (with gaussian_prior) cheaper approximations of the same likelihood on coarser
                           meshes: ``check_level(n, key)``, ``level_log_likelihood(q, n)``, the sensor
-                          values ``level_predictions(q, n)`` (n None: the likelihood's own level) and
+                          values ``level_predictions(q, n)`` (n None: the likelihood's own level) in two
+                          parts, ``level_inputs(q, n)`` (what level n reads of q, a *linear* map: the
+                          field at its nodes) and ``level_predictions_at(inputs, n)`` (the solve), and
                           ``sensor_data()`` (observations y and noise sd sigma of the Gaussian likelihood
                           l = -|y - F|^2 / (2 sigma^2)), what delayed-acceptance samplers (method=dapcn)
                           screen proposals with
@@ -163,6 +165,10 @@ class TargetBase(ModelBase):
         from bayesx.targets.restriction import AffineRestriction
 
         return AffineRestriction(self, offset, basis)
+
+    def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
+        """Targets with ``coarse_levels``: level ``mesh``'s sensor values at q, its inputs then its solve."""
+        return self.level_predictions_at(self.level_inputs(q, mesh), mesh)
 
     def support_box(self) -> float | None:
         """h where the density is zero outside the box [-h, h]^dim (a flow then ends with a squashing

@@ -92,7 +92,7 @@ class DASampler(CrankNicolsonSampler):
 class DAPCNSettings(AutoEncodingSettings):
     """coarse_mesh        a mesh (or a list, for more levels) dividing the model's mesh, coarser than it
     subchain_length    coarse steps per proposal to the next level (one per coarse level, or one for all)
-    proposal           pcn | ae (latent / complement / latent block moves; pre-samples and a PCA fit first)
+    proposal           pcn | ae (latent and complement block moves in palindromic order; pre-samples and a PCA fit first)
     latent_step_size   h of the latent directions with proposal=ae (null: the adapted step_size)
     error_model        correct the coarse levels by the adaptive error model learnt in warm-up (Cui et al.)
     """

@@ -125,16 +125,20 @@ class ForwardLevel:
 
     def predictions(self, u: Tensor) -> Tensor:
         """The sensor values O_n p_n(R_n u) for rows u (n, fine dofs); a row of NaN where a solve fails."""
+        return self.predictions_at(self.restrict(u))
+
+    def predictions_at(self, field: Tensor) -> Tensor:
+        """The sensor values O_n p_n(field) for rows of the field at this mesh's nodes (n, its dofs)."""
         if self.solver == "dense":
-            return self._dense_operators().predictions(self.restrict(u))
-        coarse = self.restrict(u).detach().cpu().numpy().astype(np.float64)
+            return self._dense_operators().predictions(field)
+        coarse = field.detach().cpu().numpy().astype(np.float64)
         out = np.full((coarse.shape[0], self.obs.shape[0]), np.nan)
-        for row, field in enumerate(coarse):
+        for row, values in enumerate(coarse):
             try:
-                out[row] = self.obs @ self._solve(field)[1][:-1]
+                out[row] = self.obs @ self._solve(values)[1][:-1]
             except FloatingPointError:
                 continue
-        return torch.as_tensor(out, device=u.device, dtype=u.dtype)
+        return torch.as_tensor(out, device=field.device, dtype=field.dtype)
 
     def predict(self, u: np.ndarray) -> np.ndarray:
         """The sensor values for fine fields u (n, fine dofs); a clear error where a solve fails."""

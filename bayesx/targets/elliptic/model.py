@@ -144,11 +144,18 @@ class EllipticInverse(TargetBase):
         if problem:
             raise InvalidSetting(key, problem)
 
-    def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
-        """The 25 sensor values on the n x n mesh (None: the likelihood's own) for parameters q (chains, dim);
-        NaN rows where a solve fails. l_n is their Gaussian misfit against :meth:`sensor_data`."""
-        level = self.likelihood_level if mesh is None else self.level(mesh)
-        return level.predictions(self.field(q.reshape(-1, self.dim)))
+    def _level_of(self, mesh: int | None) -> ForwardLevel:
+        return self.likelihood_level if mesh is None else self.level(mesh)
+
+    def level_inputs(self, q: Tensor, mesh: int | None) -> Tensor:
+        """The field at the n x n mesh's nodes (None: the likelihood's mesh) for parameters q (chains, dim):
+        R_n u(q), linear in q (u = q, or L q when whitened)."""
+        return self._level_of(mesh).restrict(self.field(q.reshape(-1, self.dim)))
+
+    def level_predictions_at(self, field: Tensor, mesh: int | None) -> Tensor:
+        """The 25 sensor values on the n x n mesh from the field at its nodes (:meth:`level_inputs`); NaN rows
+        where a solve fails. l_n is their Gaussian misfit against :meth:`sensor_data`."""
+        return self._level_of(mesh).predictions_at(field)
 
     def sensor_data(self) -> tuple[Tensor, float]:
         """The observations y (25,) and the noise sd sigma of l(u) = -|y - O p(u)|^2 / (2 sigma^2)."""
