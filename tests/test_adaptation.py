@@ -109,3 +109,23 @@ def test_bad_method_settings_raise_one_line_errors(kwargs, word):
     with pytest.raises(BayesxError, match=word) as info:
         HMC(**kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_warmup_tree_depth_caps_only_the_warm_up():
+    """warmup_max_tree_depth=2: warm-up transitions take at most 3 leapfrog steps each, sampling keeps
+    max_tree_depth; without the cap the same warm-up builds deeper trees (the control)."""
+    target = Gaussian(dim=5, kind="scaled", condition=30.0)
+    runs = {}
+    for cap in (None, 2):
+        gen = torch.Generator().manual_seed(3)
+        runs[cap] = NUTS(num_warmup=150, num_draws=100, init="prior", warmup_max_tree_depth=cap).run(
+            target, target.initial_point(4, gen), gen, progress=False)
+    assert runs[2].metrics["n_grad_evals_warmup"] <= 150 * 4 * 3
+    assert runs[None].metrics["n_grad_evals_warmup"] > 150 * 4 * 3
+    assert runs[2].sample_stats["tree_depth"].max() > 2  # sampling is not capped
+
+
+def test_warmup_tree_depth_deeper_than_the_cap_is_refused():
+    with pytest.raises(BayesxError, match="warmup_max_tree_depth") as info:
+        NUTS(max_tree_depth=8, warmup_max_tree_depth=9)
+    assert "\n" not in str(info.value)

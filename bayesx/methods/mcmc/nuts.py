@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 import numpy as np
 
 from bayesx.kernels import nuts
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
-from bayesx.settings import Between
+from bayesx.settings import Between, InvalidSetting
 
 
 @dataclass(frozen=True)
 class NUTSSettings(MCMCSettings):
     max_tree_depth: Annotated[int, Between(1, 20, closed=True)] = 10  # at most 2^depth - 1 leapfrog steps
+    # the cap during warm-up only (null: max_tree_depth). Early windows adapt with small steps, so their
+    # trees are the deepest of the run; the draws that estimate the metric need not be the best mixed.
+    warmup_max_tree_depth: Annotated[int | None, Between(1, 20, closed=True)] = None
+
+    def check(self):
+        super().check()
+        if self.warmup_max_tree_depth is not None and self.warmup_max_tree_depth > self.max_tree_depth:
+            raise InvalidSetting("warmup_max_tree_depth", f"={self.warmup_max_tree_depth} is deeper than max_tree_depth="
+                                 f"{self.max_tree_depth}; use at most {self.max_tree_depth}, or null")
 
 
 class NUTS(MCMCMethod):
@@ -26,6 +35,13 @@ class NUTS(MCMCMethod):
 
     def make_params(self, step_size, metric):
         return nuts.NUTSParams(step_size, metric, self.settings.max_tree_depth)
+
+    def make_adaptation(self, target, gen):
+        adaptation = super().make_adaptation(target, gen)
+        depth = self.settings.warmup_max_tree_depth
+        if depth is None:
+            return adaptation
+        return replace(adaptation, make_params=lambda step_size, metric: nuts.NUTSParams(step_size, metric, depth))
 
     def extra_metrics(self, stats):
         if not stats:
