@@ -13,12 +13,13 @@ accepts it with
     log alpha_k = [l_k(q*) - l_k(q)] - [l_{k-1}(q*) - l_{k-1}(q)].
 
 The subchain is a power of a pi_{k-1}-reversible kernel (level 1's: a palindrome of pi_0-reversible
-moves, below), hence itself pi_{k-1}-reversible, so its proposal density satisfies pi_{k-1}(q) Q(q, q*) = pi_{k-1}(q*) Q(q*, q); substituting into the
-Metropolis-Hastings ratio pi_k(q*) Q(q*, q) / (pi_k(q) Q(q, q*)) gives the ratio above. Every level
-k is therefore pi_k-reversible, and the top level K samples the exact posterior, whatever the
-coarse levels' error. With n = 1 and two levels this is Christen and Fox's two-stage algorithm: a
-proposal the coarse level rejects costs no fine solve. A subchain that did not move costs none
-either; the coarse levels' error shows only in the top level's acceptance.
+moves, below), hence itself pi_{k-1}-reversible, so its proposal density satisfies
+pi_{k-1}(q) Q(q, q*) = pi_{k-1}(q*) Q(q*, q); substituting into the Metropolis-Hastings ratio
+pi_k(q*) Q(q*, q) / (pi_k(q) Q(q, q*)) gives the ratio above. Every level k is therefore
+pi_k-reversible, and the top level K samples the exact posterior, whatever the coarse levels'
+error. With n = 1 and two levels this is Christen and Fox's two-stage algorithm: a proposal the
+coarse level rejects costs no fine solve. A subchain that did not move costs none either; the
+coarse levels' error shows only in the top level's acceptance.
 
 The level-0 step may split the prior into a subspace and its complement (``SubspaceProposal``,
 method=dapcn proposal=ae): in whitened coordinates v = L^-1 q (prior N(0, I)), with Q (D, d)
