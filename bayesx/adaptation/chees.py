@@ -30,6 +30,7 @@ It needs at least two chains (the means across chains); it is meant for tens to 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -70,7 +71,7 @@ class CheesAdaptation:
         log_t = math.log(self.trajectory_length or progress.step_size)
         second_moment, log_t_sum, log_t_count = 0.0, 0.0, 0
         variance = None
-        recent: list[tuple] = []  # (states, gradients) of the last WINDOW iterations (diag_grad, lowrank)
+        recent: deque[tuple] = deque(maxlen=WINDOW)  # (states, gradients) of the last iterations (diag_grad, lowrank)
         freeze = int(0.75 * self.num_warmup)
         for it in range(self.num_warmup):
             state, metric = progress.state, progress.metric
@@ -110,7 +111,7 @@ class CheesAdaptation:
                 if it >= FIRST_UPDATE:
                     progress.metric = make_metric(variance.clamp(min=1e-8))
             elif self.mass in GRADIENT_FORMS and it < freeze:
-                recent = recent[-(WINDOW - 1):] + [(progress.state.position, progress.state.grad)]
+                recent.append((progress.state.position, progress.state.grad))
                 if it >= FIRST_UPDATE and (it - FIRST_UPDATE) % REFRESH == 0:
                     progress.metric = self._from_gradients(recent, progress.metric)
             self.trajectory_length = math.exp(log_t)
@@ -122,7 +123,7 @@ class CheesAdaptation:
                 self.trajectory_length = math.exp(log_t_sum / log_t_count)
         return progress
 
-    def _from_gradients(self, recent: list[tuple], current: Metric) -> Metric:
+    def _from_gradients(self, recent: deque[tuple], current: Metric) -> Metric:
         """diag_grad / lowrank from the recent iterations, each centred across chains: the window
         estimators take (groups, n, dim) and centre each group, so iterations go first."""
         states = torch.stack([q for q, _ in recent], 0)

@@ -10,8 +10,8 @@ A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2 (the decoder q = a + B u, Dee
 sizes of that table (n = 288, k = 6 to 64, four chains) a PyTorch step is a handful of tiny kernels
 whose dispatch costs more than their arithmetic, so :func:`trajectory` runs all L steps of every
 chain in one C call (logistic_leapfrog.h), and :func:`nuts` each chain's whole tree (nuts.h), with
-the same arithmetic as the PyTorch path up to rounding. It is used for CPU tensors of float64 or float32 when the library builds (see build.py);
-otherwise callers keep their PyTorch path. Chains are independent, so one call splits them over
+the same arithmetic as the PyTorch path up to rounding. It is used for CPU tensors of float64 or
+float32 when the library builds (see build.py); otherwise callers keep their PyTorch path. Chains are independent, so one call splits them over
 torch's thread count (:func:`kernel_threads`) with OpenMP, in the same thread pool as PyTorch's
 own parallel operations (see build.py).
 """

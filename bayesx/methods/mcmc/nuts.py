@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Annotated
 
 import numpy as np
@@ -33,15 +34,13 @@ class NUTS(MCMCMethod):
     kernel = nuts
     name = "nuts"
 
-    def make_params(self, step_size, metric):
-        return nuts.NUTSParams(step_size, metric, self.settings.max_tree_depth)
+    def make_params(self, step_size, metric, depth: int | None = None):
+        return nuts.NUTSParams(step_size, metric, depth or self.settings.max_tree_depth)
 
     def make_adaptation(self, target, gen):
         adaptation = super().make_adaptation(target, gen)
         depth = self.settings.warmup_max_tree_depth
-        if depth is None:
-            return adaptation
-        return replace(adaptation, make_params=lambda step_size, metric: nuts.NUTSParams(step_size, metric, depth))
+        return adaptation if depth is None else replace(adaptation, make_params=partial(self.make_params, depth=depth))
 
     def extra_metrics(self, stats):
         if not stats:
