@@ -50,10 +50,25 @@ def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> 
 
 
 def hessian(target, q: Tensor) -> Tensor:
-    """Hessian of log pi at one point q (dim,)."""
+    """Hessian of log pi at one point q (dim,): the target's own, autograd's where log_prob is differentiable torch,
+    else central differences of the target's gradient (a PDE model's adjoint gradient, for instance)."""
     if hasattr(target, "hessian"):
         return target.hessian(q)
-    return torch.autograd.functional.hessian(lambda x: target.log_prob(x), q, vectorize=True)
+    if target.capabilities.differentiable:
+        return torch.autograd.functional.hessian(lambda x: target.log_prob(x), q, vectorize=True)
+    return gradient_difference_hessian(target, q)
+
+
+def gradient_difference_hessian(target, q: Tensor, rel_step: float = 1e-5, rows: int = 256) -> Tensor:
+    """H_ij ~ (g_j(q + e_i h_i) - g_j(q - e_i h_i)) / (2 h_i), g = grad log pi, h_i = rel_step max(1, |q_i|),
+    symmetrized; the 2 dim shifted points are evaluated ``rows`` at a time (second-order accurate in h)."""
+    dim = q.shape[0]
+    steps = rel_step * q.abs().clamp(min=1.0)
+    shifts = torch.diag(steps)
+    points = torch.cat([q + shifts, q - shifts])
+    grads = torch.cat([target.log_prob_and_grad(chunk)[1] for chunk in points.split(rows)])
+    h = (grads[:dim] - grads[dim:]) / (2.0 * steps[:, None])
+    return 0.5 * (h + h.T)
 
 
 def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:

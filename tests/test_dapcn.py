@@ -209,10 +209,11 @@ def test_subspace_move_is_the_split_pcn_step(toy):
 
 
 def test_identical_levels_accept_every_survivor():
-    """When the coarse model is the fine one, the second-stage ratio is exactly zero."""
+    """When the coarse model is the fine one, the second-stage ratio is zero (to rounding: the error model's
+    whitener is computed as a Cholesky inverse, not as I / sigma)."""
     target = CoarseLevels(error=0.0)
     result = run_da(target, num_warmup=50, num_draws=200, chains=4)
-    assert result.metrics["fine_accept_rate"] == 1.0
+    assert result.metrics["fine_accept_rate"] == pytest.approx(1.0, abs=1e-12)
     assert result.metrics["move_rate"] == pytest.approx(result.metrics["fine_solves_per_iter"])
 
 

@@ -106,3 +106,30 @@ def test_cli_fits_on_every_row_with_test_fraction_zero(tmp_path_factory):
     assert int(all_rows.data.tags["target.n_train"]) == 360 and all_rows.data.tags["target.n_test"] == "0"
     assert int(run.data.tags["target.n_train"]) + int(run.data.tags["target.n_test"]) == 360
     assert "test_accuracy" in run.data.metrics
+
+
+def test_gradient_difference_hessian_matches_autograd(small_logreg):
+    """The Hessian for targets autograd cannot differentiate: central differences of the gradient, checked
+    against autograd's on a non-quadratic density (logistic regression)."""
+    from bayesx.optimize import gradient_difference_hessian
+
+    q = 0.3 * torch.randn(small_logreg.dim, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    exact = torch.autograd.functional.hessian(lambda x: small_logreg.log_prob(x), q)
+    approx = gradient_difference_hessian(small_logreg, q, rows=3)  # several chunks
+    torch.testing.assert_close(approx, exact, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(gradient_difference_hessian(small_logreg, q + 1.0), exact, atol=1e-3)  # it depends on q
+
+
+def test_pde_model_hessian_includes_the_likelihood():
+    """The elliptic model's log_prob leaves torch for the PDE solve: its Hessian comes from the adjoint gradient, so
+    it holds the likelihood's curvature, not only the prior's (what autograd would see)."""
+    from bayesx.optimize import hessian
+    from bayesx.targets.elliptic import EllipticInverse
+
+    for solver in ("sparse", "dense"):
+        model = EllipticInverse(mesh=3, solver=solver)
+        q = model.sample_prior(1, torch.Generator().manual_seed(0))[0]
+        h = hessian(model, q)
+        prior_only = -torch.cholesky_inverse(model.prior_factor())
+        assert torch.allclose(h, h.T)
+        assert float((h - prior_only).abs().max()) > 1e-2 * float(prior_only.abs().max())

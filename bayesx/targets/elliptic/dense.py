@@ -8,6 +8,8 @@ on the CPU the sparse path is far cheaper beyond small meshes.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -15,10 +17,14 @@ from torch import Tensor
 
 
 def _sparse(matrix: sp.csr_matrix, device, dtype) -> Tensor:
-    coo = matrix.tocoo()
-    indices = torch.as_tensor(np.vstack([coo.row, coo.col]), dtype=torch.long)
-    tensor = torch.sparse_coo_tensor(indices, torch.as_tensor(coo.data), coo.shape, check_invariants=False)
-    return tensor.coalesce().to(device=device, dtype=dtype)
+    """A torch CSR tensor: its products with dense matrices are ~20x faster than COO's on the CPU."""
+    matrix = matrix.tocsr()
+    matrix.sort_indices()
+    as_long = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)  # noqa: E731
+    with warnings.catch_warnings():  # "sparse CSR tensor support is in beta state"
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(as_long(matrix.indptr), as_long(matrix.indices),
+                                       torch.as_tensor(matrix.data, device=device, dtype=dtype), matrix.shape)
 
 
 class DenseOperators:
@@ -43,9 +49,9 @@ class DenseOperators:
     def _solve(self, u: Tensor):
         """The batched LU factors of A(exp(u)) for rows u, and the solutions x (batch, dofs + 1)."""
         batch = u.shape[0]
-        k_q = torch.exp(torch.sparse.mm(self.interp, u.T)).T  # (batch, n_quad)
+        k_q = torch.exp(self.interp @ u.T).T  # (batch, n_quad)
         matrix = torch.zeros(batch, self.size * self.size, device=u.device, dtype=u.dtype)
-        matrix[:, self.k_flat] = torch.sparse.mm(self.stiffness, k_q.T).T
+        matrix[:, self.k_flat] = (self.stiffness @ k_q.T).T
         matrix[:, self.c_flat] = self.c_values
         lu, pivots, info = torch.linalg.lu_factor_ex(matrix.view(batch, self.size, self.size))
         x = torch.linalg.lu_solve(lu, pivots, self.rhs.expand(batch, -1).unsqueeze(-1)).squeeze(-1)
@@ -70,7 +76,7 @@ class DenseOperators:
         g = torch.cat([(residual / noise_sd) @ self.obs, torch.zeros(batch, 1, device=u.device, dtype=u.dtype)], 1)
         adjoint = torch.linalg.lu_solve(lu, pivots, g.unsqueeze(-1)).squeeze(-1)  # A is symmetric
         weights = adjoint[:, self.k_rows] * x[:, self.k_cols]
-        inner = k_q * torch.sparse.mm(self.stiffness_t, weights.T).T
-        grad = -torch.sparse.mm(self.interp_t, inner.T).T
+        inner = k_q * (self.stiffness_t @ weights.T).T
+        grad = -(self.interp_t @ inner.T).T.contiguous()  # rows, as the sparse path returns them
         grad = torch.where(failed[:, None], torch.full_like(grad, float("nan")), grad)
         return log_lik, grad

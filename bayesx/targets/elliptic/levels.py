@@ -13,7 +13,8 @@ those nodes (zero elsewhere).
 
 The model's likelihood is the level of ``model.likelihood_mesh`` (its own mesh by default);
 delayed-acceptance samplers (``method=dapcn``) use coarser levels as screens. Solves run per chain
-with SuperLU (sparse) or batched dense LU in torch (dense, any device).
+with SuperLU (sparse) or batched dense LU in torch (dense, any device); ``solver=auto`` picks per
+level (:func:`resolve_solver`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ from torch import Tensor
 from bayesx.errors import BayesxError
 from bayesx.targets.elliptic import problem
 from bayesx.targets.elliptic.fem import P2Space
+
+
+SMALL_SYSTEM_DOFS = 300  # auto on the CPU: batched dense LU up to this many unknowns (mesh <= 8), SuperLU above
+
+
+def resolve_solver(solver: str, device: torch.device, n_dofs: int) -> str:
+    """The solver ``auto`` means for a level of ``n_dofs`` unknowns: dense on a GPU; on the CPU, dense for small
+    systems, where one batched LU beats SuperLU's per-chain call overhead (4 chains on the 5 x 5 mesh, 121
+    unknowns: 0.5 ms against 1.45 ms; 441 unknowns: 6.8 ms against 4.7 ms), sparse above."""
+    if solver != "auto":
+        return solver
+    if device.type != "cpu" or n_dofs <= SMALL_SYSTEM_DOFS:
+        return "dense"
+    return "sparse"
 
 
 def coarse_meshes_of(fine_mesh: int) -> list[int]:
@@ -63,8 +78,9 @@ class ForwardLevel:
 
     def __init__(self, mesh: int, fine: P2Space, sensors: np.ndarray, observations: np.ndarray, noise_sd: float,
                  solver: str, device: torch.device, dtype: torch.dtype):
-        self.mesh, self.solver, self.device, self.dtype = mesh, solver, device, dtype
+        self.mesh, self.device, self.dtype = mesh, device, dtype
         self.space = fine if mesh == fine.n else P2Space(mesh)
+        self.solver = resolve_solver(solver, device, self.space.n_dofs)
         self.fine_dim = fine.n_dofs
         self.restriction = None if mesh == fine.n else torch.as_tensor(injection(fine, self.space), device=device)
         self.obs = self.space.point_evaluation(sensors)
