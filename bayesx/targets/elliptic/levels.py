@@ -6,10 +6,20 @@ of its 25 sensor values against the observations,
     l_n(u) = -1/2 sum_j ((y_j - (O_n p_n(R_n u))_j) / sigma)^2
 
 where u is always the field on the model's own (fine) mesh and R_n restricts it to the level's
-mesh. When n divides the fine mesh, every P2 node of the coarse mesh is a node of the fine one
-(both grids are {i / (2n)}), so R_n is injection: the coarse field takes the fine field's values
-at the shared nodes. The gradient of l_n with respect to u is the coarse adjoint gradient placed at
-those nodes (zero elsewhere).
+mesh (n divides the fine mesh, so the coarse mesh is nested in the fine one). Two restrictions,
+``model.restriction``:
+
+* ``projection`` (default): the L2 projection onto the coarse P2 space, R_n = M_n^-1 T_n with
+  M_n the coarse mass matrix and T_n[i, j] = int phi^n_i phi_j (coarse against fine basis
+  functions), both integrated exactly by the fine mesh's quadrature (a coarse P2 function is P2 on
+  every fine triangle). It averages the field's fine-scale roughness instead of sampling it: on
+  mesh 40's posterior the 5 x 5 level's log-likelihood error (after the adaptive error model) has
+  sd 0.42 against 0.79 by injection, about what injection reaches only on the 10 x 10 mesh.
+* ``injection``: every coarse P2 node is a fine one (both grids are {i / (2n)}), and the coarse
+  field takes the fine field's values there.
+
+R_n is linear, so a level's gradient with respect to u is R_n^T applied to its coarse adjoint
+gradient (for injection: placed at the shared nodes, zero elsewhere).
 
 The model's likelihood is the level of ``model.likelihood_mesh`` (its own mesh by default);
 delayed-acceptance samplers (``method=dapcn``) use coarser levels as screens. Solves run per chain
@@ -25,6 +35,7 @@ from torch import Tensor
 
 from bayesx.errors import BayesxError
 from bayesx.targets.elliptic import problem
+from bayesx.targets.elliptic.dense import csr_tensor
 from bayesx.targets.elliptic.fem import P2Space
 
 
@@ -73,16 +84,63 @@ def injection(fine: P2Space, coarse: P2Space) -> np.ndarray:
     return found
 
 
+class Injection:
+    """R u = u at the coarse nodes (indices into the fine dofs, :func:`injection`)."""
+
+    def __init__(self, fine: P2Space, coarse: P2Space, device):
+        self.index = torch.as_tensor(injection(fine, coarse), device=device)
+
+    def __call__(self, u: Tensor) -> Tensor:
+        return u[:, self.index]
+
+    def adjoint(self, g: Tensor, fine_dim: int) -> Tensor:
+        """R^T g for rows g (n, coarse dofs)."""
+        full = g.new_zeros((g.shape[0], fine_dim))
+        full[:, self.index] = g
+        return full
+
+
+class L2Projection:
+    """R u = M^-1 T u, the L2 projection of a fine P2 field onto the coarse P2 space (the module docstring):
+    T is kept sparse, M by its Cholesky factor."""
+
+    def __init__(self, fine: P2Space, coarse: P2Space, device, dtype):
+        x, y = fine.basis.mapping.F(fine.basis.X)
+        points = np.stack([np.ravel(x), np.ravel(y)])  # the fine quadrature points, in fine.interp's row order
+        weights = np.ravel(fine.basis.dx)
+        coarse_at_points = coarse.basis.probes(points).tocsr()  # (fine n_quad, coarse dofs)
+        weighted = coarse_at_points.T.multiply(weights[None, :]).tocsr()
+        transfer = (weighted @ fine.interp).tocsr()  # T (coarse, fine)
+        self.transfer, self.transfer_t = csr_tensor(transfer, device, dtype), csr_tensor(transfer.T, device, dtype)
+        mass = (weighted @ coarse_at_points).toarray()
+        self.mass_factor = torch.linalg.cholesky(torch.as_tensor(mass, device=device, dtype=dtype))
+
+    def __call__(self, u: Tensor) -> Tensor:
+        """R u for rows u (n, fine dofs)."""
+        moments = (self.transfer @ u.T.to(self.mass_factor.dtype))  # T u^T (coarse, n)
+        return torch.cholesky_solve(moments, self.mass_factor).T.to(u.dtype)
+
+    def adjoint(self, g: Tensor, fine_dim: int) -> Tensor:
+        """R^T g = T^T M^-1 g for rows g (n, coarse dofs)."""
+        solved = torch.cholesky_solve(g.T.to(self.mass_factor.dtype), self.mass_factor)
+        return (self.transfer_t @ solved).T.to(g.dtype)
+
+
+def make_restriction(kind: str, fine: P2Space, coarse: P2Space, device, dtype) -> Injection | L2Projection:
+    """The restriction ``model.restriction`` names, from the fine to the nested coarse space."""
+    return L2Projection(fine, coarse, device, dtype) if kind == "projection" else Injection(fine, coarse, device)
+
+
 class ForwardLevel:
     """The misfit l_n(u) on an n x n mesh for fine fields u; see the module docstring."""
 
     def __init__(self, mesh: int, fine: P2Space, sensors: np.ndarray, observations: np.ndarray, noise_sd: float,
-                 solver: str, device: torch.device, dtype: torch.dtype):
+                 solver: str, device: torch.device, dtype: torch.dtype, restriction: str = "projection"):
         self.mesh, self.device, self.dtype = mesh, device, dtype
         self.space = fine if mesh == fine.n else P2Space(mesh)
         self.solver = resolve_solver(solver, device, self.space.n_dofs)
         self.fine_dim = fine.n_dofs
-        self.restriction = None if mesh == fine.n else torch.as_tensor(injection(fine, self.space), device=device)
+        self.restriction = None if mesh == fine.n else make_restriction(restriction, fine, self.space, device, dtype)
         self.obs = self.space.point_evaluation(sensors)
         self.obs_t = self.obs.T.tocsr()
         self.rhs = np.append(self.space.load_vector(problem.source), 0.0)
@@ -91,7 +149,7 @@ class ForwardLevel:
 
     def restrict(self, u: Tensor) -> Tensor:
         """R_n u for rows u (n, fine dofs)."""
-        return u if self.restriction is None else u[:, self.restriction]
+        return u if self.restriction is None else self.restriction(u)
 
     def misfit(self, u: Tensor, need_grad: bool) -> tuple[Tensor, Tensor | None]:
         """l_n(u) and dl_n/du for each row of u (n, fine dofs); NaN (value and gradient) where a solve fails.
@@ -103,9 +161,7 @@ class ForwardLevel:
         coarse = self.restrict(u)
         log_lik, grad = self._misfit_dense(coarse) if self.solver == "dense" else self._misfit_sparse(coarse)
         if self.restriction is not None:
-            full = grad.new_zeros(u.shape)
-            full[:, self.restriction] = grad
-            grad = full
+            grad = self.restriction.adjoint(grad, u.shape[1])
         return log_lik, grad
 
     def _misfit_sparse(self, u: Tensor) -> tuple[Tensor, Tensor]:

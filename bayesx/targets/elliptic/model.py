@@ -16,7 +16,8 @@ in torch on any device (``solver=dense``); ``auto`` takes dense on CUDA and, on 
 at most 300 unknowns (levels.resolve_solver).
 
 ``likelihood_mesh`` (default: ``mesh``) evaluates l on a coarser mesh that divides ``mesh``, the
-field injected into it (levels.py): a cheaper but *different*, approximate posterior, tagged and
+field restricted to it (``restriction``: its L2 projection by default, or injection; levels.py): a
+cheaper but *different*, approximate posterior, tagged and
 reported as such. Every mesh dividing ``mesh`` is available as a level, ``level_log_likelihood(q, n)``
 and its sensor values ``level_predictions(q, n)`` (with ``sensor_data()``, what the adaptive error
 model of delayed-acceptance samplers needs), for ``method=dapcn``.
@@ -57,6 +58,7 @@ class EllipticSettings(Settings):
     solver: Literal["auto", "sparse", "dense"] = "auto"
     eval_draws: Annotated[int, AtLeast(1)] = 400  # draws whose log-likelihood is computed when not recorded
     likelihood_mesh: Annotated[int | None, AtLeast(2)] = None  # evaluate the likelihood on this coarser mesh (approximate)
+    restriction: Literal["projection", "injection"] = "projection"  # how a coarser level reads the field (levels.py)
 
     def check(self):
         if self.likelihood_mesh is not None and self.likelihood_mesh != self.mesh:
@@ -83,6 +85,7 @@ class EllipticInverse(TargetBase):
         self.space = P2Space(mesh)
         self.mesh, self.dim, self.whiten, self.eval_draws = mesh, self.space.n_dofs, whiten, eval_draws
         self.solver_setting = solver  # each level resolves auto for its own size (levels.resolve_solver)
+        self.restriction = cfg.restriction
         self.noise_sd = cfg.noise_sd if cfg.noise_sd is not None else problem.default_noise_sd(cfg.snr)
         self.sensors = problem.sensor_points()
         self.true_u = self.space.interpolate(problem.true_field)
@@ -136,7 +139,7 @@ class EllipticInverse(TargetBase):
             if mesh not in (self.mesh, self.likelihood_mesh):
                 self.check_level(mesh, "coarse_mesh")
             self._levels[mesh] = ForwardLevel(mesh, self.space, self.sensors, self.observations, self.noise_sd,
-                                              self.solver_setting, self.device, self.dtype)
+                                              self.solver_setting, self.device, self.dtype, self.restriction)
         return self._levels[mesh]
 
     def check_level(self, mesh, key: str) -> None:
@@ -222,7 +225,7 @@ class EllipticInverse(TargetBase):
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "mesh": str(self.mesh), "elements": "P2", "n_obs": str(len(self.observations)),
                 "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(), "solver": self.solver,
-                "likelihood_mesh": str(self.likelihood_mesh),
+                "likelihood_mesh": str(self.likelihood_mesh), "restriction": self.restriction,
                 "prior_draws": "cholesky" if self.prior.circulant is None else "circulant",
                 "posterior": f"approximate (likelihood on the {self.likelihood_mesh} x {self.likelihood_mesh} mesh)"
                              if self.approximate else "exact"}
