@@ -22,6 +22,7 @@ user buys. Each run also reports how much of its time went into PDE solves (all 
 
     python experiments/deep_mcmc_table2.py                      # -> results/deep_mcmc_table2.md
     python experiments/deep_mcmc_table2.py --meshes 20 --draws 500 --rows pcn,dapcn
+    python experiments/deep_mcmc_table2.py --pool a.json,b.json,c.json --out pooled.md   # runs seeded differently
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def summarize(name: str, model: EllipticInverse, result, seconds: float, solve_s
 
 def run_row(kind: str, mesh: int, args, exact: EllipticInverse) -> dict:
     """One row of the table: the model and method that ``kind`` names, timed with its solves."""
-    coarse = EllipticInverse(mesh=mesh, likelihood_mesh=COARSE_LIKELIHOOD_MESH) if kind.endswith("_coarse") else None
+    coarse = EllipticInverse(mesh=mesh, likelihood_mesh=COARSE_LIKELIHOOD_MESH,
+                             restriction=args.restriction) if kind.endswith("_coarse") else None
     model = coarse or (EllipticInverse(mesh=mesh, whiten=True) if kind == "hmc" else exact)
     da = {"coarse_mesh": args.da_meshes, "subchain_length": args.da_subchain}
     ae = {"latent_dim": args.latent_dim, "presample": {"num_warmup": args.warmup, "num_draws": args.presamples}}
@@ -134,7 +136,7 @@ def run_row(kind: str, mesh: int, args, exact: EllipticInverse) -> dict:
 
 
 def run_mesh(mesh: int, args) -> list[dict]:
-    exact = EllipticInverse(mesh=mesh)
+    exact = EllipticInverse(mesh=mesh, restriction=args.restriction)
     return [run_row(kind, mesh, args, exact) for kind in args.rows if kind != "hmc" or mesh in args.hmc_meshes]
 
 
@@ -146,7 +148,9 @@ def write_markdown(rows: list[dict], args, path: Path, seconds: float) -> None:
     lines = ["# Deep MCMC Table 2, three ways: exact, coarse likelihood (approximate), delayed acceptance (exact)", "",
              f"Command: `python experiments/deep_mcmc_table2.py {' '.join(sys.argv[1:])}`".rstrip(), "",
              f"Machine: {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-             f"{args.chains} chains, float64, SuperLU per chain. Total time {seconds / 60:.1f} min.", "",
+             f"{args.chains} chains, float64, SuperLU per chain on the exact level (`model.solver=auto`: batched dense "
+             f"LU on levels of <= 300 unknowns). Coarser levels read the field by `model.restriction={args.restriction}`. "
+             f"Chains seeded {args.seed}. Total time {seconds / 60:.1f} min.", "",
              f"pCN: {args.warmup} warm-up iterations (h adapted to acceptance 0.25, capped at 4) + {args.draws} per "
              f"chain. AE-pCN: the same pCN warm-up, {args.presamples} pre-samples, PCA auto-encoder to "
              f"{args.latent_dim}, {args.latent_warmup} latent warm-up iterations, {args.draws} iterations per chain. "
@@ -198,6 +202,34 @@ def write_markdown(rows: list[dict], args, path: Path, seconds: float) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def write_pooled(paths: list[Path], out: Path) -> None:
+    """One table over runs that differ only in the chains' seed (their .json files): per row, each seed's
+    ESS per second and its ratio to that seed's exact pCN, and the pooled ratio, mean ESS/s over the seeds
+    divided by pCN's mean. A single run's log-likelihood ESS from 4 x 1000 draws is too noisy to compare."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    keys = ("ess_log_likelihood_per_s", "ess_field_min_per_s")
+    lines = ["# Deep MCMC Table 2 rows pooled over seeds", "",
+             f"Command: `python experiments/deep_mcmc_table2.py {' '.join(sys.argv[1:])}`", "",
+             f"Runs: {', '.join(f'`{p}`' for p in paths)} (the same settings, chains seeded differently). Per seed: "
+             "ESS/s (ratio to that seed's exact pCN). Pooled: mean ESS/s over the seeds / pCN's mean.", "",
+             "| mesh | method | sampling s (mean) | fine acc. (mean) | ESS/s log-lik per seed | pooled log-lik | "
+             "ESS/s field min per seed | pooled field |", "|---|---|---|---|---|---|---|---|"]
+    for row in runs[0]:
+        mesh, method = row["mesh"], row["method"]
+        same = [next(r for r in run if r["mesh"] == mesh and r["method"] == method) for run in runs]
+        base = [next(r for r in run if r["mesh"] == mesh and r["method"] == "pCN") for run in runs]
+        cells = []
+        for key in keys:
+            per_seed = ", ".join(f"{r[key]:.2f} ({r[key] / b[key]:.2f}x)" for r, b in zip(same, base))
+            pooled = sum(r[key] for r in same) / sum(b[key] for b in base)
+            cells += [per_seed, f"{pooled:.2f}x"]
+        fine = [r.get("fine_accept_rate") for r in same]
+        fine_mean = fmt(sum(fine) / len(fine), ".2f") if None not in fine else ""
+        lines.append(f"| {mesh} | {method} | {sum(r['sampling_time_s'] for r in same) / len(same):.1f} | {fine_mean} | "
+                     + " | ".join(cells) + " |")
+    out.write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--meshes", default="20,40")
@@ -215,9 +247,17 @@ def main() -> None:
     parser.add_argument("--hmc-warmup", type=int, default=300)
     parser.add_argument("--hmc-draws", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--restriction", default="projection", choices=("projection", "injection"),
+                        help="model.restriction: how coarse levels and the coarse likelihood read the field")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--out", default="results/deep_mcmc_table2.md")
+    parser.add_argument("--pool", default="", help="instead of running: pool these runs' .json files (one per seed, "
+                        "comma-separated) into one table at --out")
     args = parser.parse_args()
+    if args.pool:
+        write_pooled([Path(p) for p in args.pool.split(",")], Path(args.out))
+        print(f"wrote {args.out}")
+        return
     args.hmc_meshes = [int(m) for m in args.hmc_meshes.split(",") if m]
     args.rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in args.rows if r not in ROWS]
