@@ -208,12 +208,10 @@ def test_dense_solver_equals_sparse_solver(whiten):
         assert torch.isfinite(ll[[0, 2, 3]]).all() and torch.isfinite(g[[0, 2, 3]]).all()
 
 
-def test_auto_solver_on_the_cpu_is_dense_for_small_levels_only():
-    model = EllipticInverse(mesh=10)  # 441 unknowns
-    assert model.solver == "sparse" and model.describe()["solver"] == "sparse"
-    assert model.level(5).solver == "dense"  # 121 unknowns: one batched LU beats SuperLU per chain
-    assert EllipticInverse(mesh=8).solver == "dense"  # 289
-    assert EllipticInverse(mesh=10, solver="sparse").level(5).solver == "sparse"  # an explicit choice holds everywhere
+def test_auto_solver_is_sparse_on_the_cpu():
+    model = EllipticInverse(mesh=10)
+    assert model.solver == "sparse" and model.level(5).solver == "sparse"
+    assert EllipticInverse(mesh=10, solver="dense").level(5).solver == "dense"  # an explicit choice holds everywhere
 
 
 # --- prior --------------------------------------------------------------------------------------------
@@ -439,7 +437,7 @@ def test_describe_and_probes():
     model = EllipticInverse(mesh=MESH)
     tags = model.describe()
     assert tags == {"dim": "81", "mesh": "4", "elements": "P2", "n_obs": "25", "noise_sd": "0.1", "whiten": "false",
-                    "solver": "dense", "likelihood_mesh": "4", "restriction": "projection", "prior_draws": "circulant",
+                    "solver": "sparse", "likelihood_mesh": "4", "restriction": "projection", "prior_draws": "circulant",
                     "posterior": "exact"}
     probes = model.field_probe_dofs()
     assert probes.shape == (5,)

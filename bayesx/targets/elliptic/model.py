@@ -12,8 +12,8 @@ N(0, I) and grad_v = L^T grad_u: the parameterization in which HMC's identity ma
 
 The data are generated from the true field on a mesh twice as fine (no inverse crime) with seeded
 noise. Solves run per chain with SuperLU on the CPU (``solver=sparse``) or as a batched dense LU
-in torch on any device (``solver=dense``); ``auto`` takes dense on CUDA and, on the CPU, for levels of
-at most 300 unknowns (levels.resolve_solver).
+in torch on any device (``solver=dense``); ``auto`` takes dense on CUDA, sparse on the CPU
+(levels.resolve_solver).
 
 ``likelihood_mesh`` (default: ``mesh``) evaluates l on a coarser mesh that divides ``mesh``, the
 field restricted to it (``restriction``: its L2 projection by default, or injection; levels.py): a
@@ -84,7 +84,7 @@ class EllipticInverse(TargetBase):
         self.device, self.dtype = torch.device(device), dtype
         self.space = P2Space(mesh)
         self.mesh, self.dim, self.whiten, self.eval_draws = mesh, self.space.n_dofs, whiten, eval_draws
-        self.solver_setting = solver  # each level resolves auto for its own size (levels.resolve_solver)
+        self.solver_setting = solver  # each level resolves auto (levels.resolve_solver)
         self.restriction = cfg.restriction
         self.noise_sd = cfg.noise_sd if cfg.noise_sd is not None else problem.default_noise_sd(cfg.snr)
         self.sensors = problem.sensor_points()
