@@ -23,8 +23,7 @@ gradient (for injection: placed at the shared nodes, zero elsewhere).
 
 The model's likelihood is the level of ``model.likelihood_mesh`` (its own mesh by default);
 delayed-acceptance samplers (``method=dapcn``) use coarser levels as screens. Solves run per chain
-with SuperLU (sparse) or batched dense LU in torch (dense, any device); ``solver=auto``: dense on a GPU,
-sparse on the CPU (:func:`resolve_solver`).
+with SuperLU (sparse) or batched dense LU in torch (dense, any device), as the model chose.
 """
 
 from __future__ import annotations
@@ -37,15 +36,6 @@ from bayesx.errors import BayesxError
 from bayesx.targets.elliptic import problem
 from bayesx.targets.elliptic.dense import csr_tensor
 from bayesx.targets.elliptic.fem import P2Space
-
-
-def resolve_solver(solver: str, device: torch.device, n_dofs: int) -> str:
-    """The solver ``auto`` means: dense on a GPU, SuperLU on the CPU. (A batched dense LU is 3x faster than
-    SuperLU on the CPU for levels of a few hundred unknowns, and was briefly auto's choice there, but torch's
-    LU hung inside the slow test process; ``model.solver=dense`` still selects it everywhere.)"""
-    if solver != "auto":
-        return solver
-    return "sparse" if device.type == "cpu" else "dense"
 
 
 def coarse_meshes_of(fine_mesh: int) -> list[int]:
@@ -112,13 +102,11 @@ class L2Projection:
 
     def __call__(self, u: Tensor) -> Tensor:
         """R u for rows u (n, fine dofs)."""
-        moments = (self.transfer @ u.T.to(self.mass_factor.dtype))  # T u^T (coarse, n)
-        return torch.cholesky_solve(moments, self.mass_factor).T.to(u.dtype)
+        return torch.cholesky_solve(self.transfer @ u.T, self.mass_factor).T
 
     def adjoint(self, g: Tensor, fine_dim: int) -> Tensor:
         """R^T g = T^T M^-1 g for rows g (n, coarse dofs)."""
-        solved = torch.cholesky_solve(g.T.to(self.mass_factor.dtype), self.mass_factor)
-        return (self.transfer_t @ solved).T.to(g.dtype)
+        return (self.transfer_t @ torch.cholesky_solve(g.T, self.mass_factor)).T
 
 
 def make_restriction(kind: str, fine: P2Space, coarse: P2Space, device, dtype) -> Injection | L2Projection:
@@ -131,9 +119,8 @@ class ForwardLevel:
 
     def __init__(self, mesh: int, fine: P2Space, sensors: np.ndarray, observations: np.ndarray, noise_sd: float,
                  solver: str, device: torch.device, dtype: torch.dtype, restriction: str = "projection"):
-        self.mesh, self.device, self.dtype = mesh, device, dtype
+        self.mesh, self.solver, self.device, self.dtype = mesh, solver, device, dtype
         self.space = fine if mesh == fine.n else P2Space(mesh)
-        self.solver = resolve_solver(solver, device, self.space.n_dofs)
         self.fine_dim = fine.n_dofs
         self.restriction = None if mesh == fine.n else make_restriction(restriction, fine, self.space, device, dtype)
         self.obs = self.space.point_evaluation(sensors)

@@ -12,8 +12,7 @@ N(0, I) and grad_v = L^T grad_u: the parameterization in which HMC's identity ma
 
 The data are generated from the true field on a mesh twice as fine (no inverse crime) with seeded
 noise. Solves run per chain with SuperLU on the CPU (``solver=sparse``) or as a batched dense LU
-in torch on any device (``solver=dense``); ``auto`` takes dense on CUDA, sparse on the CPU
-(levels.resolve_solver).
+in torch on any device (``solver=dense``); ``auto`` takes dense on CUDA, sparse on the CPU.
 
 ``likelihood_mesh`` (default: ``mesh``) evaluates l on a coarser mesh that divides ``mesh``, the
 field restricted to it (``restriction``: its L2 projection by default, or injection; levels.py): a
@@ -84,7 +83,9 @@ class EllipticInverse(TargetBase):
         self.device, self.dtype = torch.device(device), dtype
         self.space = P2Space(mesh)
         self.mesh, self.dim, self.whiten, self.eval_draws = mesh, self.space.n_dofs, whiten, eval_draws
-        self.solver_setting = solver  # each level resolves auto (levels.resolve_solver)
+        # auto: SuperLU on the CPU (a batched dense LU is faster for small levels there, but hung once inside the
+        # slow test process), dense on CUDA; every level uses this solver
+        self.solver = solver if solver != "auto" else ("sparse" if self.device.type == "cpu" else "dense")
         self.restriction = cfg.restriction
         self.noise_sd = cfg.noise_sd if cfg.noise_sd is not None else problem.default_noise_sd(cfg.snr)
         self.sensors = problem.sensor_points()
@@ -97,7 +98,6 @@ class EllipticInverse(TargetBase):
         self._levels: dict[int, ForwardLevel] = {}
         self.likelihood_mesh = cfg.likelihood_mesh or mesh
         self.likelihood_level = self.level(self.likelihood_mesh)
-        self.solver = self.likelihood_level.solver  # the exact likelihood's; coarse levels may differ
 
     def _generate_data(self, fine_mesh: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         fine = P2Space(fine_mesh)
@@ -139,7 +139,7 @@ class EllipticInverse(TargetBase):
             if mesh not in (self.mesh, self.likelihood_mesh):
                 self.check_level(mesh, "coarse_mesh")
             self._levels[mesh] = ForwardLevel(mesh, self.space, self.sensors, self.observations, self.noise_sd,
-                                              self.solver_setting, self.device, self.dtype, self.restriction)
+                                              self.solver, self.device, self.dtype, self.restriction)
         return self._levels[mesh]
 
     def check_level(self, mesh, key: str) -> None:
