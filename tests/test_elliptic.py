@@ -323,6 +323,7 @@ def test_forward_of_a_field_whose_solve_diverges(value):
     ({"noise_sd": 0}, "model.noise_sd"),
     ({"snr": -2}, "model.snr"),
     ({"solver": "magic"}, "model.solver"),
+    ({"restriction": "nearest"}, "model.restriction"),
     ({"data_mesh_factor": 0}, "model.data_mesh_factor"),
     ({"whiten": "yes"}, "model.whiten"),
     ({"eval_draws": 0}, "model.eval_draws"),
