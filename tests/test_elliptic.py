@@ -19,6 +19,7 @@ from skfem.helpers import dot, grad
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
 from bayesx.targets.elliptic import EllipticInverse, prior, problem
+from bayesx.targets.elliptic.dense import LapackLU, TorchLU
 from bayesx.targets.elliptic.fem import P2Space
 
 MESH = 4  # 81 unknowns
@@ -208,10 +209,45 @@ def test_dense_solver_equals_sparse_solver(whiten):
         assert torch.isfinite(ll[[0, 2, 3]]).all() and torch.isfinite(g[[0, 2, 3]]).all()
 
 
-def test_auto_solver_is_sparse_on_the_cpu():
+def test_auto_solver_is_dense_for_small_levels_on_the_cpu():
     model = EllipticInverse(mesh=10)
-    assert model.solver == "sparse" and model.level(5).solver == "sparse"
+    assert model.likelihood_level.solver == "sparse" and model.level(5).solver == "dense"  # 441 and 121 unknowns
+    assert model.describe()["solver"] == "sparse" and model.kernel_name(None) == "superlu"
     assert EllipticInverse(mesh=10, solver="dense").level(5).solver == "dense"  # an explicit choice holds everywhere
+    assert EllipticInverse(mesh=4, solver="sparse").describe()["solver"] == "sparse"
+
+
+def _symmetric_systems(n: int, batch: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(batch, n, n, generator=g, dtype=torch.float64)
+    return a + a.transpose(1, 2) + 2 * n * torch.eye(n, dtype=torch.float64)
+
+
+def test_lapack_lu_solves_symmetric_systems_and_reports_failures():
+    matrices = _symmetric_systems(7, 3, 0)
+    rhs = torch.randn(3, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    matrices[1, 2, :] = matrices[1, :, 2] = 0.0  # singular: a zero row and column
+    matrices[2, 0, 0] = math.inf
+    factors = LapackLU(matrices.clone())
+    assert factors.failed.tolist() == [False, True, True]
+    x = factors.solve(rhs)
+    torch.testing.assert_close(matrices[0] @ x[0], rhs[0], rtol=1e-12, atol=1e-12)
+    assert torch.isnan(x[2]).all()  # not factorized at all: NaN, never garbage
+
+
+def test_torch_lu_and_lapack_lu_agree():
+    """The GPU path's batched torch LU, run here on the CPU with one thread (see dense.py on why not more)."""
+    matrices = _symmetric_systems(9, 4, 2)
+    rhs = torch.randn(4, 9, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        batched = TorchLU(matrices.clone())
+        torch.testing.assert_close(batched.solve(rhs), LapackLU(matrices.clone()).solve(rhs),
+                                   rtol=1e-12, atol=1e-12)
+        assert not batched.failed.any()
+    finally:
+        torch.set_num_threads(threads)
 
 
 # --- prior --------------------------------------------------------------------------------------------
@@ -438,7 +474,7 @@ def test_describe_and_probes():
     model = EllipticInverse(mesh=MESH)
     tags = model.describe()
     assert tags == {"dim": "81", "mesh": "4", "elements": "P2", "n_obs": "25", "noise_sd": "0.1", "whiten": "false",
-                    "solver": "sparse", "likelihood_mesh": "4", "restriction": "projection", "prior_draws": "circulant",
+                    "solver": "dense", "likelihood_mesh": "4", "restriction": "projection", "prior_draws": "circulant",
                     "posterior": "exact"}
     probes = model.field_probe_dofs()
     assert probes.shape == (5,)

@@ -398,7 +398,7 @@ def check_elliptic_run(uri: str, run, method: str) -> None:
     assert 0.0 < metrics["step_size"] <= 4.0 and metrics["rho"] == pytest.approx(pcn.rho(metrics["step_size"]))
     assert metrics["n_grad_evals"] == 0
     assert (tags["method"], tags["model"], tags["data"]) == (method, "elliptic", "none")
-    assert (tags["target.dim"], tags["target.mesh"], tags["target.solver"]) == ("81", "4", "sparse")
+    assert (tags["target.dim"], tags["target.mesh"], tags["target.solver"]) == ("81", "4", "dense")
     files = artifact_files(uri, run.info.run_id)
     missing = [a for a in REQUIRED_ARTIFACTS if a not in files]
     assert not missing, f"artifacts missing: {missing} (have {sorted(files)})"

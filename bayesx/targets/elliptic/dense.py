@@ -2,8 +2,14 @@
 
 The same algebra as fem.py (K.data = S k_q, k_q = exp(I u), the adjoint gradient
 -I^T [k_q * S^T (lambda_rows * x_cols)]), with the saddle-point matrices of all chains formed
-densely and factorized by one batched LU. On a GPU this trades O(N^3) arithmetic for parallelism;
-on the CPU the sparse path is far cheaper beyond small meshes.
+densely in torch and factorized by LU. On a GPU one batched LU trades O(N^3) arithmetic for
+parallelism; on the CPU each matrix goes to LAPACK's getrf through SciPy (:class:`LapackLU`), which
+beats SuperLU's per-call overhead on small levels (a few hundred unknowns) and loses beyond.
+
+Why not torch's LU on the CPU: its batched ``lu_factor_ex`` calls MKL's getrf from inside torch's
+own OpenMP loop over the batch, and those nested calls deadlocked (py-spy: the main thread spinning
+in MKL's thread team, ``mkl_lapack_dgetrf`` inside ``GOMP_parallel`` inside ``apply_lu_factor``) in
+the slow test process, after earlier tests had run OpenMP regions; reproduced on demand there.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 import torch
 from torch import Tensor
@@ -25,6 +32,53 @@ def csr_tensor(matrix: sp.csr_matrix, device, dtype) -> Tensor:
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(as_long(matrix.indptr), as_long(matrix.indices),
                                        torch.as_tensor(matrix.data, device=device, dtype=dtype), matrix.shape)
+
+
+class TorchLU:
+    """torch's batched LU of matrices (batch, n, n), one call for all of them (for CUDA)."""
+
+    def __init__(self, matrices: Tensor):
+        self.lu, self.pivots, info = torch.linalg.lu_factor_ex(matrices)
+        self.failed = info != 0
+
+    def solve(self, rhs: Tensor) -> Tensor:
+        """A^-1 b per matrix for right-hand sides (batch, n)."""
+        return torch.linalg.lu_solve(self.lu, self.pivots, rhs.unsqueeze(-1)).squeeze(-1)
+
+
+class LapackLU:
+    """LAPACK's getrf and getrs through SciPy, one matrix at a time, for CPU tensors (batch, n, n) of symmetric
+    matrices (the saddle-point systems are: each row-major matrix is handed to Fortran as its transpose, without
+    a copy); see the module docstring for why not torch's LU. A non-finite entry or a zero pivot fails."""
+
+    def __init__(self, matrices: Tensor):
+        arrays = matrices.detach().numpy()
+        getrf, self._getrs = scipy.linalg.get_lapack_funcs(("getrf", "getrs"), (arrays,))
+        self.factors = []
+        failed = np.zeros(len(arrays), dtype=bool)
+        for i, matrix in enumerate(arrays):
+            if np.isfinite(matrix).all():
+                lu, pivots, info = getrf(matrix.T, overwrite_a=True)
+                failed[i] = info != 0
+            else:
+                lu, pivots, failed[i] = None, None, True
+            self.factors.append((lu, pivots))
+        self.failed = torch.as_tensor(failed)
+        self._like = matrices
+
+    def solve(self, rhs: Tensor) -> Tensor:
+        """A^-1 b per matrix for right-hand sides (batch, n); NaN where the factorization failed."""
+        b = rhs.detach().numpy()
+        out = np.full(b.shape, np.nan, dtype=b.dtype)
+        for i, (lu, pivots) in enumerate(self.factors):
+            if lu is not None:
+                out[i] = self._getrs(lu, pivots, b[i])[0]
+        return torch.as_tensor(out, dtype=self._like.dtype)
+
+
+def factorize(matrices: Tensor) -> TorchLU | LapackLU:
+    """The LU factors of matrices (batch, n, n): LAPACK per matrix on the CPU, torch's batched LU elsewhere."""
+    return LapackLU(matrices) if matrices.device.type == "cpu" else TorchLU(matrices)
 
 
 class DenseOperators:
@@ -47,34 +101,33 @@ class DenseOperators:
         self.y = torch.as_tensor(observations, device=device, dtype=dtype)
 
     def _solve(self, u: Tensor):
-        """The batched LU factors of A(exp(u)) for rows u, and the solutions x (batch, dofs + 1)."""
+        """The LU factors of A(exp(u)) for rows u, and the solutions x (batch, dofs + 1)."""
         batch = u.shape[0]
         k_q = torch.exp(self.interp @ u.T).T  # (batch, n_quad)
         matrix = torch.zeros(batch, self.size * self.size, device=u.device, dtype=u.dtype)
         matrix[:, self.k_flat] = (self.stiffness @ k_q.T).T
         matrix[:, self.c_flat] = self.c_values
-        lu, pivots, info = torch.linalg.lu_factor_ex(matrix.view(batch, self.size, self.size))
-        x = torch.linalg.lu_solve(lu, pivots, self.rhs.expand(batch, -1).unsqueeze(-1)).squeeze(-1)
-        return k_q, lu, pivots, info, x
+        factors = factorize(matrix.view(batch, self.size, self.size))
+        return k_q, factors, factors.solve(self.rhs.expand(batch, -1))
 
     def predictions(self, u: Tensor) -> Tensor:
         """The sensor values O p(u) for rows u (batch, dofs); NaN rows where a factorization fails."""
-        _, _, _, info, x = self._solve(u)
+        _, factors, x = self._solve(u)
         values = x[:, : self.n_dofs] @ self.obs.T
-        failed = (info != 0) | ~torch.isfinite(values).all(-1)
+        failed = factors.failed | ~torch.isfinite(values).all(-1)
         return torch.where(failed[:, None], torch.full_like(values, float("nan")), values)
 
     def misfit_and_grad(self, u: Tensor, noise_sd: float) -> tuple[Tensor, Tensor]:
         """l(u) and its adjoint gradient for rows u, NaN where a factorization fails (the values alone:
         :meth:`predictions`)."""
         batch = u.shape[0]
-        k_q, lu, pivots, info, x = self._solve(u)
+        k_q, factors, x = self._solve(u)
         residual = (self.y - x[:, : self.n_dofs] @ self.obs.T) / noise_sd
         log_lik = -0.5 * (residual * residual).sum(-1)
-        failed = (info != 0) | ~torch.isfinite(log_lik)
+        failed = factors.failed | ~torch.isfinite(log_lik)
         log_lik = torch.where(failed, torch.full_like(log_lik, float("nan")), log_lik)
         g = torch.cat([(residual / noise_sd) @ self.obs, torch.zeros(batch, 1, device=u.device, dtype=u.dtype)], 1)
-        adjoint = torch.linalg.lu_solve(lu, pivots, g.unsqueeze(-1)).squeeze(-1)  # A is symmetric
+        adjoint = factors.solve(g)  # A is symmetric
         weights = adjoint[:, self.k_rows] * x[:, self.k_cols]
         inner = k_q * (self.stiffness_t @ weights.T).T
         grad = -(self.interp_t @ inner.T).T.contiguous()  # rows, as the sparse path returns them

@@ -11,8 +11,9 @@ log-likelihood -7.47 measures). Its gradient costs one adjoint solve with the sa
 N(0, I) and grad_v = L^T grad_u: the parameterization in which HMC's identity mass fits the prior.
 
 The data are generated from the true field on a mesh twice as fine (no inverse crime) with seeded
-noise. Solves run per chain with SuperLU on the CPU (``solver=sparse``) or as a batched dense LU
-in torch on any device (``solver=dense``); ``auto`` takes dense on CUDA, sparse on the CPU.
+noise. Solves run per chain with SuperLU on the CPU (``solver=sparse``) or by dense LU on any device
+(``solver=dense``: LAPACK per chain on the CPU, batched in torch on a GPU); ``auto`` takes dense on
+CUDA and, on the CPU, for levels of at most 250 unknowns (levels.resolve_solver).
 
 ``likelihood_mesh`` (default: ``mesh``) evaluates l on a coarser mesh that divides ``mesh``, the
 field restricted to it (``restriction``: its L2 projection by default, or injection; levels.py): a
@@ -83,9 +84,7 @@ class EllipticInverse(TargetBase):
         self.device, self.dtype = torch.device(device), dtype
         self.space = P2Space(mesh)
         self.mesh, self.dim, self.whiten, self.eval_draws = mesh, self.space.n_dofs, whiten, eval_draws
-        # auto: SuperLU on the CPU (a batched dense LU is faster for small levels there, but hung once inside the
-        # slow test process), dense on CUDA; every level uses this solver
-        self.solver = solver if solver != "auto" else ("sparse" if self.device.type == "cpu" else "dense")
+        self.solver = solver  # auto is resolved by each level for its size (levels.resolve_solver)
         self.restriction = cfg.restriction
         self.noise_sd = cfg.noise_sd if cfg.noise_sd is not None else problem.default_noise_sd(cfg.snr)
         self.sensors = problem.sensor_points()
@@ -224,14 +223,15 @@ class EllipticInverse(TargetBase):
     # --- reporting ------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "mesh": str(self.mesh), "elements": "P2", "n_obs": str(len(self.observations)),
-                "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(), "solver": self.solver,
+                "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(),
+                "solver": self.likelihood_level.solver,
                 "likelihood_mesh": str(self.likelihood_mesh), "restriction": self.restriction,
                 "prior_draws": "cholesky" if self.prior.circulant is None else "circulant",
                 "posterior": f"approximate (likelihood on the {self.likelihood_mesh} x {self.likelihood_mesh} mesh)"
                              if self.approximate else "exact"}
 
     def kernel_name(self, position: Tensor) -> str:
-        return "superlu" if self.solver == "sparse" else "torch-dense-lu"
+        return self.likelihood_level.kernel_name
 
     def field_probe_dofs(self) -> np.ndarray:
         """Indices of the dofs nearest FIELD_PROBES (their ESS is reported as ess_field_min)."""
