@@ -507,3 +507,25 @@ def test_a_coarse_likelihood_run_is_tagged_approximate(store):
 ], ids=["coarse_not_coarser", "coarse_not_dividing", "subchain_0", "no_coarse_levels", "likelihood_mesh_not_dividing"])
 def test_bad_input_is_rejected_before_a_run(bad_env, argv, needles):
     assert_rejected(argv, bad_env, *needles)
+
+
+@pytest.mark.parametrize("subspace", [False, True])
+def test_carried_coarse_inputs_stay_those_of_the_position(subspace):
+    """The state's coarsest-level inputs are moved with the position (linearity) instead of restricting it at every
+    coarse move: after every step, and on three levels too, they equal the restriction of the state's position."""
+    model = EllipticInverse(mesh=6)
+    g = gen(31)
+    position = model.sample_prior(3, g)
+    proposal = dapcn.PriorProposal()
+    if subspace:
+        directions = torch.as_tensor(np.random.default_rng(8).normal(size=(model.dim, 4)))
+        proposal = dapcn.SubspaceProposal.from_directions(model.prior_factor(), directions)
+    params = dapcn.DAParams(0.5, (2, 3), (3, 2), proposal, 4.0, noise_block=4)
+    state = dapcn.init(position, model, params.meshes, proposal)
+    moved = torch.zeros(3, dtype=torch.bool)
+    for _ in range(6):
+        state, info = dapcn.step(state, model, params, g)
+        moved |= info.accepted
+        torch.testing.assert_close(state.coarse_inputs, model.level_inputs(state.position, 2), rtol=1e-10, atol=1e-10)
+        assert not state.offset.any()
+    assert moved.any()  # the check saw moves, not only a still chain

@@ -36,7 +36,10 @@ Within a step the position is kept as q = position + offset (L Q)^T: a latent mo
 offset (d numbers), a complement move scales both parts, and a coarse level reads its inputs as
 level_inputs(position) + offset level_inputs((L Q)^T), which is exact because a level's inputs are
 linear in q (the field at its nodes). The full field, D numbers per chain, is formed once per step,
-for the exact level; before, every level-0 move formed it (a (d, D) product each time).
+for the exact level; before, every level-0 move formed it (a (d, D) product each time). For the same
+reason the state carries the coarsest level's inputs of ``position`` (``coarse_inputs``) and each
+block of proposal noise its restriction: a move is linear in (position, noise), so applying it to
+their restrictions gives the new position's, and the level-0 moves never restrict a whole field.
 
 Levels are Gaussian likelihoods of the model's predictions F_k(q) at the sensors,
 l_k(q) = -|W_k^T (y - F_k(q) - mu_k)|^2 / 2 (a :class:`Misfit`); without correction mu_k = 0 and
@@ -52,7 +55,7 @@ sampling.
 from __future__ import annotations
 
 import math
-from functools import partial
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -138,6 +141,9 @@ class PriorProposal(NamedTuple):
     def materialize(self, position: Tensor, offset: Tensor) -> Tensor:
         return position  # no offset: every move forms the whole position
 
+    def offset_inputs(self, target, offset: Tensor, mesh: int | None) -> Tensor | float:
+        return 0.0
+
     def level_inputs(self, target, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
         return target.level_inputs(position, mesh)
 
@@ -181,11 +187,15 @@ class SubspaceProposal:
         """q = position + offset (L Q)^T."""
         return torch.addmm(position, offset, self._colored_rows)
 
-    def level_inputs(self, target, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
-        """What level ``mesh`` reads of q = position + offset (L Q)^T, by linearity without forming q."""
+    def offset_inputs(self, target, offset: Tensor, mesh: int | None) -> Tensor:
+        """What level ``mesh`` reads of offset (L Q)^T: offset level_inputs((L Q)^T), by linearity."""
         if mesh not in self._level_bases:
             self._level_bases[mesh] = target.level_inputs(self._colored_rows, mesh)
-        return target.level_inputs(position, mesh) + offset @ self._level_bases[mesh]
+        return offset @ self._level_bases[mesh]
+
+    def level_inputs(self, target, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
+        """What level ``mesh`` reads of q = position + offset (L Q)^T, by linearity without forming q."""
+        return target.level_inputs(position, mesh) + self.offset_inputs(target, offset, mesh)
 
     def subchain_moves(self, n: int, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
         """Level 1's subchain of n steps: latent, then (complement, latent) n times (h = 0 holds a part still),
@@ -213,8 +223,9 @@ class DAState(NamedTuple):
     level_predictions: Tensor  # (levels, chains, m): F_0 .. F_{K-1} at position (stale above a level during its subchain)
     level_log_lik: Tensor  # (levels, chains): l_0 .. l_{K-1} from them, under the step's misfits
     latent: Tensor  # (chains, d) the subspace coordinates (d = 0 for plain pCN proposals)
-    noise: pcn.PriorNoise  # level-0 proposal noise made ahead, in blocks
+    noise: pcn.PriorNoise  # level-0 proposal noise made ahead, in blocks, each with its coarsest-level inputs
     offset: Tensor  # (chains, d) latent moves not yet added to position (zero between steps)
+    coarse_inputs: Tensor  # (chains, n_0) what the coarsest level reads of ``position`` (without the offset)
 
 
 class DAInfo(NamedTuple):
@@ -253,7 +264,7 @@ def init(position: Tensor, target, meshes: tuple[int, ...], proposal: PriorPropo
     predictions = torch.stack([target.level_predictions(position, mesh) for mesh in meshes])
     latent = proposal.latent(position)
     return DAState(position, target.log_likelihood(position), predictions, predictions.new_zeros(predictions.shape[:2]),
-                   latent, pcn.EMPTY_NOISE, torch.zeros_like(latent))
+                   latent, pcn.EMPTY_NOISE, torch.zeros_like(latent), target.level_inputs(position, meshes[0]))
 
 
 def log_density(state: DAState) -> Tensor:
@@ -281,6 +292,16 @@ def _evaluate(target, params: DAParams, misfits, level: int, position: Tensor,
     return predictions, misfits[level](predictions)
 
 
+def _noise_with_inputs(target, params: DAParams) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
+    """The proposal's noise maker, each block followed by the coarsest level's inputs of its first tensor (the
+    draws the position moves with), restricted in one batch."""
+    def make(n: int, gen: torch.Generator) -> tuple[Tensor, ...]:
+        noise = params.proposal.noise(target, n, gen)
+        return (*noise, target.level_inputs(noise[0], params.meshes[0]))
+
+    return make
+
+
 def _replace_level(levels: Tensor, level: int, values: Tensor) -> Tensor:
     out = levels.clone()
     out[level] = values
@@ -289,15 +310,21 @@ def _replace_level(levels: Tensor, level: int, values: Tensor) -> Tensor:
 
 def _coarsest_subchain(state: DAState, target, params: DAParams, misfits, n: int, gen, tally: _Tally) -> DAState:
     """Level 1's proposal, a pi_0-reversible subchain of n steps: the proposal's pCN moves, each accepted on l_0."""
+    mesh = params.meshes[0]
     for h, h_latent, adapted in params.proposal.subchain_moves(n, params.step_size, params.latent_step_size):
         if h == 0.0 and h_latent is not None:  # latent-only (complement held): only the latent noise, N(0, I_d)
             noise, block = (None, torch.randn(state.latent.shape, generator=gen, dtype=state.latent.dtype,
-                                              device=state.latent.device)), state.noise
+                                              device=state.latent.device), None), state.noise
         else:
-            noise, block = pcn.draw_noise(state.noise, partial(params.proposal.noise, target), state.position.shape[0],
+            noise, block = pcn.draw_noise(state.noise, _noise_with_inputs(target, params), state.position.shape[0],
                                           params.noise_block, gen)
+        noise, noise_inputs = tuple(noise[:-1]), noise[-1]
         proposal, offset, latent = params.proposal.move(state.position, state.offset, state.latent, noise, h, h_latent)
-        predictions, log_lik = _evaluate(target, params, misfits, 0, proposal, offset)
+        # the move is linear in (position, noise[0]), row by row: applied to their inputs, it gives the proposal's
+        inputs = params.proposal.move(state.coarse_inputs, state.offset, state.latent, (noise_inputs, *noise[1:]), h,
+                                      h_latent)[0]
+        predictions = target.level_predictions_at(inputs + params.proposal.offset_inputs(target, offset, mesh), mesh)
+        log_lik = misfits[0](predictions)
         tally.coarse_solves += 1
         current = state.level_log_lik[0]
         accept_prob, accepted, failed = pcn.metropolis(current, log_lik, 0.0, gen)
@@ -309,7 +336,8 @@ def _coarsest_subchain(state: DAState, target, params: DAParams, misfits, n: int
                         _replace_level(state.level_predictions, 0,
                                        where_rows(accepted, predictions, state.level_predictions[0])),
                         _replace_level(state.level_log_lik, 0, torch.where(accepted, log_lik, current)),
-                        where_rows(accepted, latent, state.latent), block, where_rows(accepted, offset, state.offset))
+                        where_rows(accepted, latent, state.latent), block, where_rows(accepted, offset, state.offset),
+                        where_rows(accepted, inputs, state.coarse_inputs))
     return state
 
 
@@ -342,8 +370,9 @@ def _level_step(state: DAState, target, params: DAParams, misfits, level: int, g
     current = state.log_likelihood if top else state.level_log_lik[level]
     moved = (proposal.position != state.position).any(1) | (proposal.offset != state.offset).any(1)
     # the exact level reads the whole field: form it (a step starts with a zero offset, so state.position is q)
-    position, offset = proposal.position, proposal.offset
-    if top:
+    position, offset, inputs = proposal.position, proposal.offset, proposal.coarse_inputs
+    if top:  # the offset moves into the position, and its inputs into the coarsest level's
+        inputs = inputs + params.proposal.offset_inputs(target, offset, params.meshes[0])
         position, offset = params.proposal.materialize(position, offset), torch.zeros_like(offset)
     new_log_lik = current.clone()
     new_predictions = torch.full_like(state.level_predictions[0], math.nan)
@@ -368,7 +397,7 @@ def _level_step(state: DAState, target, params: DAParams, misfits, level: int, g
                                      where_rows(accepted, new_predictions, state.level_predictions[level]))
         levels = _replace_level(levels, level, torch.where(accepted, new_log_lik, current))
     new = DAState(position, log_lik, predictions, levels, where_rows(accepted, proposal.latent, state.latent),
-                  proposal.noise, offset)
+                  proposal.noise, offset, where_rows(accepted, inputs, state.coarse_inputs))
     if not top:
         return new, None
     prob = torch.where(moved, accept_prob, torch.ones_like(accept_prob))
