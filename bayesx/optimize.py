@@ -50,9 +50,10 @@ def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> 
 
 
 def hessian(target, q: Tensor) -> Tensor:
-    """Hessian of log pi at one point q (dim,): the target's own, autograd's where log_prob is differentiable torch,
-    else central differences of the target's gradient (a PDE model's adjoint gradient, for instance)."""
-    if hasattr(target, "hessian"):
+    """Hessian of log pi at one point q (dim,): the target's closed form where it declares one, autograd's where
+    log_prob is differentiable torch, else central differences of the target's gradient (a PDE model's adjoint
+    gradient, for instance)."""
+    if target.capabilities.closed_form_hessian:
         return target.hessian(q)
     if target.capabilities.differentiable:
         return torch.autograd.functional.hessian(lambda x: target.log_prob(x), q, vectorize=True)

@@ -10,6 +10,7 @@ one lies within its standard error of a long-run estimate.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -133,3 +134,19 @@ def test_pde_model_hessian_includes_the_likelihood():
         prior_only = -torch.cholesky_inverse(model.prior_factor())
         assert torch.allclose(h, h.T)
         assert float((h - prior_only).abs().max()) > 1e-2 * float(prior_only.abs().max())
+
+
+def test_hessian_dispatches_on_declared_capabilities(small_logreg, monkeypatch):
+    """optimize.hessian asks the target's capabilities, never probes for methods: a target declaring a closed form
+    gets it called; one that does not is differentiated by autograd even if it has a method named hessian."""
+    from bayesx import optimize
+
+    q = torch.zeros(small_logreg.dim, dtype=torch.float64)
+    assert small_logreg.capabilities.closed_form_hessian
+    calls = []
+    monkeypatch.setattr(small_logreg, "hessian", lambda x: calls.append(x) or torch.eye(small_logreg.dim))
+    assert torch.equal(optimize.hessian(small_logreg, q), torch.eye(small_logreg.dim)) and len(calls) == 1
+    undeclared = dataclasses.replace(small_logreg.capabilities, closed_form_hessian=False)
+    monkeypatch.setattr(small_logreg, "capabilities", undeclared)
+    auto = optimize.hessian(small_logreg, q)
+    assert len(calls) == 1 and not torch.equal(auto, torch.eye(small_logreg.dim))

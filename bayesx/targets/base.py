@@ -48,6 +48,8 @@ class Capabilities:
                           ``sensor_data()`` (observations y and noise sd sigma of the Gaussian likelihood
                           l = -|y - F|^2 / (2 sigma^2)), what delayed-acceptance samplers (method=dapcn)
                           screen proposals with
+    closed_form_hessian   ``hessian(q)`` gives the Hessian of log pi at q (dim,) in closed form (Laplace uses it
+                          instead of autograd's or finite differences)
     logistic_design       a Bayesian logistic regression y ~ Bernoulli(sigmoid(X q)), q ~ N(0, s^2 I), whose
                           ``logistic_design()`` returns (X, y, s^2) (for the Jaakkola-Jordan bound of method=vi)
     """
@@ -60,6 +62,7 @@ class Capabilities:
     reference_affordable: bool = True
     exact_log_normalizer: bool = False
     differentiable: bool = True
+    closed_form_hessian: bool = False
     logistic_design: bool = False
     coarse_levels: bool = False
 

@@ -40,7 +40,7 @@ class LogisticSettings(Settings):
 
 class LogisticRegression(FusedLogistic, TargetBase):
     Settings = LogisticSettings
-    capabilities = Capabilities(logistic_design=True)
+    capabilities = Capabilities(logistic_design=True, closed_form_hessian=True)
     param_name = "beta"
 
     def __init__(self, data: ClassificationData, settings: LogisticSettings | None = None,
