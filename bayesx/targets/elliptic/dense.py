@@ -49,7 +49,8 @@ class TorchLU:
 class LapackLU:
     """LAPACK's getrf and getrs through SciPy, one matrix at a time, for CPU tensors (batch, n, n) of symmetric
     matrices (the saddle-point systems are: each row-major matrix is handed to Fortran as its transpose, without
-    a copy); see the module docstring for why not torch's LU. A non-finite entry or a zero pivot fails."""
+    a copy, and factorized in place: the matrices are overwritten); see the module docstring for why not torch's
+    LU. A non-finite entry or a zero pivot fails."""
 
     def __init__(self, matrices: Tensor):
         arrays = matrices.detach().numpy()
@@ -64,7 +65,7 @@ class LapackLU:
                 lu, pivots, failed[i] = None, None, True
             self.factors.append((lu, pivots))
         self.failed = torch.as_tensor(failed)
-        self._like = matrices
+        self._dtype = matrices.dtype
 
     def solve(self, rhs: Tensor) -> Tensor:
         """A^-1 b per matrix for right-hand sides (batch, n); NaN where the factorization failed."""
@@ -73,7 +74,7 @@ class LapackLU:
         for i, (lu, pivots) in enumerate(self.factors):
             if lu is not None:
                 out[i] = self._getrs(lu, pivots, b[i])[0]
-        return torch.as_tensor(out, dtype=self._like.dtype)
+        return torch.as_tensor(out, dtype=self._dtype)
 
 
 def factorize(matrices: Tensor) -> TorchLU | LapackLU:
