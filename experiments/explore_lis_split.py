@@ -12,8 +12,8 @@ with one adjoint solve per sensor; the subspace moves with a small fixed pCN ste
 draws). The kernel is method=dapcn's own (bayesx.kernels.dapcn.SubspaceProposal), so the chain is
 exact for any choice of directions.
 
-This is not yet a method option: the Jacobian uses the level's internals (a prediction Jacobian is
-not part of the target contract). The pCN baseline is read from the Table 2 runs of the same seeds
+This is not yet a method option: the Jacobian comes from the likelihood level
+(``ForwardLevel.sensor_jacobian``), which is not part of the target contract. The pCN baseline is read from the Table 2 runs of the same seeds
 (``--pcn-json``), so run this on the same machine state as those.
 
     python experiments/explore_lis_split.py --seeds 0,1,2
@@ -43,13 +43,9 @@ def informed_directions(model: EllipticInverse, rank: int) -> tuple[torch.Tensor
     """L V_r (dim, rank): the leading right singular vectors V_r of sigma^-1 J L at u = 0, in the model's
     coordinates, and all singular values."""
     level = model.likelihood_level
-    factorized, x = level._solve(np.zeros(model.dim))
-    rows = []
-    for k in range(level.obs.shape[0]):  # d(O p)_k / du: one adjoint solve per sensor
-        adjoint = factorized.solve(np.append(level.obs_t[:, [k]].toarray().ravel(), 0.0))
-        rows.append(-level.space.coefficient_gradient(factorized, x, adjoint))
+    jacobian = level.sensor_jacobian(np.zeros(model.dim))  # d(O p)/du: one adjoint solve per sensor
     chol = model.prior_factor()
-    whitened = torch.as_tensor(np.array(rows), dtype=chol.dtype) @ chol / level.noise_sd
+    whitened = torch.as_tensor(jacobian, dtype=chol.dtype) @ chol / level.noise_sd
     _, singular_values, vt = torch.linalg.svd(whitened, full_matrices=False)
     return chol @ vt[:rank].T, singular_values.numpy()
 

@@ -202,6 +202,13 @@ class ForwardLevel:
         """The sensor values O_n p_n(R_n u) for rows u (n, fine dofs); a row of NaN where a solve fails."""
         return self.predictions_at(self.restrict(u))
 
+    def sensor_jacobian(self, field: np.ndarray) -> np.ndarray:
+        """d(O_n p_n)/d(field) (sensors, this level's dofs) at one field on this mesh: one factorization (SuperLU)
+        and one adjoint solve per sensor, each row the adjoint gradient of that sensor's value."""
+        factorized, x = self._solve(np.asarray(field, dtype=np.float64))
+        rows = [factorized.solve(np.append(self.obs_t[:, k].toarray().ravel(), 0.0)) for k in range(self.obs.shape[0])]
+        return np.stack([-self.space.coefficient_gradient(factorized, x, adjoint) for adjoint in rows])
+
     def predictions_at(self, field: Tensor) -> Tensor:
         """The sensor values O_n p_n(field) for rows of the field at this mesh's nodes (n, its dofs)."""
         if self.solver == "dense":
