@@ -15,6 +15,9 @@ For each mesh (20 x 20 -> 1681 unknowns, 40 x 40 -> 6561), same number of iterat
                       --da-subchain), exact; DA-AE-pCN moves the PCA directions with h=4 and the
                       complement with the adapted h; both with the adaptive error model (the default),
                       and again without it (dapcn_plain, daaepcn_plain)
+  DA-pCN (LIS split)  method=dapcn proposal=lis: the same block moves, split along the likelihood-informed
+                      subspace (--informed-dim directions of the misfit's Gauss-Newton Hessian at the prior
+                      mean, h = --informed-step-size) instead of the PCA one; no pre-sampling; exact
   HMC                 (mesh 20 only) whitened u = L v, adjoint gradient
 The paper's speed-up compares sampling times for the same iterations; we add the ratio of
 log-likelihood ESS per second and of the field's min ESS per second against exact pCN, which is what a
@@ -50,7 +53,8 @@ PUBLISHED = {  # Deep MCMC Table 2: seconds and log-likelihood, same number of i
     40: {"pCN": (15719.7, -7.46), "AE-pCN": (1038.3, -7.915), "speed_up": 15.1},
 }
 COARSE_LIKELIHOOD_MESH = 10  # the latent size 441 of the paper is the P2 field of this mesh
-ROWS = ("pcn", "aepcn", "pcn_coarse", "aepcn_coarse", "dapcn", "daaepcn", "dapcn_plain", "daaepcn_plain", "hmc")
+ROWS = ("pcn", "aepcn", "pcn_coarse", "aepcn_coarse", "dapcn", "daaepcn", "dalis", "dapcn_plain", "daaepcn_plain",
+        "hmc")
 
 
 class SolveTimer:
@@ -114,6 +118,9 @@ def run_row(kind: str, mesh: int, args, exact: EllipticInverse) -> dict:
         "dapcn": ("DA-pCN", lambda: DAPCN(num_warmup=args.warmup, num_draws=args.draws, **da)),
         "daaepcn": ("DA-AE-pCN", lambda: DAPCN(proposal="ae", num_warmup=args.latent_warmup, num_draws=args.draws,
                                                 **da, **ae)),
+        "dalis": ("DA-pCN (LIS split)", lambda: DAPCN(proposal="lis", num_warmup=args.warmup, num_draws=args.draws,
+                                                    informed_dim=args.informed_dim,
+                                                    informed_step_size=args.informed_step_size, **da)),
         "dapcn_plain": ("DA-pCN, no error model",
                         lambda: DAPCN(num_warmup=args.warmup, num_draws=args.draws, error_model=False, **da)),
         "daaepcn_plain": ("DA-AE-pCN, no error model",
@@ -158,7 +165,8 @@ def write_markdown(rows: list[dict], args, path: Path, seconds: float) -> None:
              f"Coarse likelihood: `model.likelihood_mesh={COARSE_LIKELIHOOD_MESH}` (**approximate**: another "
              f"posterior). DA: `method=dapcn coarse_mesh={args.da_meshes} subchain_length={args.da_subchain}` "
              "(exact), with the adaptive error model unless the row says otherwise; DA-AE-pCN pre-samples with "
-             "DA-pCN (the same error model setting). Speed-up (as published) = exact pCN sampling time / the "
+             f"DA-pCN (the same error model setting); DA-pCN (LIS split): `proposal=lis informed_dim={args.informed_dim} "
+             f"informed_step_size={args.informed_step_size}`, {args.warmup} warm-up iterations. Speed-up (as published) = exact pCN sampling time / the "
              "row's, for the same iterations. ESS/s ratios: the row's ESS per second of sampling over exact pCN's. "
              "log-likelihood: mean over retained draws of -1/2 sum((y - O p)/sigma)^2 on the row's likelihood mesh "
              "(in brackets for approximate rows: on the model's mesh). solve share: the fraction of the run's wall "
@@ -268,6 +276,9 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(ROWS), help=f"which rows, of {', '.join(ROWS)}")
     parser.add_argument("--da-meshes", default="10", help="method=dapcn coarse_mesh: one mesh or a list, e.g. 5,10")
     parser.add_argument("--da-subchain", default="5", help="method=dapcn subchain_length: one or one per level")
+    parser.add_argument("--informed-dim", type=int, default=25, help="DA-pCN (LIS split): method.informed_dim")
+    parser.add_argument("--informed-step-size", type=float, default=0.5,
+                        help="DA-pCN (LIS split): method.informed_step_size")
     parser.add_argument("--hmc-meshes", default="20", help="meshes with an HMC row (empty for none)")
     parser.add_argument("--hmc-steps", type=int, default=10)
     parser.add_argument("--hmc-warmup", type=int, default=300)

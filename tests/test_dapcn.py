@@ -66,6 +66,9 @@ class CoarseLevels(LinearGaussian):
     def sensor_data(self):
         return self.y, self.noise
 
+    def prediction_jacobian(self, q, mesh):
+        return self.A if mesh is None else self.coarse[mesh][0]
+
     def check_level(self, mesh, key):
         if mesh not in self.coarse:
             raise InvalidSetting(key, f"={mesh} is not a level; use 2 or 4")
@@ -128,6 +131,39 @@ def test_subspace_proposal_with_three_levels_samples_the_exact_posterior(toy):
     result = sampler.run(toy, toy.initial_point(8, g), g, progress=False)
     assert result.metrics["coarse_solves_per_iter"] > 10  # 2 subchains of (latent, 2 x (complement, latent)), level 1
     assert_exact(toy, result.draws)
+
+
+def test_likelihood_informed_proposal_samples_the_exact_posterior(toy):
+    """proposal=lis: two Gauss-Newton directions of the toy's misfit with a small step, the complement adapted."""
+    result = run_da(toy, seed=4, proposal="lis", informed_dim=2, informed_step_size=0.5)
+    m = result.metrics
+    assert m["informed_dim"] == 2 and m["informed_eigenvalue_min"] > 0
+    assert m["coarse_solves_per_iter"] == 7  # latent, then 3 x (complement, latent)
+    assert_exact(toy, result.draws)
+
+
+def test_likelihood_informed_directions_span_what_the_data_see():
+    """With as many directions as sensors, the whitened Jacobian J L / sigma vanishes on their complement and they
+    are eigenvectors of the Gauss-Newton Hessian H = (J L)^T (J L) / sigma^2 with the returned eigenvalues; as
+    many random directions (the control) leave most of J L / sigma outside."""
+    from bayesx.methods.mcmc.dapcn import likelihood_informed_directions
+
+    model = EllipticInverse(mesh=4, solver="sparse")
+    chol = model.prior_factor()
+    whitened_jacobian = model.prediction_jacobian(torch.zeros(model.dim)) @ chol / model.noise_sd
+    directions, eigenvalues = likelihood_informed_directions(model, 25)
+    basis = torch.linalg.solve_triangular(chol, directions, upper=False)  # V (dim, 25), orthonormal
+    torch.testing.assert_close(basis.T @ basis, torch.eye(25, dtype=basis.dtype), atol=1e-8, rtol=0)
+    hessian = whitened_jacobian.T @ whitened_jacobian
+    torch.testing.assert_close(hessian @ basis, basis * eigenvalues[:25], atol=1e-8 * eigenvalues[0], rtol=1e-6)
+    assert (eigenvalues[:-1] >= eigenvalues[1:]).all()
+
+    def left_outside(v):
+        return float(torch.linalg.norm(whitened_jacobian - whitened_jacobian @ v @ v.T) / torch.linalg.norm(whitened_jacobian))
+
+    assert left_outside(basis) < 1e-8
+    random_basis, _ = torch.linalg.qr(torch.randn((model.dim, 25), generator=gen(7), dtype=basis.dtype))
+    assert left_outside(random_basis) > 0.3
 
 
 def test_negative_control_second_stage_without_the_coarse_correction_is_caught(toy, monkeypatch):
@@ -419,9 +455,9 @@ def elliptic_pcn():
     return model, field_summary(model, result.draws)
 
 
-def elliptic_da(model, seed=21, error_model=True):
+def elliptic_da(model, seed=21, error_model=True, **options):
     g = gen(seed)
-    method = DAPCN(coarse_mesh=4, subchain_length=3, num_warmup=500, num_draws=2000, error_model=error_model)
+    method = DAPCN(coarse_mesh=4, subchain_length=3, num_warmup=500, num_draws=2000, error_model=error_model, **options)
     method.check(model, 8)
     return method.run(model, model.initial_point(8, g), g, progress=False)
 
@@ -432,6 +468,14 @@ def test_dapcn_agrees_with_pcn_on_the_pde_posterior(elliptic_pcn, error_model):
     model, reference = elliptic_pcn
     result = elliptic_da(model, error_model=error_model)
     assert result.metrics["fine_accept_rate"] < 0.9  # the 4 x 4 mesh is a rough model of the 8 x 8 one
+    z_mean, z_var = two_sample_z(field_summary(model, result.draws), reference)
+    assert np.abs(z_mean).max() < 4.5 and np.abs(z_var).max() < 4.5, (np.abs(z_mean).max(), np.abs(z_var).max())
+
+
+@pytest.mark.slow
+def test_likelihood_informed_dapcn_agrees_with_pcn_on_the_pde_posterior(elliptic_pcn):
+    model, reference = elliptic_pcn
+    result = elliptic_da(model, seed=22, proposal="lis", informed_dim=10)
     z_mean, z_var = two_sample_z(field_summary(model, result.draws), reference)
     assert np.abs(z_mean).max() < 4.5 and np.abs(z_var).max() < 4.5, (np.abs(z_mean).max(), np.abs(z_var).max())
 
@@ -489,6 +533,14 @@ def test_dapcn_with_the_auto_encoder_proposal_runs_end_to_end(store):
     assert tags["ae"] == "pca"
 
 
+def test_dapcn_with_the_likelihood_informed_proposal_runs_end_to_end(store):
+    run = run_ok(store[1], [*DAPCN_RUN, "method.proposal=lis", "method.informed_dim=5"])
+    metrics = run.data.metrics
+    assert metrics["informed_dim"] == 5 and metrics["informed_eigenvalue_min"] > 0
+    assert metrics["coarse_solves_per_iter"] == 11.0 and "presample_time_s" not in metrics  # no pre-sampling
+    assert run.data.tags["target.posterior"] == "exact"
+
+
 def test_a_coarse_likelihood_run_is_tagged_approximate(store):
     run = run_ok(store[1], ["run", "model=elliptic", "model.mesh=4", "model.likelihood_mesh=2", "method=pcn",
                             "method.num_warmup=50", "method.num_draws=100", "n_chains=2", "progress=false"])
@@ -502,9 +554,11 @@ def test_a_coarse_likelihood_run_is_tagged_approximate(store):
     ([*DAPCN_RUN, "method.subchain_length=0"], ["method.subchain_length", "got 0"]),
     (["run", "model=logreg", "method=dapcn", "progress=false"], ["method=dapcn needs a model with coarse likelihood",
                                                                  "model=elliptic"]),
+    ([*DAPCN_RUN, "method.proposal=lis", "method.informed_dim=30"], ["method.informed_dim=30 exceeds", "at most 25"]),
     (["run", "model=elliptic", "model.mesh=4", "model.likelihood_mesh=3", "progress=false", "method=pcn"],
      ["model.likelihood_mesh=3 does not divide model.mesh=4"]),
-], ids=["coarse_not_coarser", "coarse_not_dividing", "subchain_0", "no_coarse_levels", "likelihood_mesh_not_dividing"])
+], ids=["coarse_not_coarser", "coarse_not_dividing", "subchain_0", "no_coarse_levels", "informed_dim_too_large",
+        "likelihood_mesh_not_dividing"])
 def test_bad_input_is_rejected_before_a_run(bad_env, argv, needles):
     assert_rejected(argv, bad_env, *needles)
 

@@ -187,19 +187,21 @@ def test_prior_gradient_is_minus_the_precision_times_u():
     np.testing.assert_allclose(lp.numpy(), 0.5 * (u.numpy() * expected).sum(-1), rtol=1e-8)
 
 
-def test_sensor_jacobian_matches_finite_differences():
-    """Each row is one sensor's adjoint gradient: central differences of the predictions along random directions
-    agree, and the rows differ from one another (a control against one row repeated)."""
-    model = EllipticInverse(mesh=MESH, solver="sparse")
-    level = model.likelihood_level
-    u = model.sample_prior(1, gen(41))[0].numpy()
-    jacobian = level.sensor_jacobian(u)
+@pytest.mark.parametrize("whiten, level, restriction", [(False, None, "projection"), (True, None, "projection"),
+                                                         (False, 2, "projection"), (True, 2, "injection")])
+def test_prediction_jacobian_matches_finite_differences(whiten, level, restriction):
+    """dF_n/dq from one adjoint solve per sensor (times L when whitened, R_n^T on a coarse level): central
+    differences of the level's predictions along random directions agree, and the rows differ from one another
+    (a control against one row repeated)."""
+    model = EllipticInverse(mesh=MESH, whiten=whiten, solver="sparse", restriction=restriction)
+    q = 0.5 * model.sample_prior(1, gen(41))[0]
+    jacobian = model.prediction_jacobian(q, level).numpy()
     assert jacobian.shape == (25, model.dim)
     rng = np.random.default_rng(42)
     for _ in range(3):
-        d, eps = rng.normal(size=model.dim), 1e-6
-        fd = (level.predict((u + eps * d)[None]) - level.predict((u - eps * d)[None]))[0] / (2 * eps)
-        np.testing.assert_allclose(jacobian @ d, fd, rtol=1e-5, atol=1e-8)
+        d, eps = torch.as_tensor(rng.normal(size=model.dim)), 1e-6
+        fd = (model.level_predictions((q + eps * d)[None], level) - model.level_predictions((q - eps * d)[None], level))
+        np.testing.assert_allclose(jacobian @ d.numpy(), fd[0].numpy() / (2 * eps), rtol=1e-5, atol=1e-8)
     assert np.abs(jacobian[0] - jacobian[1]).max() > 1e-3 * np.abs(jacobian).max()
 
 

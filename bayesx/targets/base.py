@@ -47,7 +47,8 @@ class Capabilities:
                           field at its nodes) and ``level_predictions_at(inputs, n)`` (the solve), and
                           ``sensor_data()`` (observations y and noise sd sigma of the Gaussian likelihood
                           l = -|y - F|^2 / (2 sigma^2)), what delayed-acceptance samplers (method=dapcn)
-                          screen proposals with
+                          screen proposals with; and ``prediction_jacobian(q, n)``, dF_n/dq (m, dim) at one q
+                          (method=dapcn proposal=lis builds its directions from it)
     closed_form_hessian   ``hessian(q)`` gives the Hessian of log pi at q (dim,) in closed form (Laplace uses it
                           instead of autograd's or finite differences)
     logistic_design       a Bayesian logistic regression y ~ Bernoulli(sigmoid(X q)), q ~ N(0, s^2 I), whose

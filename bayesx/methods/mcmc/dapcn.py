@@ -6,7 +6,10 @@ Lykkegaard et al. 2023). ``proposal=pcn`` moves by pCN on the coarsest level. ``
 runs delayed-acceptance pCN to collect pre-samples, fits AE-pCN's linear auto-encoder (PCA by
 default, Deep MCMC sec. 4.2) and then moves its latent directions and their complement by separate
 pCN block updates (``latent_step_size``, and ``step_size`` adapted on the complement's moves):
-AE-pCN's proposal, made exact.
+AE-pCN's proposal, made exact. ``proposal=lis`` splits the prior the other way round, with no
+pre-sampling: its subspace is the likelihood-informed one (:func:`likelihood_informed_directions`),
+where the data constrain the field, moved with the small ``informed_step_size``; its complement,
+which the data barely see, moves with the adapted h (on the elliptic model, independent prior draws).
 """
 
 from __future__ import annotations
@@ -93,14 +96,19 @@ class DAPCNSettings(AutoEncodingSettings):
     """coarse_mesh        a mesh (or a list, for more levels) dividing the model's mesh, coarser than it
     subchain_length    coarse steps per proposal to the next level (one per coarse level, or one for all)
     proposal           pcn | ae (latent and complement block moves in palindromic order; pre-samples and a PCA fit first)
+                       | lis (the same block moves in the likelihood-informed subspace and its complement)
     latent_step_size   h of the latent directions with proposal=ae (null: the adapted step_size)
+    informed_dim       proposal=lis: how many likelihood-informed directions (at most the number of observations)
+    informed_step_size proposal=lis: their h (null: the adapted step_size)
     error_model        correct the coarse levels by the adaptive error model learnt in warm-up (Cui et al.)
     """
 
     coarse_mesh: Annotated[int | tuple[int, ...], AtLeast(2)] = 10
     subchain_length: Annotated[int | tuple[int, ...], AtLeast(1)] = 5
-    proposal: Literal["pcn", "ae"] = "pcn"
+    proposal: Literal["pcn", "ae", "lis"] = "pcn"
     latent_step_size: Annotated[float | None, Positive()] = 4.0
+    informed_dim: Annotated[int, AtLeast(1)] = 25
+    informed_step_size: Annotated[float | None, Positive()] = 0.5
     error_model: bool = True
     noise_block: Annotated[int, AtLeast(1)] = 64
     latent_dim: Annotated[int | Literal["auto"] | None, AtLeast(1)] = 441  # as AE-pCN
@@ -140,6 +148,21 @@ class DAPCNSettings(AutoEncodingSettings):
         return DASamplerSettings(**{k: getattr(source, k) for k in DASamplerSettings.__dataclass_fields__})
 
 
+def likelihood_informed_directions(target, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The likelihood-informed subspace of Cui, Martin, Marzouk, Solonen and Spantini (2014, "Likelihood-informed
+    dimension reduction for nonlinear inverse problems"), linearized at the prior mean. With J = dF/dq at q = 0
+    (``target.prediction_jacobian``) and whitened coordinates v = L^-1 q, the Gauss-Newton Hessian of the misfit
+    is H = (J L)^T (J L) / sigma^2; its leading eigenvectors, the right singular vectors V_r of J L / sigma, are
+    the directions in which the data constrain the parameter most relative to the prior (eigenvalue > 1: more
+    than the prior does). Returns L V_r (dim, rank), in the target's coordinates, and all of H's nonzero
+    eigenvalues, largest first. The choice of directions only shapes the proposal: the chain stays exact."""
+    _, noise_sd = target.sensor_data()
+    chol = target.prior_factor()
+    jacobian = target.prediction_jacobian(chol.new_zeros(target.dim), None)
+    _, singular_values, vt = torch.linalg.svd(jacobian @ chol / noise_sd, full_matrices=False)
+    return chol @ vt[:rank].T, singular_values ** 2
+
+
 class DAPCN(AutoEncodingMethod):
     """Delayed-acceptance pCN (exact); see the module docstring and conf/method/dapcn.yaml."""
 
@@ -147,7 +170,8 @@ class DAPCN(AutoEncodingMethod):
     name = "dapcn"
     presample_method = "dapcn"
     approximate_draws = False  # the coarse levels only screen: the chain targets the exact posterior
-    summary_keys = (*LEVEL_STATS, "error_model_pairs", "latent_dim", *Sampler.summary_keys)
+    summary_keys = (*LEVEL_STATS, "error_model_pairs", "latent_dim", "informed_dim", "informed_eigenvalue_min",
+                    *Sampler.summary_keys)
     compare_keys = (*Sampler.compare_keys, "fine_solves_per_iter")
 
     def check(self, target, n_chains: int) -> None:
@@ -160,6 +184,12 @@ class DAPCN(AutoEncodingMethod):
             target.check_level(mesh, "coarse_mesh")
         if self.settings.proposal == "ae":
             super().check(target, n_chains)
+        if self.settings.proposal == "lis":
+            most = min(target.sensor_data()[0].shape[0], target.dim)
+            if self.settings.informed_dim > most:
+                raise InvalidSetting("informed_dim", f"={self.settings.informed_dim} exceeds the rank of the misfit's "
+                                     f"Gauss-Newton Hessian, at most {most} (the observations, or the dimension); "
+                                     f"use at most {most}")
 
     def warnings(self, metrics: dict[str, float]) -> list[str]:
         out = super().warnings(metrics)
@@ -184,8 +214,21 @@ class DAPCN(AutoEncodingMethod):
 
     def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
             artifact_dir=None, checkpoint=None, resume=None):
-        """proposal=pcn: one delayed-acceptance chain; proposal=ae: pre-sample, fit, then the subspace proposal."""
+        """proposal=pcn: one delayed-acceptance chain; proposal=ae: pre-sample, fit, then the subspace proposal;
+        proposal=lis: the likelihood-informed subspace proposal, one chain."""
+        settings = self.settings.sampler_settings(self.settings)
         if self.settings.proposal == "pcn":
-            sampler = self._sampler(dapcn.PriorProposal(), self.settings.sampler_settings(self.settings))
-            return sampler.run(target, initial_position, gen, progress)
+            return self._sampler(dapcn.PriorProposal(), settings).run(target, initial_position, gen, progress)
+        if self.settings.proposal == "lis":
+            return self._run_informed(target, initial_position, gen, progress, settings)
         return super().run(target, initial_position, gen, progress, artifact_dir)
+
+    def _run_informed(self, target, initial_position, gen, progress, settings: DASamplerSettings):
+        rank = self.settings.informed_dim
+        directions, eigenvalues = likelihood_informed_directions(target, rank)
+        proposal = dapcn.SubspaceProposal.from_directions(target.prior_factor(), directions)
+        result = self._sampler(proposal, settings, self.settings.informed_step_size).run(
+            target, initial_position, gen, progress)
+        result.metrics["informed_dim"] = float(rank)
+        result.metrics["informed_eigenvalue_min"] = float(eigenvalues[rank - 1])
+        return result

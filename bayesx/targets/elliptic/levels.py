@@ -202,12 +202,18 @@ class ForwardLevel:
         """The sensor values O_n p_n(R_n u) for rows u (n, fine dofs); a row of NaN where a solve fails."""
         return self.predictions_at(self.restrict(u))
 
-    def sensor_jacobian(self, field: np.ndarray) -> np.ndarray:
-        """d(O_n p_n)/d(field) (sensors, this level's dofs) at one field on this mesh: one factorization (SuperLU)
-        and one adjoint solve per sensor, each row the adjoint gradient of that sensor's value."""
-        factorized, x = self._solve(np.asarray(field, dtype=np.float64))
+    def prediction_jacobian(self, u: np.ndarray) -> np.ndarray:
+        """d(O_n p_n(R_n u))/du (sensors, fine dofs) at one fine field u: one factorization (SuperLU) of the level's
+        system and one adjoint solve per sensor, each row that sensor's adjoint gradient, taken back to the fine
+        dofs by R_n^T."""
+        as_rows = lambda a: torch.as_tensor(np.atleast_2d(a), device=self.device, dtype=self.dtype)  # noqa: E731
+        field = self.restrict(as_rows(u))[0].cpu().numpy().astype(np.float64)
+        factorized, x = self._solve(field)
         rows = [factorized.solve(np.append(self.obs_t[:, k].toarray().ravel(), 0.0)) for k in range(self.obs.shape[0])]
-        return np.stack([-self.space.coefficient_gradient(factorized, x, adjoint) for adjoint in rows])
+        jacobian = np.stack([-self.space.coefficient_gradient(factorized, x, adjoint) for adjoint in rows])
+        if self.restriction is None:
+            return jacobian
+        return self.restriction.adjoint(as_rows(jacobian), self.fine_dim).cpu().numpy()
 
     def predictions_at(self, field: Tensor) -> Tensor:
         """The sensor values O_n p_n(field) for rows of the field at this mesh's nodes (n, its dofs)."""

@@ -161,6 +161,17 @@ class EllipticInverse(TargetBase):
         where a solve fails. l_n is their Gaussian misfit against :meth:`sensor_data`."""
         return self._level_of(mesh).predictions_at(field)
 
+    def prediction_jacobian(self, q: Tensor, mesh: int | None = None) -> Tensor:
+        """dF_n/dq (25, dim) of the n x n level's sensor values (None: the likelihood's) at one parameter q (dim,):
+        the level's adjoint Jacobian with respect to the field, times L when whitened (u = L q)."""
+        try:
+            jacobian = self._level_of(mesh).prediction_jacobian(self.field(q.reshape(1, self.dim))[0].cpu().numpy())
+        except FloatingPointError:
+            raise BayesxError("the PDE solve diverged at this parameter, so its Jacobian is undefined; is exp(u) "
+                              "finite and positive?") from None
+        jacobian = torch.as_tensor(jacobian, device=self.device, dtype=self.dtype)
+        return jacobian @ self.prior.chol if self.whiten else jacobian
+
     def sensor_data(self) -> tuple[Tensor, float]:
         """The observations y (25,) and the noise sd sigma of l(u) = -|y - O p(u)|^2 / (2 sigma^2)."""
         return torch.as_tensor(self.observations, device=self.device, dtype=self.dtype), float(self.noise_sd)
