@@ -19,6 +19,7 @@ from skfem.helpers import dot, grad
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
 from bayesx.targets.elliptic import EllipticInverse, prior, problem
+from bayesx.targets.elliptic import dense
 from bayesx.targets.elliptic.dense import LapackLU, TorchLU
 from bayesx.targets.elliptic.fem import P2Space
 
@@ -253,19 +254,40 @@ def test_lapack_lu_solves_symmetric_systems_and_reports_failures():
     assert torch.isnan(x[2]).all()  # not factorized at all: NaN, never garbage
 
 
-def test_torch_lu_and_lapack_lu_agree():
-    """The GPU path's batched torch LU, run here on the CPU with one thread (see dense.py on why not more)."""
+@pytest.mark.parametrize("batched", [True, False])
+def test_torch_lu_and_lapack_lu_agree(batched, monkeypatch):
+    """The GPU path's torch LU, batched (small matrices) or one call per matrix (large ones, here forced by the
+    size threshold), run here on the CPU with one thread (see dense.py on why not more); a singular matrix fails."""
+    if not batched:
+        monkeypatch.setattr(dense, "BATCHED_LU_MAX_SIZE", 4)
     matrices = _symmetric_systems(9, 4, 2)
+    matrices[3, 2, :] = matrices[3, :, 2] = 0.0
     rhs = torch.randn(4, 9, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        batched = TorchLU(matrices.clone())
-        torch.testing.assert_close(batched.solve(rhs), LapackLU(matrices.clone()).solve(rhs),
+        factors = TorchLU(matrices.clone())
+        assert len(factors.factors) == (1 if batched else 4)
+        torch.testing.assert_close(factors.solve(rhs)[:3], LapackLU(matrices[:3].clone()).solve(rhs[:3]),
                                    rtol=1e-12, atol=1e-12)
-        assert not batched.failed.any()
+        assert factors.failed.tolist() == [False, False, False, True]
     finally:
         torch.set_num_threads(threads)
+
+
+def test_dense_solves_in_chunks_agree_with_one_batch(monkeypatch):
+    """Chains whose dense matrices would not fit MAX_BATCH_BYTES at once are solved a few at a time, with the same
+    values and gradients (here forced to one chain per chunk)."""
+    model = EllipticInverse(mesh=MESH, solver="dense")
+    q = model.sample_prior(3, gen(12))
+    whole, whole_log_lik = model.log_prob_and_grad(q), model.log_likelihood(q)
+    monkeypatch.setattr(dense, "MAX_BATCH_BYTES", 1)
+    operators = model.likelihood_level._dense_operators()
+    assert len(operators._chunks(q)) == 3
+    chunked = model.log_prob_and_grad(q)
+    torch.testing.assert_close(chunked[0], whole[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(chunked[1], whole[1], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(model.log_likelihood(q), whole_log_lik, rtol=1e-12, atol=1e-12)
 
 
 # --- prior --------------------------------------------------------------------------------------------
