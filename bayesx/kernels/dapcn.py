@@ -171,7 +171,11 @@ class SubspaceProposal:
     def from_directions(cls, chol: Tensor, directions: Tensor) -> SubspaceProposal:
         """The whitened, orthonormalized span of ``directions`` (D, d) in the target's coordinates (C = L L^T)."""
         whitened = torch.linalg.solve_triangular(chol, directions, upper=False)
-        basis, _ = torch.linalg.qr(whitened)  # Q
+        return cls.from_whitened_basis(chol, torch.linalg.qr(whitened)[0])
+
+    @classmethod
+    def from_whitened_basis(cls, chol: Tensor, basis: Tensor) -> SubspaceProposal:
+        """The span of Q = ``basis`` (D, d), orthonormal columns in whitened coordinates v = L^-1 q."""
         return cls(chol @ basis, torch.linalg.solve_triangular(chol.T, basis, upper=True))
 
     def noise(self, target, n: int, gen: torch.Generator) -> tuple[Tensor, ...]:

@@ -154,13 +154,13 @@ def likelihood_informed_directions(target, rank: int) -> tuple[torch.Tensor, tor
     (``target.prediction_jacobian``) and whitened coordinates v = L^-1 q, the Gauss-Newton Hessian of the misfit
     is H = (J L)^T (J L) / sigma^2; its leading eigenvectors, the right singular vectors V_r of J L / sigma, are
     the directions in which the data constrain the parameter most relative to the prior (eigenvalue > 1: more
-    than the prior does). Returns L V_r (dim, rank), in the target's coordinates, and all of H's nonzero
+    than the prior does). Returns V_r (dim, rank), orthonormal in whitened coordinates, and all of H's nonzero
     eigenvalues, largest first. The choice of directions only shapes the proposal: the chain stays exact."""
     _, noise_sd = target.sensor_data()
     chol = target.prior_factor()
     jacobian = target.prediction_jacobian(chol.new_zeros(target.dim), None)
     _, singular_values, vt = torch.linalg.svd(jacobian @ chol / noise_sd, full_matrices=False)
-    return chol @ vt[:rank].T, singular_values ** 2
+    return vt[:rank].T, singular_values ** 2
 
 
 class DAPCN(AutoEncodingMethod):
@@ -216,17 +216,17 @@ class DAPCN(AutoEncodingMethod):
             artifact_dir=None, checkpoint=None, resume=None):
         """proposal=pcn: one delayed-acceptance chain; proposal=ae: pre-sample, fit, then the subspace proposal;
         proposal=lis: the likelihood-informed subspace proposal, one chain."""
+        if self.settings.proposal == "ae":
+            return super().run(target, initial_position, gen, progress, artifact_dir)
         settings = self.settings.sampler_settings(self.settings)
         if self.settings.proposal == "pcn":
             return self._sampler(dapcn.PriorProposal(), settings).run(target, initial_position, gen, progress)
-        if self.settings.proposal == "lis":
-            return self._run_informed(target, initial_position, gen, progress, settings)
-        return super().run(target, initial_position, gen, progress, artifact_dir)
+        return self._run_informed(target, initial_position, gen, progress, settings)
 
     def _run_informed(self, target, initial_position, gen, progress, settings: DASamplerSettings):
         rank = self.settings.informed_dim
-        directions, eigenvalues = likelihood_informed_directions(target, rank)
-        proposal = dapcn.SubspaceProposal.from_directions(target.prior_factor(), directions)
+        basis, eigenvalues = likelihood_informed_directions(target, rank)
+        proposal = dapcn.SubspaceProposal.from_whitened_basis(target.prior_factor(), basis)
         result = self._sampler(proposal, settings, self.settings.informed_step_size).run(
             target, initial_position, gen, progress)
         result.metrics["informed_dim"] = float(rank)

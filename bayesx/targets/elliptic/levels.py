@@ -178,8 +178,7 @@ class ForwardLevel:
                 continue
             residual = (self.observations - self.obs @ x[:-1]) / self.noise_sd
             log_lik[row] = -0.5 * residual @ residual
-            adjoint = factorized.solve(np.append(self.obs_t @ (residual / self.noise_sd), 0.0))
-            grad[row] = -self.space.coefficient_gradient(factorized, x, adjoint)
+            grad[row] = self._sensor_functional_gradient(factorized, x, residual / self.noise_sd)  # dl/du: w = r / sigma
         as_tensor = lambda a: torch.as_tensor(a, device=u.device, dtype=u.dtype)  # noqa: E731
         return as_tensor(log_lik), as_tensor(grad)
 
@@ -202,18 +201,20 @@ class ForwardLevel:
         """The sensor values O_n p_n(R_n u) for rows u (n, fine dofs); a row of NaN where a solve fails."""
         return self.predictions_at(self.restrict(u))
 
-    def prediction_jacobian(self, u: np.ndarray) -> np.ndarray:
-        """d(O_n p_n(R_n u))/du (sensors, fine dofs) at one fine field u: one factorization (SuperLU) of the level's
-        system and one adjoint solve per sensor, each row that sensor's adjoint gradient, taken back to the fine
-        dofs by R_n^T."""
-        as_rows = lambda a: torch.as_tensor(np.atleast_2d(a), device=self.device, dtype=self.dtype)  # noqa: E731
-        field = self.restrict(as_rows(u))[0].cpu().numpy().astype(np.float64)
-        factorized, x = self._solve(field)
-        rows = [factorized.solve(np.append(self.obs_t[:, k].toarray().ravel(), 0.0)) for k in range(self.obs.shape[0])]
-        jacobian = np.stack([-self.space.coefficient_gradient(factorized, x, adjoint) for adjoint in rows])
-        if self.restriction is None:
-            return jacobian
-        return self.restriction.adjoint(as_rows(jacobian), self.fine_dim).cpu().numpy()
+    def _sensor_functional_gradient(self, factorized, x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """d(w . O_n p_n)/d(field) on this mesh for sensor weights w: one adjoint solve A lambda = [O_n^T w; 0] with
+        the factorized (symmetric) system whose solution is x, then -lambda^T (dA/d field) x."""
+        adjoint = factorized.solve(np.append(self.obs_t @ weights, 0.0))
+        return -self.space.coefficient_gradient(factorized, x, adjoint)
+
+    def prediction_jacobian(self, u: Tensor) -> Tensor:
+        """d(O_n p_n(R_n u))/du (sensors, fine dofs) at one fine field u (fine dofs,): one factorization (SuperLU) and
+        one adjoint solve per sensor (its unit weight), taken back to the fine dofs by R_n^T."""
+        field = self.restrict(u.to(device=self.device, dtype=self.dtype)[None])[0].detach().cpu().numpy()
+        factorized, x = self._solve(field.astype(np.float64))
+        rows = np.stack([self._sensor_functional_gradient(factorized, x, unit) for unit in np.eye(self.obs.shape[0])])
+        jacobian = torch.as_tensor(rows, device=self.device, dtype=self.dtype)
+        return jacobian if self.restriction is None else self.restriction.adjoint(jacobian, self.fine_dim)
 
     def predictions_at(self, field: Tensor) -> Tensor:
         """The sensor values O_n p_n(field) for rows of the field at this mesh's nodes (n, its dofs)."""

@@ -165,12 +165,10 @@ class EllipticInverse(TargetBase):
         """dF_n/dq (25, dim) of the n x n level's sensor values (None: the likelihood's) at one parameter q (dim,):
         the level's adjoint Jacobian with respect to the field, times L when whitened (u = L q)."""
         try:
-            jacobian = self._level_of(mesh).prediction_jacobian(self.field(q.reshape(1, self.dim))[0].cpu().numpy())
+            return self._pull_back(self._level_of(mesh).prediction_jacobian(self.field(q.reshape(1, self.dim))[0]))
         except FloatingPointError:
             raise BayesxError("the PDE solve diverged at this parameter, so its Jacobian is undefined; is exp(u) "
                               "finite and positive?") from None
-        jacobian = torch.as_tensor(jacobian, device=self.device, dtype=self.dtype)
-        return jacobian @ self.prior.chol if self.whiten else jacobian
 
     def sensor_data(self) -> tuple[Tensor, float]:
         """The observations y (25,) and the noise sd sigma of l(u) = -|y - O p(u)|^2 / (2 sigma^2)."""
@@ -197,8 +195,12 @@ class EllipticInverse(TargetBase):
         lp = (log_lik + log_prior).reshape(shape[:-1])
         if not need_grad:
             return lp, None
-        grad = (grad_u @ self.prior.chol if self.whiten else grad_u) + grad_prior  # L^T grad_u, as rows
+        grad = self._pull_back(grad_u) + grad_prior
         return lp, grad.reshape(shape)
+
+    def _pull_back(self, rows: Tensor) -> Tensor:
+        """Derivatives with respect to the field u, as rows, taken to the parameters q: L^T g when whitened (u = L q)."""
+        return rows @ self.prior.chol if self.whiten else rows
 
     def prior_log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
         """log N(q; 0, prior) up to a constant, and its gradient, in the target's parameterization."""
