@@ -1,72 +1,124 @@
-"""Posterior error against a reference run, for methods whose draws are only approximately exact.
+"""The reference posterior that approximate draws are compared with: a NUTS run of this product,
+recorded as its own MLflow run and reused from the store.
 
-AE-HMC with latent_dim < D proposes on the decoder's manifold, so ESS and accuracy alone can
-hide a wrong posterior. The reference is a NUTS run of this product (diag metric, Laplace start),
-cached on disk by a hash of the model, data and reference settings, so a sweep pays for it once.
+Methods whose draws follow the posterior only approximately (variational families, Laplace,
+Pathfinder, AE-HMC's latent chain) can look good by their own measures while missing the posterior,
+so the runner compares their draws with a reference (``reference.enabled``; by default on for them,
+on models whose exact moments are unknown and where a NUTS run is affordable):
 
     posterior_mean_err = mean_j |mean_j - mean_ref_j| / sd_ref_j
     posterior_sd_err   = mean_j |sd_j - sd_ref_j| / sd_ref_j
 
 (mean absolute errors over coordinates, in units of the reference posterior standard deviation).
 The reference's own Monte Carlo error puts a floor of about 0.8 / sqrt(ESS_ref) under the first.
+
+The reference is NUTS (diagonal metric, Laplace start) with the ``reference`` settings. It is a run
+of its own in the store, tagged ``role=reference`` and ``reference_key``: a digest of what defines the
+posterior (the model's options with its files replaced by digests of their contents, the data's
+options, the dtype) and of the reference settings. A later run of the same posterior finds it there
+and downloads its moments instead of sampling again; the run that uses it is tagged
+``reference_run_id``. Its wall time is its own (``wall_time_s`` of the reference run), never hidden in
+the wall time of the run that asked for it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from bayesx.diagnostics import convergence
-from bayesx.errors import RunInterrupted
+from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.record import Artifact, RunRecord, RunStart, Summary
+from bayesx.run_settings import ReferenceSettings
+
+ROLE_TAG, KEY_TAG, USED_TAG = "role", "reference_key", "reference_run_id"
+FOLDER, FILE = "reference", "moments.npz"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reference:
+    """The reference posterior's moments and where they come from."""
+
     mean: np.ndarray
     sd: np.ndarray
     ess_bulk_min: float
-    path: Path
-    seconds: float  # time spent now: 0 when read from the cache
+    run_id: str
+    seconds: float  # spent by this process computing and recording it: 0 when reused from the store
+
+    @property
+    def computed_now(self) -> bool:
+        return self.seconds > 0
 
 
-def cache_key(parts: dict) -> str:
-    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+def cache_key(identity: dict, settings: ReferenceSettings) -> str:
+    """A digest of what defines the posterior and of the reference's settings."""
+    parts = {**identity, "reference": {k: v for k, v in asdict(settings).items() if k != "enabled"}}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def reference_moments(target, key_parts: dict, cache_dir: Path, num_warmup: int = 500, num_draws: int = 500,
-                      n_chains: int = 4, max_tree_depth: int = 10, seed: int = 12345,
-                      progress: bool | None = None) -> Reference:
-    """Mean and sd of the posterior from a cached or new NUTS run."""
-    settings = {"num_warmup": num_warmup, "num_draws": num_draws, "n_chains": n_chains,
-                "max_tree_depth": max_tree_depth, "seed": seed}
-    path = Path(cache_dir) / f"{cache_key({**key_parts, **settings})}.npz"
-    if path.exists():
-        saved = np.load(path)
-        return Reference(saved["mean"], saved["sd"], float(saved["ess_bulk_min"]), path, 0.0)
-    from bayesx.methods.mcmc.nuts import (
-        NUTS,  # the reference is a product run like any other
-    )
+def obtain(target, identity: dict, settings: ReferenceSettings, tracker, names: dict[str, str],
+           parent_run_id: str | None = None, progress: bool | None = None) -> Reference:
+    """The reference for this posterior: from a FINISHED reference run in the store with the same key,
+    else a new NUTS run recorded as its own run (``names``: the method, model and data choices of the
+    run that asks, for the reference run's name and tags)."""
+    key = cache_key(identity, settings)
+    found = tracker.find_finished(KEY_TAG, key)
+    if found is not None:
+        with tempfile.TemporaryDirectory(prefix="bayesx-reference-") as tmp:
+            folder = tracker.download(found, FOLDER, Path(tmp))
+            if folder is not None and (folder / FILE).is_file():
+                with np.load(folder / FILE) as saved:
+                    return Reference(saved["mean"], saved["sd"], float(saved["ess_bulk_min"]), found, 0.0)
+    return _compute(target, identity, settings, tracker, key, names, parent_run_id, progress)
+
+
+def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: str, names: dict[str, str],
+             parent_run_id: str | None, progress: bool | None) -> Reference:
+    from bayesx.methods.base import RunInputs
+    from bayesx.methods.mcmc.nuts import NUTS  # the reference is a product run like any other
 
     start = time.perf_counter()
-    gen = torch.Generator(device=target.device).manual_seed(seed)
-    nuts = NUTS(max_tree_depth=max_tree_depth, num_warmup=num_warmup, num_draws=num_draws, init="laplace")
-    print(f"computing the NUTS reference posterior ({n_chains} chains, {num_warmup}+{num_draws} iterations); "
-          f"cached at {path}")
-    result = nuts.run(target, target.initial_point(n_chains, gen), gen, progress)
-    if result.interrupted:
-        raise RunInterrupted("interrupted while computing the reference posterior (nothing cached)")
-    draws = result.draws.numpy()
-    flat = draws.reshape(-1, draws.shape[-1])
-    ess = float(convergence.summarize(draws)["ess_bulk_min"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, mean=flat.mean(0), sd=flat.std(0, ddof=1), ess_bulk_min=ess)
-    return Reference(flat.mean(0), flat.std(0, ddof=1), ess, path, time.perf_counter() - start)
+    model, data = names.get("model", "model"), names.get("data", "none")
+    tags = {ROLE_TAG: "reference", KEY_TAG: key, "method": "nuts", "model": model, "data": data,
+            "family": "sampler", "reference_for": names.get("method", "")}
+    params = {f"reference.{k}": v for k, v in asdict(settings).items() if k != "enabled"}
+    opening = RunStart(f"reference-{model}-{data}", tags, params, yaml.safe_dump(
+        json.loads(json.dumps({**identity, "reference": params}, default=str)), sort_keys=True), parent_run_id)
+    print(f"computing the NUTS reference posterior ({settings.n_chains} chains, {settings.num_warmup}+"
+          f"{settings.num_draws} iterations) as its own run; later runs of this posterior reuse it")
+    with tracker.run(opening) as run, tempfile.TemporaryDirectory(prefix="bayesx-reference-") as tmp:
+        gen = torch.Generator(device=target.device).manual_seed(settings.seed)
+        nuts = NUTS(max_tree_depth=settings.max_tree_depth, num_warmup=settings.num_warmup,
+                    num_draws=settings.num_draws, init="laplace")
+        result = nuts.infer(target, RunInputs(target.initial_point(settings.n_chains, gen), gen, progress))
+        if result.interrupted:
+            raise RunInterrupted("interrupted while computing the reference posterior (nothing kept)")
+        if result.error is not None:
+            raise BayesxError(f"the NUTS reference posterior failed: {result.error}; set reference.enabled=false "
+                              "to run without it")
+        draws = result.draws.numpy()
+        flat = draws.reshape(-1, draws.shape[-1])
+        diagnostics = convergence.summarize(draws)
+        mean, sd = flat.mean(0), flat.std(0, ddof=1)
+        if not (np.isfinite(mean).all() and np.isfinite(sd).all()):
+            raise BayesxError("the NUTS reference posterior has non-finite moments (is the posterior proper?); "
+                              "set reference.enabled=false to run without it")
+        path = Path(tmp) / FILE
+        np.savez(path, mean=mean, sd=sd, ess_bulk_min=diagnostics["ess_bulk_min"])
+        metrics = {**{k: float(v) for k, v in diagnostics.items()}, **result.timings,
+                   "wall_time_s": time.perf_counter() - start}
+        run.store(RunRecord("FINISHED", metrics, tags=dict(result.tags), artifacts=(Artifact(path, FOLDER),),
+                            summary=Summary(compared=("ess_bulk_min", "rhat_max", "wall_time_s"))))
+        run_id = run.run_id
+    return Reference(mean, sd, float(diagnostics["ess_bulk_min"]), run_id, time.perf_counter() - start)
 
 
 def posterior_error(draws: np.ndarray, reference: Reference) -> dict[str, float]:
@@ -75,3 +127,11 @@ def posterior_error(draws: np.ndarray, reference: Reference) -> dict[str, float]
     return {"posterior_mean_err": float(np.mean(np.abs(flat.mean(0) - reference.mean) / sd_ref)),
             "posterior_sd_err": float(np.mean(np.abs(flat.std(0, ddof=1) - reference.sd) / sd_ref)),
             "reference_ess_bulk_min": reference.ess_bulk_min}
+
+
+def remark(reference: Reference) -> str:
+    """The summary's sentence on where the reference came from."""
+    if reference.computed_now:
+        return (f"reference posterior: NUTS run {reference.run_id[:8]} computed now in {reference.seconds:.1f} s "
+                "(its own run; not in this run's wall_time_s)")
+    return f"reference posterior: NUTS run {reference.run_id[:8]}, reused from the store"

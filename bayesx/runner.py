@@ -1,7 +1,8 @@
 """The runner: the one place that knows the model, the method, the device and the tracker.
 
-run_job(cfg):  validate -> build data, target, method -> seed -> open an MLflow run ->
-               method.run -> diagnostics + target.evaluate -> log metrics, plots, draws -> summary.
+run_job(cfg):  validate -> build data, target, method -> seed -> (the reference posterior, its own run)
+               -> open the run -> method.infer -> the family's metrics + target.evaluate -> one RunRecord
+               -> the tracker stores it -> summary.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import signal
 import tempfile
 import threading
 import time
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -21,16 +22,18 @@ from omegaconf import DictConfig, OmegaConf
 from bayesx import reference
 from bayesx.checkpoint import FOLDER as CHECKPOINT
 from bayesx.checkpoint import RunCheckpoint, Resume, load_resume
-from bayesx.data.registry import data_dir
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.provenance import provenance_tags
+from bayesx.record import Artifact, RunRecord, RunStart, Summary
+from bayesx.reference import USED_TAG, Reference, posterior_error
+from bayesx.reference import remark as reference_remark
 from bayesx.result import Result
 from bayesx.run_settings import DeviceSettings, RunSettings, TrackingSettings
 from bayesx.settings import InvalidSetting, Settings, configure
 from bayesx.targets.base import Capabilities, Evaluation
-from bayesx.tracking import COMPARE_TAG, MAX_PARAM_LENGTH, Tracker
+from bayesx.tracking import Tracker
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -161,31 +164,36 @@ def apply_data_default(cfg: DictConfig, choices: dict[str, str], task_overrides:
 _ABSENT = object()
 
 
-# --- summary and reference -----------------------------------------------------------------------
-def summary_keys(method: Method, evaluation: Evaluation, metrics: dict[str, float]) -> list[str]:
-    """What the run's summary shows (and `bayesx compare` tabulates): the target's evaluation, the ESS
-    of its per-draw quantities, the family's (and method's) key metrics, the posterior error against
-    a reference, the wall time."""
+# --- the summary -------------------------------------------------------------------------------------
+def summary_keys(method: Method, evaluation: Evaluation, metrics: dict[str, float]) -> tuple[str, ...]:
+    """What the run's summary shows: the target's evaluation, the ESS of its per-draw quantities, the
+    family's (and method's) key metrics, the posterior error against a reference, the wall time."""
     keys = list(evaluation.metrics)
     keys += [convergence.quantity_ess_name(name, values) for name, values in evaluation.quantities.items()]
     keys += [k for k in method.summary_keys if k not in keys]
     keys += sorted(k for k in metrics if k.startswith("posterior_") and k not in keys)
     keys += [k for k in ("log_evidence_err",) if k not in keys]
     keys.append("wall_time_s")
-    return [k for k in keys if k in metrics]
+    return tuple(k for k in keys if k in metrics)
 
 
-def print_summary(title: str, metrics: dict[str, float], keys: list[str], status: str, warnings: list[str],
-                  remarks: list[str]) -> None:
-    print(f"\n{title}  [{status}]")
-    for k in keys:
-        print(f"  {k:<22} {metrics[k]:>14.4g}")
-    for remark in remarks:
+def compared_keys(method: Method, evaluation: Evaluation, metrics: dict[str, float]) -> tuple[str, ...]:
+    """The few metrics `bayesx compare` tabulates for this run."""
+    keys = [*evaluation.metrics, *method.compare_keys, "posterior_mean_err", "log_evidence_err", "wall_time_s"]
+    return tuple(k for k in keys if k in metrics)
+
+
+def print_summary(title: str, record: RunRecord) -> None:
+    print(f"\n{title}  [{record.status}]")
+    for k in record.summary.shown:
+        print(f"  {k:<22} {record.metrics[k]:>14.4g}")
+    for remark in record.summary.remarks:
         print(f"  note: {remark}")
-    for warning in warnings:
+    for warning in record.summary.warnings:
         print(f"  warning: {warning}")
 
 
+# --- the reference posterior ---------------------------------------------------------------------------
 def wants_reference(run: RunSettings, method: Method, target) -> bool:
     """reference.enabled: true/false, or null for auto: on for methods whose draws are approximate,
     on targets whose exact moments are unknown and where a NUTS run is affordable (both declared in
@@ -197,22 +205,14 @@ def wants_reference(run: RunSettings, method: Method, target) -> bool:
     return enabled
 
 
-def reference_key(cfg: DictConfig) -> dict:
-    """What identifies a posterior for the reference cache: the model, the data and the dtype."""
-    return {"model": OmegaConf.to_container(cfg.model, resolve=True),
-            "data": OmegaConf.to_container(cfg.data, resolve=True), "dtype": str(cfg.device.dtype)}
-
-
-def reference_error(cfg: DictConfig, run: RunSettings, target, result: Result) -> dict[str, float]:
-    """posterior_mean_err / posterior_sd_err against a cached NUTS run (bayesx.reference)."""
-    ref_cfg = asdict(run.reference)
-    ref_cfg.pop("enabled")
-    ref = reference.reference_moments(target, reference_key(cfg), data_dir() / "reference", progress=run.progress,
-                                      **ref_cfg)
-    result.tags["reference_cache"] = str(ref.path)
-    out = reference.posterior_error(result.draws.numpy(), ref)
-    out["reference_time_s"] = ref.seconds
-    return out
+def posterior_identity(cfg: DictConfig, target) -> dict:
+    """What defines the posterior for the reference cache: the model's options, with the files that
+    define it replaced by digests of their contents (a custom model's density and data), the data's
+    options and the dtype."""
+    model = {k: v for k, v in options_of(cfg.model, "model").items()}
+    model.update(target.content_digests())
+    model["_target_"] = str(cfg.model._target_)
+    return {"model": model, "data": OmegaConf.to_container(cfg.data, resolve=True), "dtype": str(cfg.device.dtype)}
 
 
 # --- resuming ------------------------------------------------------------------------------------
@@ -220,27 +220,19 @@ UNCOMPARED = ("resume", "progress", "run_name", "tracking.", "device.num_threads
 """Options that may differ between a killed run and its resumption."""
 
 
-def find_resume(cfg: DictConfig, job: RunSettings, method: Method, tracker: Tracker, stale_after_s: float,
-                into: Path) -> tuple[str, Resume]:
+def find_resume(job: RunSettings, method: Method, tracker: Tracker, params: dict[str, object],
+                stale_after_s: float, into: Path) -> tuple[str, Resume]:
     """The killed run ``job.resume`` and its checkpoint, after checking that it can be continued: the
-    method can resume, the command's config is the run's, and a checkpoint exists."""
+    method can resume, the command's config is the run's (the tracker compares), and a checkpoint exists."""
     if not method.resumable:
         raise BayesxError(f"resume= works for the methods whose state a checkpoint holds (MCMC samplers, VAE "
                           f"trainers); method={method.name} cannot resume, so run it again without resume=")
-    run = tracker.find_resumable(job.resume, stale_after_s)
-    mine = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in flatten(cfg).items() if not k.startswith(UNCOMPARED)}
-    theirs = {k: v for k, v in run.data.params.items() if not k.startswith(UNCOMPARED)}
-    differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-    if differing:
-        shown = ", ".join(f"{k}: {theirs.get(k)} there, {mine.get(k)} here" for k in differing[:3])
-        raise BayesxError(f"resume={job.resume}: this command's config differs from the run's ({shown}); "
-                          f"repeat the run's own command with resume=")
-    folder = tracker.download(run.info.run_id, CHECKPOINT, into)
+    run_id, folder = tracker.resume(job.resume, params, UNCOMPARED, stale_after_s, CHECKPOINT, into)
     state = load_resume(folder) if folder is not None else None
     if state is None:
         raise BayesxError(f"resume={job.resume}: the run saved no checkpoint (checkpoint_every=0, or it stopped "
                           f"before its first {job.checkpoint_every} draws); run it again without resume=")
-    return run.info.run_id, state
+    return run_id, state
 
 
 def make_checkpoint(job: RunSettings, run, tmp: Path) -> RunCheckpoint | None:
@@ -253,6 +245,26 @@ def make_checkpoint(job: RunSettings, run, tmp: Path) -> RunCheckpoint | None:
 
 
 # --- the job --------------------------------------------------------------------------------------
+def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, device_settings: DeviceSettings,
+              device: torch.device, method: Method, target, params: dict[str, object], parent_run_id: str | None,
+              resumed: tuple[str, Resume] | None, with_data: bool) -> RunStart:
+    """The run as it is opened: its name, the tags that identify it, its params and config."""
+    model_name = choices.get("model", "model")
+    data_name = choices.get("data", "") if with_data else "none"
+    tags = {
+        "method": choices.get("method", ""), "model": model_name, "family": method.family, "data": data_name,
+        "device": str(device), "dtype": device_settings.dtype, **provenance_tags(),
+        "seed": str(job.seed), "n_chains": str(job.n_chains),
+        **{f"target.{k}": v for k, v in target.describe().items()},
+    }
+    if resumed:  # its params are the run's already (checked); MLflow does not let a param change
+        tags["resumed_with"] = " ".join(f"{k}={v}" for k, v in params.items()
+                                        if k.startswith(UNCOMPARED) and v is not None)[:5000]
+    name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
+    return RunStart(name, tags, params, OmegaConf.to_yaml(cfg, resolve=True), parent_run_id,
+                    resumed[0] if resumed else None)
+
+
 def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None = None) -> dict[str, float]:
     """Run one configured job end to end and record it; returns the logged metrics.
 
@@ -262,7 +274,6 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     wall_start = time.perf_counter()
     job, device_settings, tracking = run_settings(cfg)
     device, dtype = resolve_device(device_settings)
-    model_name = choices.get("model", "model")
     data = build(cfg.data, "data") if capabilities_of(cfg.model).uses_data else None
     torch.manual_seed(job.seed)  # what draws from torch's global generator (a network's initial weights) is seeded too
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
@@ -270,102 +281,108 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     if not isinstance(method, Method):
         raise BayesxError(f"method={choices.get('method')} builds a {type(method).__name__}, not a bayesx method; "
                           f"derive it from a family in bayesx.methods.base (see ARCHITECTURE.md)")
-    n_chains = job.n_chains
-    check_fits(method, target, choices.get("method", "?"), model_name)
+    check_fits(method, target, choices.get("method", "?"), choices.get("model", "model"))
     try:
-        method.check(target, n_chains)  # the method's own checks that need the target
+        method.check(target, job.n_chains)  # the method's own checks that need the target
     except InvalidSetting as exc:
         raise exc.as_error("method") from None
-    with_reference = wants_reference(job, method, target)
     gen = torch.Generator(device=device).manual_seed(job.seed)
-    initial = method.initial_points(target, n_chains, gen)
+    initial = method.initial_points(target, job.n_chains, gen)
 
     tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
+    params = flatten(cfg)
     resume_dir = tempfile.TemporaryDirectory(prefix="bayesx-resume-") if job.resume else contextlib.nullcontext()
-    resumed = find_resume(cfg, job, method, tracker, tracking.stale_after_s, Path(resume_dir.name)) if job.resume else None
-    data_name = choices.get("data", "") if data is not None else "none"
-    run_name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
-    tags = {
-        "method": choices.get("method", ""), "model": model_name, "family": method.family, "data": data_name,
-        "device": str(device), "dtype": device_settings.dtype, **provenance_tags(),
-        "seed": str(job.seed), "n_chains": str(job.n_chains),
-        **{f"target.{k}": v for k, v in target.describe().items()},
-    }
-    # SIGTERM is caught from before the run exists until it is closed, so a run is never left RUNNING
-    with sigterm_as_interrupt(), resume_dir, \
-            tracker.run(run_name, tags, parent_run_id, resumed[0] if resumed else None) as run, \
-            tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
-        if resumed:  # its params are the run's already (checked); MLflow does not let a param change
-            run.set_tags({"resumed_with": " ".join(f"{k}={v}" for k, v in flatten(cfg).items()
-                                                   if k.startswith(UNCOMPARED) and v is not None)[:5000]})
-        else:
-            run.log_params(flatten(cfg))
-            run.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        checkpoint = make_checkpoint(job, run, Path(tmp))
-        result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
-                                                resumed[1] if resumed else None))
-        metrics = dict(result.metrics)
-        metrics.update(result.timings)
-        has_draws = result.draws is not None and result.draws.shape[1] > 0
-        evaluation = target.evaluate(result.draws, result.sample_stats) if has_draws else Evaluation()
-        metrics.update(method.draw_metrics(result, evaluation))
-        metrics.update(evaluation.metrics)
-        metrics["wall_time_s"] = time.perf_counter() - wall_start
-        if with_reference and not result.interrupted and result.draws is not None:
-            metrics.update(reference_error(cfg, job, target, result))
-        if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
-            metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
-        stepped = {name for name, points in result.traces.items() if points}  # their last step is the final value
-        run.log_metrics({k: v for k, v in metrics.items() if k not in stepped})
-        live = checkpoint.logged_until if checkpoint is not None else 0  # steps logged as they came
-        for name, points in result.traces.items():
-            run.log_series(name, [(step, value) for step, value in points if step > live])
-        shown = summary_keys(method, evaluation, metrics)
-        compared = [k for k in [*evaluation.metrics, *method.compare_keys, "posterior_mean_err", "log_evidence_err",
-                                "wall_time_s"]
-                    if k in metrics]
-        run.set_tags({**result.tags, COMPARE_TAG: ",".join(compared)})
-        log_artifacts(run, job, method, target, result, evaluation, Path(tmp))
-        status = "KILLED" if result.interrupted else "FINISHED"
-        warnings = result.warnings + method.warnings(metrics)
-        if warnings:
-            run.set_tags({"health_warnings": " | ".join(warnings)})
-        if evaluation.remarks:
-            run.set_tags({"evaluation_notes": " | ".join(evaluation.remarks)})
-        print_summary(f"{run_name} (run {run.run_id})", metrics, shown, status, warnings, evaluation.remarks)
-        if result.error is not None:  # recorded above with what the method had; the run ends FAILED
-            raise BayesxError(result.error)
-        if result.interrupted:
-            raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")
-    return metrics
+    # SIGTERM is caught from before any run exists until the last is closed, so a run is never left RUNNING
+    with sigterm_as_interrupt(), resume_dir:
+        resumed = (find_resume(job, method, tracker, params, tracking.stale_after_s, Path(resume_dir.name))
+                   if job.resume else None)
+        reference = None
+        if wants_reference(job, method, target):  # its own run, before this one opens
+            reference = obtain_reference(posterior_identity(cfg, target), job.reference, target, tracker, choices,
+                                         parent_run_id, job.progress)
+        start = run_start(cfg, choices, job, device_settings, device, method, target, params, parent_run_id,
+                          resumed, data is not None)
+        with tracker.run(start) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
+            checkpoint = make_checkpoint(job, run, Path(tmp))
+            result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
+                                                    resumed[1] if resumed else None))
+            spent_elsewhere = reference.seconds if reference is not None else 0.0
+            record = make_record(job, method, target, result, reference, Path(tmp), checkpoint,
+                                 lambda: time.perf_counter() - wall_start - spent_elsewhere)
+            run.store(record)
+            print_summary(f"{start.name} (run {run.run_id})", record)
+            if record.error is not None:  # recorded with what the method had; the run ends FAILED
+                raise BayesxError(record.error)
+            if result.interrupted:
+                raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")
+    return record.metrics
 
 
-def log_artifacts(run, job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation,
-                  tmp: Path) -> None:
+def make_record(job: RunSettings, method: Method, target, result: Result, reference: Reference | None, tmp: Path,
+                checkpoint: RunCheckpoint | None, wall_time) -> RunRecord:
+    """The run's record from the method's result: the family's metrics of the draws, the target's
+    evaluation, the error against the reference, the files, the summary. ``wall_time()`` is the run's
+    own time so far (without a reference computed for it, which is its own run)."""
+    metrics = {**result.metrics, **result.timings}
     has_draws = result.draws is not None and result.draws.shape[1] > 0
-    if has_draws:
-        log_draws(run, job, method, target, result, tmp)
-    if not result.interrupted and result.error is None and (job.save_draws or not has_draws):
-        run.delete_artifacts(CHECKPOINT)  # complete: draws.nc (or the trainer's own files) hold it all
-    files = target.write_artifacts(tmp, result.draws if has_draws else None, evaluation)  # its data, fields, ...
-    for folder, paths in [*files.items(), *result.artifacts.items()]:
-        for path in paths:
-            run.log_artifact(Path(path), folder)
-    for name, value in result.fitted.items():  # e.g. the adapted inverse mass matrix
+    evaluation = target.evaluate(result.draws, result.sample_stats) if has_draws else Evaluation()
+    metrics.update(method.draw_metrics(result, evaluation))
+    metrics.update(evaluation.metrics)
+    tags = dict(result.tags)
+    remarks = list(evaluation.remarks)
+    if reference is not None and has_draws and not result.interrupted:
+        metrics.update(posterior_error(result.draws.numpy(), reference))
+        tags[USED_TAG] = reference.run_id
+        remarks.append(reference_remark(reference))
+    if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
+        metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
+    artifacts = run_files(job, method, target, result, evaluation, tmp)
+    complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
+    metrics["wall_time_s"] = wall_time()
+    summary = Summary(summary_keys(method, evaluation, metrics), compared_keys(method, evaluation, metrics),
+                      tuple(result.warnings + method.warnings(metrics)), tuple(remarks))
+    status = "KILLED" if result.interrupted else "FAILED" if result.error is not None else "FINISHED"
+    return RunRecord(status, metrics, dict(result.traces), tags, artifacts,
+                     (CHECKPOINT,) if complete else (),  # draws.nc (or the trainer's own files) hold it all
+                     summary, result.error, checkpoint.logged_until if checkpoint is not None else 0)
+
+
+def run_files(job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation,
+              tmp: Path) -> tuple[Artifact, ...]:
+    """The run's files: its draws and plots, the target's own files (its data, fields), the method's,
+    and its fitted quantities (e.g. the adapted inverse mass matrix)."""
+    has_draws = result.draws is not None and result.draws.shape[1] > 0
+    out = list(draw_files(job, method, target, result, tmp)) if has_draws else []
+    files = target.write_artifacts(tmp, result.draws if has_draws else None, evaluation)
+    out += [Artifact(Path(path), folder) for folder, paths in [*files.items(), *result.artifacts.items()]
+            for path in paths]
+    for name, value in result.fitted.items():
         path = tmp / f"{name}.npy"
         np.save(path, value.numpy())
-        run.log_artifact(path)
+        out.append(Artifact(path))
+    return tuple(out)
 
 
-def log_draws(run, job: RunSettings, method: Method, target, result: Result, tmp: Path) -> None:
+def draw_files(job: RunSettings, method: Method, target, result: Result, tmp: Path) -> list[Artifact]:
     draws = result.draws.numpy()
+    out = []
     if job.save_draws:
         idata = convergence.to_inference_data(draws, result.sample_stats, target.param_name,
                                               target.coordinate_names())
         path = tmp / "draws.nc"
         idata.to_netcdf(str(path), engine="h5netcdf")
-        run.log_artifact(path)
+        out.append(Artifact(path))
     if job.plots.n_coords > 0:
         coords = method.plot_coordinates(draws, job.plots.n_coords)
-        run.log_artifact(plots.trace_and_marginals(draws, coords, target.param_name, tmp / "trace.png",
-                                                   target.coordinate_names()), "plots")
+        out.append(Artifact(plots.trace_and_marginals(draws, coords, target.param_name, tmp / "trace.png",
+                                                      target.coordinate_names()), "plots"))
+    return out
+
+
+def obtain_reference(identity: dict, settings, target, tracker: Tracker, choices: dict[str, str],
+                     parent_run_id: str | None, progress: bool | None) -> Reference:
+    """The reference posterior for this run (bayesx.reference), reused from the store or computed as its
+    own run."""
+    names = {"method": choices.get("method", ""), "model": choices.get("model", "model"),
+             "data": choices.get("data", "none")}
+    return reference.obtain(target, identity, settings, tracker, names, parent_run_id, progress)

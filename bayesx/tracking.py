@@ -37,6 +37,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.record import RunRecord, RunStart
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
@@ -45,6 +46,8 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 PARENT_TAG = "mlflow.parentRunId"
 HOST_TAG, PID_TAG, HEARTBEAT_TAG = "host", "pid", "heartbeat"  # heartbeat: unix time of the last beat
 COMPARE_TAG = "compare_metrics"  # each run names its key metrics for `bayesx compare` (its family's choice)
+WARNINGS_TAG, NOTES_TAG, ERROR_TAG = "health_warnings", "evaluation_notes", "error"
+CONFIG_FILE = "config.yaml"
 MAX_PARAM_LENGTH = 6000
 
 
@@ -114,6 +117,7 @@ class TrackedRun:
 
     def __init__(self, client: MlflowClient, run_id: str):
         self.client, self.run_id = client, run_id
+        self.status = "FINISHED"  # what the run ends as when its block exits normally (see ``store``)
 
     def log_params(self, params: dict[str, object]) -> None:
         items = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items()]
@@ -142,6 +146,29 @@ class TrackedRun:
 
     def log_text(self, text: str, name: str) -> None:
         retry_locked(self.client.log_text, self.run_id, text, name)
+
+    def store(self, record: RunRecord) -> None:
+        """Store the run's record (bayesx.record): its metrics, the steps of its series not logged yet,
+        its tags with the summary's (the compared metrics, warnings, remarks, the error), its files;
+        the folders it discards are removed. The run then ends with the record's status."""
+        stepped = {name for name, points in record.series.items() if points}  # their last step is the final value
+        self.log_metrics({k: v for k, v in record.metrics.items() if k not in stepped})
+        for name, points in record.series.items():
+            self.log_series(name, [(step, value) for step, value in points if step > record.logged_until])
+        summary = record.summary
+        tags = {**record.tags, COMPARE_TAG: ",".join(summary.compared)}
+        if summary.warnings:
+            tags[WARNINGS_TAG] = " | ".join(summary.warnings)
+        if summary.remarks:
+            tags[NOTES_TAG] = " | ".join(summary.remarks)
+        if record.error:
+            tags[ERROR_TAG] = record.error
+        self.set_tags(tags)
+        for folder in record.discard:
+            self.delete_artifacts(folder)
+        for artifact in record.artifacts:
+            self.log_artifact(artifact.path, artifact.folder)
+        self.status = record.status
 
     def delete_artifacts(self, folder: str) -> bool:
         """Remove an artifact folder where the artifact store allows it (local files, most servers)."""
@@ -287,22 +314,24 @@ class Tracker:
         return Path(self.client.download_artifacts(run_id, folder, str(into)))
 
     @contextlib.contextmanager
-    def run(self, run_name: str, tags: dict[str, str], parent_run_id: str | None = None,
-            resume_run_id: str | None = None) -> Iterator[TrackedRun]:
-        """Open a run (or reopen ``resume_run_id``, a killed one); it ends FINISHED, or FAILED on an error,
+    def run(self, start: RunStart) -> Iterator[TrackedRun]:
+        """Open a run with its params and config (or reopen ``start.resume_run_id``, a killed one, whose
+        params are already there); it ends with the status of the record it stored, FAILED on an error
         or KILLED on an interrupt. While open, it carries its host and pid and a heartbeat (see the
         module's docstring)."""
-        all_tags = {**tags, **liveness_tags()}
-        if parent_run_id:
-            all_tags[PARENT_TAG] = parent_run_id
-        if resume_run_id:
-            retry_locked(self.client.update_run, resume_run_id, status="RUNNING")
-            tracked = TrackedRun(self.client, resume_run_id)
+        all_tags = {**start.tags, **liveness_tags()}
+        if start.parent_run_id:
+            all_tags[PARENT_TAG] = start.parent_run_id
+        if start.resume_run_id:
+            retry_locked(self.client.update_run, start.resume_run_id, status="RUNNING")
+            tracked = TrackedRun(self.client, start.resume_run_id)
             tracked.set_tags(all_tags)
         else:
-            run = retry_locked(self.client.create_run, self.experiment_id, run_name=run_name, tags=all_tags)
+            run = retry_locked(self.client.create_run, self.experiment_id, run_name=start.name, tags=all_tags)
             tracked = TrackedRun(self.client, run.info.run_id)
-        status = "FINISHED"
+            tracked.log_params(start.params)
+            tracked.log_text(start.config_text, CONFIG_FILE)
+        status = None
         try:
             with Heartbeat(self.client, tracked.run_id, self.heartbeat_s):
                 yield tracked
@@ -313,7 +342,30 @@ class Tracker:
             status = "FAILED"
             raise
         finally:
-            retry_locked(self.client.set_terminated, tracked.run_id, status)
+            retry_locked(self.client.set_terminated, tracked.run_id, status or tracked.status)
+
+    def resume(self, run_id: str, params: dict[str, object], ignored: tuple[str, ...], stale_after_s: float,
+               folder: str, into: Path) -> tuple[str, Path | None]:
+        """A killed run to continue: :meth:`find_resumable`, then its params compared with ``params`` (keys
+        starting with one of ``ignored`` may differ), then its artifact ``folder`` downloaded into ``into``
+        (None where it has none). Returns the run's whole id and the folder."""
+        run = self.find_resumable(run_id, stale_after_s)
+        mine = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in params.items() if not k.startswith(ignored)}
+        theirs = {k: v for k, v in run.data.params.items() if not k.startswith(ignored)}
+        differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        if differing:
+            shown = ", ".join(f"{k}: {theirs.get(k)} there, {mine.get(k)} here" for k in differing[:3])
+            raise BayesxError(f"resume={run_id}: this command's config differs from the run's ({shown}); "
+                              f"repeat the run's own command with resume=")
+        return run.info.run_id, self.download(run.info.run_id, folder, into)
+
+    def find_finished(self, tag: str, value: str) -> str | None:
+        """The newest FINISHED run of any experiment of this store whose tag ``tag`` is ``value``; None
+        where there is none (how a cached product such as a reference posterior is found)."""
+        ids = [e.experiment_id for e in self.client.search_experiments()]
+        found = retry_locked(self.client.search_runs, ids, f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
+                             max_results=1, order_by=["attributes.start_time DESC"])
+        return found[0].info.run_id if found else None
 
     def start_parent(self, run_name: str, tags: dict[str, str]) -> str:
         """A sweep's parent run; it carries the sweeping process's host and pid (its children beat)."""

@@ -27,9 +27,8 @@ SMALL = [ONE_THREAD, "progress=false", f"n_chains={N_CHAINS}", "method.presample
          "method.num_steps=10", "reference.num_warmup=100", "reference.num_draws=100", "reference.n_chains=2"]
 AEHMC = ["run", "method=aehmc", "data=digits", *SMALL]
 REQUIRED_METRICS = ("presample_time_s", "train_time_s", "sampling_time_s", "warmup_time_s", "latent_dim", "recon_err",
-                    "accept_rate", "ess_bulk_min", "test_accuracy", "posterior_mean_err", "posterior_sd_err",
-                    "reference_time_s")
-REQUIRED_TAGS = ("ae", "volume_correction", "latent_dim_choice", "reference_cache")
+                    "accept_rate", "ess_bulk_min", "test_accuracy", "posterior_mean_err", "posterior_sd_err")
+REQUIRED_TAGS = ("ae", "volume_correction", "latent_dim_choice", "reference_run_id")
 
 
 # --- helpers ----------------------------------------------------------------------------------------
@@ -84,7 +83,7 @@ def test_aehmc_records_stages_latent_size_and_reference_error(aehmc_runs, store)
     assert metrics["ess_bulk_min"] > 0 and metrics["posterior_mean_err"] >= 0 and metrics["posterior_sd_err"] >= 0
     assert metrics["presample_time_s"] > 0 and metrics["train_time_s"] > 0 and metrics["sampling_time_s"] > 0
     assert metrics["warmup_time_s"] >= metrics["presample_warmup_time_s"] > 0
-    assert metrics["reference_time_s"] > 0  # computed now, into an empty cache
+    assert "reference_time_s" not in metrics  # the reference's time is its own run's
 
     tags = run.data.tags
     missing = [t for t in REQUIRED_TAGS if t not in tags]
@@ -93,8 +92,12 @@ def test_aehmc_records_stages_latent_size_and_reference_error(aehmc_runs, store)
     assert (tags["ae"], tags["volume_correction"], tags["energy_at_start"]) == ("linear", "true", "reconstructed")
     assert tags["latent_dim_choice"] == "default (dim/10)"
     assert tags["kernels"] == ("native" if native_available else "pytorch")
-    cache = Path(tags["reference_cache"])
-    assert cache.is_file() and cache.parent == root / "data-default" / "reference"
+    # the reference is its own FINISHED run, computed (and closed) before this run opened
+    reference = MlflowClient(tracking_uri=uri).get_run(tags["reference_run_id"])
+    assert reference.info.status == "FINISHED" and reference.data.tags["role"] == "reference"
+    assert reference.data.tags["reference_for"] == "aehmc" and reference.data.metrics["wall_time_s"] > 0
+    assert reference.info.end_time <= run.info.start_time
+    assert "reference/moments.npz" in artifact_paths(uri, reference, "reference")
     assert run.data.params["method._target_"] == "bayesx.methods.mcmc.aehmc.AEHMC"
 
 
@@ -116,10 +119,13 @@ def test_aehmc_logs_the_autoencoder_and_draws(aehmc_runs, store, tmp_path):
     assert idata.posterior[name].shape == (N_CHAINS, NUM_DRAWS, DIGITS_DIM)
 
 
-def test_second_identical_run_reuses_the_reference(aehmc_runs):
+def test_second_identical_run_reuses_the_reference(aehmc_runs, store):
     first, second = aehmc_runs
-    assert second.data.metrics["reference_time_s"] == 0
-    assert second.data.tags["reference_cache"] == first.data.tags["reference_cache"]
+    assert second.data.tags["reference_run_id"] == first.data.tags["reference_run_id"]
+    references = [r for r in all_runs(store[1]) if r.data.tags.get("reference_key")
+                  == MlflowClient(tracking_uri=store[1]).get_run(first.data.tags["reference_run_id"]).data.tags[
+                      "reference_key"]]
+    assert len(references) == 1  # reused from the store, not computed again
     # the same seed gives the same draws, and the cached reference the same error
     assert second.data.metrics["posterior_mean_err"] == pytest.approx(first.data.metrics["posterior_mean_err"])
     assert second.data.metrics["posterior_sd_err"] == pytest.approx(first.data.metrics["posterior_sd_err"])
@@ -175,8 +181,7 @@ def test_deep_mcmc_fig2_preset(store):
     assert "plots/trajectory.png" in artifact_paths(uri, run, "plots")
     # the Gaussian reports its exact errors; no NUTS reference is computed
     assert "posterior_mean_err_max" in metrics and "posterior_sd_err_max" in metrics
-    assert "posterior_mean_err" not in metrics and "reference_time_s" not in metrics
-    assert "reference_cache" not in tags
+    assert "posterior_mean_err" not in metrics and "reference_run_id" not in tags
     exp = MlflowClient(tracking_uri=uri).get_experiment(run.info.experiment_id)
     assert exp.name == "deep_mcmc_fig2"
 

@@ -135,3 +135,44 @@ def test_data_file_reaches_the_function_and_unvmappable_functions_loop(tmp_path)
 ])
 def test_bad_custom_models_are_one_line_errors(bad_env, options, needles):
     assert_rejected(["run", "model=custom", *options, "method=nuts", "progress=false"], bad_env, *needles)
+
+
+# --- the reference posterior: its own run, cached by the content of the model's files ------------------
+SMALL_REFERENCE = ["reference.num_warmup=60", "reference.num_draws=60", "reference.n_chains=2", "progress=false",
+                   "plots.n_coords=0", "method=pathfinder", "model.dim=2"]
+SHIFTED_GAUSSIAN = """
+def log_density(theta, data):
+    return -0.5 * ((theta - data["m"]) ** 2).sum(-1)
+"""
+
+
+def test_reference_is_its_own_run_keyed_by_file_contents_and_wall_times_add_up(store, tmp_path):
+    import time
+
+    from cli_helpers import all_runs
+
+    _, uri = store
+    density, data, renamed = tmp_path / "density.py", tmp_path / "data.csv", tmp_path / "renamed.csv"
+    density.write_text(SHIFTED_GAUSSIAN)
+    data.write_text("m\n1.0\n-1.0\n")
+    renamed.write_text(data.read_text())
+    model = ["model=custom", f"model.log_density={density}:log_density"]
+    before = {r.info.run_id for r in all_runs(uri)}
+    started = time.perf_counter()
+    first = run_ok(uri, ["run", *model, f"model.data_file={data}", *SMALL_REFERENCE])
+    elapsed = time.perf_counter() - started
+    new = [r for r in all_runs(uri) if r.info.run_id not in before]
+    assert len(new) == 2  # the pathfinder run and its reference
+    reference = next(r for r in new if r.data.tags.get("role") == "reference")
+    assert first.data.tags["reference_run_id"] == reference.info.run_id
+    assert reference.info.end_time <= first.info.start_time  # closed before the run that uses it opened
+    # every second of the command is in some run's wall_time_s (MLflow's first use of the store aside)
+    recorded = sum(r.data.metrics["wall_time_s"] for r in new)
+    assert elapsed < 1.5 * recorded + 5.0, (elapsed, recorded)
+
+    # the same content under another path reuses it; another content does not (the negative control)
+    again = run_ok(uri, ["run", *model, f"model.data_file={renamed}", *SMALL_REFERENCE])
+    assert again.data.tags["reference_run_id"] == reference.info.run_id
+    renamed.write_text("m\n1.0\n-2.0\n")
+    edited = run_ok(uri, ["run", *model, f"model.data_file={renamed}", *SMALL_REFERENCE])
+    assert edited.data.tags["reference_run_id"] != reference.info.run_id

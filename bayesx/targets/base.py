@@ -113,6 +113,12 @@ class ModelBase:
         """Tags describing the model (data set, sizes) for the tracker."""
         return {}
 
+    def content_digests(self) -> dict[str, str]:
+        """Digests of the files that define this model, by the option that names each (a user's density
+        and data files): what identifies the posterior is their content, not their paths (the reference
+        posterior's cache key, bayesx.reference)."""
+        return {}
+
 
 class TargetBase(ModelBase):
     """The target interface with its defaults.

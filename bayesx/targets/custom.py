@@ -20,8 +20,10 @@ the logistic bound of ``method=vi divergence=jj``) say so.
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib
 import importlib.util
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,6 +109,10 @@ def load_data(path_text: str, dtype: torch.dtype, device: torch.device) -> dict[
     return {name: torch.as_tensor(values[:, j], dtype=dtype, device=device) for j, name in enumerate(header)}
 
 
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 class CustomModel(TargetBase):
     """The log density of a user's function (see the module docstring)."""
 
@@ -169,6 +175,14 @@ class CustomModel(TargetBase):
 
     def coordinate_names(self) -> list[str] | None:
         return list(self.settings.param_names) if self.settings.param_names else None
+
+    def content_digests(self) -> dict[str, str]:
+        """SHA-256 of the density's source file and of the data file."""
+        source = inspect.getsourcefile(self.function)
+        digests = {"log_density": _file_digest(Path(source)) if source else self.settings.log_density}
+        if self.settings.data_file:
+            digests["data_file"] = _file_digest(Path(self.settings.data_file).expanduser())
+        return digests
 
     def describe(self) -> dict[str, str]:
         tags = {"dim": str(self.dim), "log_density": self.settings.log_density}
