@@ -51,10 +51,13 @@ def compare_table(df, sort: str | None, ascending: bool):
 
     if df.empty:
         return df
+    method = df.get("tags.method")
+    if "tags.role" in df and method is not None:  # a reference posterior's run (bayesx.reference) says so
+        method = method.where(df["tags.role"] != "reference", "nuts (reference)")
     table = pd.DataFrame({
         "run_id": df["run_id"].str[:8],
         "status": df["status"],
-        "method": df.get("tags.method"),
+        "method": method,
         "model": df.get("tags.model"),
         "data": df.get("tags.data"),
         "seed": df.get("tags.seed"),

@@ -88,7 +88,8 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
     start = time.perf_counter()
     model, data = names.get("model", "model"), names.get("data", "none")
     tags = {ROLE_TAG: "reference", KEY_TAG: key, "method": "nuts", "model": model, "data": data,
-            "family": "sampler", "reference_for": names.get("method", "")}
+            "family": "sampler", "reference_for": names.get("method", ""), "seed": str(settings.seed),
+            "n_chains": str(settings.n_chains)}
     params = {f"reference.{k}": v for k, v in asdict(settings).items() if k != "enabled"}
     opening = RunStart(f"reference-{model}-{data}", tags, params, yaml.safe_dump(
         json.loads(json.dumps({**identity, "reference": params}, default=str)), sort_keys=True), parent_run_id)

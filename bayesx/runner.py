@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from bayesx import reference
 from bayesx.checkpoint import FOLDER as CHECKPOINT
 from bayesx.checkpoint import RunCheckpoint, Resume, load_resume
 from bayesx.diagnostics import convergence, plots
@@ -27,7 +26,7 @@ from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.provenance import provenance_tags
 from bayesx.record import Artifact, RunRecord, RunStart, Summary
-from bayesx.reference import USED_TAG, Reference, posterior_error
+from bayesx.reference import USED_TAG, Reference, obtain, posterior_error
 from bayesx.reference import remark as reference_remark
 from bayesx.result import Result
 from bayesx.run_settings import DeviceSettings, RunSettings, TrackingSettings
@@ -209,10 +208,9 @@ def posterior_identity(cfg: DictConfig, target) -> dict:
     """What defines the posterior for the reference cache: the model's options, with the files that
     define it replaced by digests of their contents (a custom model's density and data), the data's
     options and the dtype."""
-    model = {k: v for k, v in options_of(cfg.model, "model").items()}
-    model.update(target.content_digests())
-    model["_target_"] = str(cfg.model._target_)
-    return {"model": model, "data": OmegaConf.to_container(cfg.data, resolve=True), "dtype": str(cfg.device.dtype)}
+    model = {**options_of(cfg.model, "model"), **target.content_digests(), "_target_": str(cfg.model._target_)}
+    data = OmegaConf.to_container(cfg.data, resolve=True) if target.capabilities.uses_data else None
+    return {"model": model, "data": data, "dtype": str(cfg.device.dtype)}
 
 
 # --- resuming ------------------------------------------------------------------------------------
@@ -298,8 +296,10 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
                    if job.resume else None)
         reference = None
         if wants_reference(job, method, target):  # its own run, before this one opens
-            reference = obtain_reference(posterior_identity(cfg, target), job.reference, target, tracker, choices,
-                                         parent_run_id, job.progress)
+            names = {"method": choices.get("method", ""), "model": choices.get("model", "model"),
+                     "data": choices.get("data", "") if data is not None else "none"}
+            reference = obtain(target, posterior_identity(cfg, target), job.reference, tracker, names, parent_run_id,
+                               job.progress)
         start = run_start(cfg, choices, job, device_settings, device, method, target, params, parent_run_id,
                           resumed, data is not None)
         with tracker.run(start) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
@@ -377,12 +377,3 @@ def draw_files(job: RunSettings, method: Method, target, result: Result, tmp: Pa
         out.append(Artifact(plots.trace_and_marginals(draws, coords, target.param_name, tmp / "trace.png",
                                                       target.coordinate_names()), "plots"))
     return out
-
-
-def obtain_reference(identity: dict, settings, target, tracker: Tracker, choices: dict[str, str],
-                     parent_run_id: str | None, progress: bool | None) -> Reference:
-    """The reference posterior for this run (bayesx.reference), reused from the store or computed as its
-    own run."""
-    names = {"method": choices.get("method", ""), "model": choices.get("model", "model"),
-             "data": choices.get("data", "none")}
-    return reference.obtain(target, identity, settings, tracker, names, parent_run_id, progress)
