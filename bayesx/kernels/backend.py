@@ -7,6 +7,7 @@ and the chains whether the native kernels run instead (bayesx.native.logistic.su
 float64/32, the library built, not many chains on a large design) and runs them:
 
     name(target, position)          "native" or "pytorch", the run's ``kernels`` tag
+    native_available(dtype)         whether the native backend is on and built at all
     trajectory(target, ...)         a whole leapfrog trajectory in one C call, or None (PyTorch's loop)
     nuts_transition(target, ...)    one NUTS transition of every chain, each chain's tree in C, or None
     log_prob_and_grad(form, q)      log pi and its gradient in one C call, or None (the target's own
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
     from bayesx.targets.forms import LogisticForm
 
 NATIVE, PYTORCH = "native", "pytorch"
+
+
+def native_available(dtype: torch.dtype = torch.float64) -> bool:
+    """Whether the native backend is on and built for this dtype on this machine (for any form)."""
+    return native.available(dtype)
 
 
 def runs_natively(form: LogisticForm | None, position: Tensor) -> bool:

@@ -87,15 +87,6 @@ static inline int finite_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); re
 #define EXP_FLOOR (-87.0f)   /* expf(-87) = 1.6e-38, still a normal float */
 #include "nuts.h"
 #include "logistic_leapfrog.h"
-#undef DENSITY
-#undef PHASE
-#undef NUTS_DIVERGENCE
-#undef NUTS_BIG
-#undef REAL
-#undef SUFFIX
-#undef EXP
-#undef LOG
-#undef EXP_FLOOR
 
 /* Every exported function's parameter types, one letter each (i int, p pointer, d double, f float), then
  * "->" and its return type (v nothing, i int). bayesx/native/entry_points.py declares the same and checks
