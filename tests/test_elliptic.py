@@ -518,7 +518,8 @@ def test_describe_and_probes():
     model = EllipticInverse(mesh=MESH)
     tags = model.describe()
     assert tags == {"dim": "81", "mesh": "4", "elements": "P2", "n_obs": "25", "noise_sd": "0.1", "whiten": "false",
-                    "solver": "dense", "likelihood_mesh": "4", "restriction": "projection", "prior_draws": "circulant",
+                    "solver": "dense", "linear_solver": "lapack-lu", "likelihood_mesh": "4", "restriction": "projection",
+                    "prior_draws": "circulant",
                     "posterior": "exact"}
     probes = model.field_probe_dofs()
     assert probes.shape == (5,)
