@@ -9,12 +9,14 @@ TORCH_VERSION := 2.13.0
 
 install: $(STAMP)
 
-# torch first, pinned, so pip takes the local CPU build instead of multi-GB CUDA wheels
+# torch first, pinned, so pip takes the local CPU build instead of multi-GB CUDA wheels; then the native
+# kernels are compiled for this machine (without a C compiler it says so, and the PyTorch kernels run)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m bayesx.native.build
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -17,7 +17,7 @@ import torch
 from cli_helpers import all_runs, assert_rejected, call, isolated_store
 from mlflow.tracking import MlflowClient
 
-from bayesx.native import logistic as native
+from bayesx.kernels import backend
 
 DIGITS_DIM, N_CHAINS, NUM_DRAWS = 64, 2, 100
 # one torch thread: these problems are tiny, and with two threads on two busy cores torch can be 100x slower
@@ -67,7 +67,7 @@ def aehmc_runs(store):
     return first, second
 
 
-native_available = native.available()
+native_available = backend.native_available()
 
 
 def test_aehmc_records_stages_latent_size_and_reference_error(aehmc_runs, store):

@@ -18,6 +18,7 @@ from skfem.helpers import dot, grad
 
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
+from bayesx.kernels import backend
 from bayesx.targets.elliptic import EllipticInverse, prior, problem
 from bayesx.targets.elliptic import dense
 from bayesx.targets.elliptic.dense import LapackLU, TorchLU
@@ -231,9 +232,12 @@ def test_dense_solver_equals_sparse_solver(whiten):
 def test_auto_solver_is_dense_for_small_levels_on_the_cpu():
     model = EllipticInverse(mesh=10)
     assert model.likelihood_level.solver == "sparse" and model.level(5).solver == "dense"  # 441 and 121 unknowns
-    assert model.describe()["solver"] == "sparse" and model.kernel_name(None) == "superlu"
+    assert model.describe()["solver"] == "sparse" and model.describe()["linear_solver"] == "superlu"
     assert EllipticInverse(mesh=10, solver="dense").level(5).solver == "dense"  # an explicit choice holds everywhere
     assert EllipticInverse(mesh=4, solver="sparse").describe()["solver"] == "sparse"
+    assert EllipticInverse(mesh=4, solver="dense").describe()["linear_solver"] == "lapack-lu"
+    # the solver describes the model; the samplers' backend (the run's ``kernels`` tag) is PyTorch's
+    assert model.density_form() is None and backend.name(model, model.initial_point(2, gen(0))) == "pytorch"
 
 
 def _symmetric_systems(n: int, batch: int, seed: int) -> torch.Tensor:
@@ -514,7 +518,8 @@ def test_describe_and_probes():
     model = EllipticInverse(mesh=MESH)
     tags = model.describe()
     assert tags == {"dim": "81", "mesh": "4", "elements": "P2", "n_obs": "25", "noise_sd": "0.1", "whiten": "false",
-                    "solver": "dense", "likelihood_mesh": "4", "restriction": "projection", "prior_draws": "circulant",
+                    "solver": "dense", "linear_solver": "lapack-lu", "likelihood_mesh": "4", "restriction": "projection",
+                    "prior_draws": "circulant",
                     "posterior": "exact"}
     probes = model.field_probe_dofs()
     assert probes.shape == (5,)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bayesx.diagnostics.convergence import ess_per_coordinate
-from bayesx.kernels import hmc, nuts
+from bayesx.kernels import backend, hmc, nuts
 from bayesx.kernels.integrators import PhaseState, leapfrog, leapfrog_trajectory
 from bayesx.kernels.metric import identity_metric, make_metric
 from bayesx.methods.mcmc.hmc import HMC
@@ -72,7 +72,7 @@ def test_sampler_recovers_gaussian_moments(case, kwargs, name, make, kernels, mo
                     "Python; the native run of the same case and the PyTorch runs of the other metrics cover it")
     monkeypatch.setenv("BAYESX_NATIVE", "1" if kernels == "native" else "0")
     target = Gaussian(**kwargs)
-    assert target.kernel_name(target.initial_point(4, torch.Generator())) == kernels
+    assert backend.name(target, target.initial_point(4, torch.Generator())) == kernels
     draws, result = run(make(), target)
     z_mean, z_var = moment_z_scores(draws, target.mean.numpy(), target.cov.numpy())
     assert np.all(np.abs(z_mean) < Z_MAX), (name, case, z_mean)

@@ -1,11 +1,14 @@
-"""The native (C) kernels (logistic regression, the Gaussian as its form without rows, Neal's funnel):
-equal to the PyTorch path, gradients against finite differences, samplers unchanged by them, and a
-clean fallback where no compiler is found."""
+"""The native (C) backend of the kernels (densities in logistic form: logistic regression, its restriction
+to a subspace, the Gaussian as the form without rows): equal to the PyTorch path, gradients against finite
+differences, samplers unchanged by it, its C signatures checked at load, targets that only describe their
+density, the build at install time, and a clean fallback where no compiler is found."""
 
 from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,7 @@ from method_helpers import logistic_2d
 
 from bayesx.data.digits import load_digits
 from bayesx.diagnostics.convergence import ess_per_coordinate
+from bayesx.kernels import backend
 from bayesx.kernels import latent_hmc as latent
 from bayesx.kernels import nuts
 from bayesx.kernels.hmc import HMCState
@@ -22,9 +26,10 @@ from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
 from bayesx.kernels.metric import make_metric
 from bayesx.methods.mcmc.hmc import HMC
 from bayesx.methods.mcmc.nuts import NUTS
-from bayesx.native import build
+from bayesx.native import build, entry_points
 from bayesx.native import logistic as native
 from bayesx.nn.autoencoder import AutoEncoder, initialize
+from bayesx.targets.forms import LogisticForm
 from bayesx.targets.gaussian import Gaussian
 from bayesx.targets.logreg import LogisticRegression
 from bayesx.targets.toy import Density
@@ -106,7 +111,7 @@ def torch_threads():
 
 @needs_openmp
 def test_chains_split_over_torchs_threads_one_per_chain_at_most(digits, torch_threads):
-    form = digits.logistic_form()
+    form = digits.density_form()
     torch_threads(1)
     assert native.kernel_threads(form.design_t.dtype, 4) == 1
     torch_threads(2)
@@ -121,7 +126,7 @@ def test_many_chains_on_a_large_design_go_to_pytorch(size):
     """From MANY_CHAINS[size] chains on a design of `size` entries, PyTorch's BLAS runs; one row
     fewer falls in the tier below."""
     def form(rows):
-        return native.make_form(torch.zeros(8, rows, dtype=torch.float64), None, torch.zeros(rows, dtype=torch.float64),
+        return LogisticForm.build(torch.zeros(8, rows, dtype=torch.float64), None, torch.zeros(rows, dtype=torch.float64),
                                 torch.ones(8, dtype=torch.float64), None)
     rows = size // 8
     many = native.MANY_CHAINS[size]
@@ -136,7 +141,7 @@ def test_many_chains_on_a_large_design_go_to_pytorch(size):
 def test_split_calls_equal_one_thread_exactly(digits, torch_threads, threads):
     """Each chain runs the same code whichever thread takes it: split results equal one thread's
     bit for bit, with uneven ranges (5 chains) included."""
-    form = digits.logistic_form()
+    form = digits.density_form()
     q = 0.1 * torch.randn(5, digits.dim, generator=gen(21), dtype=torch.float64)
     p = torch.randn(5, digits.dim, generator=gen(22), dtype=torch.float64)
     inv_mass = 0.5 + torch.rand(digits.dim, generator=gen(23), dtype=torch.float64)
@@ -166,7 +171,7 @@ def test_restricted_density_and_gradient_equal_pytorch(digits, monkeypatch):
 @needs_native
 def test_native_gradient_matches_finite_differences(digits):
     q = 0.2 * torch.randn(2, digits.dim, generator=gen(3), dtype=torch.float64)
-    form = digits.logistic_form()
+    form = digits.density_form()
     _, grad = native.log_prob_and_grad(form, q)
     h = 1e-6
     for i in (0, 17, 40):
@@ -196,7 +201,7 @@ def test_trajectory_equals_pytorch_leapfrog(digits, mass, monkeypatch):
         else a @ a.T + torch.eye(digits.dim, dtype=torch.float64)
     eps = torch.tensor([[0.01], [-0.02], [0.015], [0.005]], dtype=torch.float64)  # per chain, one backwards
     lp, grad = digits.log_prob_and_grad(q)
-    form = digits.logistic_form()
+    form = digits.density_form()
     ours = native.trajectory(form, q, p, eps, 12, inv_mass, grad, lp)
     cold = native.trajectory(form, q, p, eps, 12, inv_mass)  # the kernel evaluates the start itself
     theirs = with_native(False, monkeypatch, lambda: torch_trajectory(digits, q, p, grad, eps, 12, inv_mass))
@@ -283,7 +288,7 @@ def test_pairs_of_chains_give_the_single_chains_results(digits, chains, torch_th
     trajectories, NUTS trees leaf by leaf), equal one chain per task up to rounding: the same tree depths
     and draws, with three chains a pair and a lone chain."""
     torch_threads(2)
-    form = digits.logistic_form()
+    form = digits.density_form()
     q = 0.05 * torch.randn(chains, digits.dim, generator=gen(41), dtype=torch.float64)
     p = torch.randn(chains, digits.dim, generator=gen(42), dtype=torch.float64)
     inv_mass = 0.5 + torch.rand(digits.dim, generator=gen(43), dtype=torch.float64)
@@ -318,39 +323,38 @@ def test_gaussian_is_the_logistic_form_without_rows(kind, monkeypatch):
     lp, grad = with_native(False, monkeypatch, lambda: target.log_prob_and_grad(q))
     torch.testing.assert_close(native_lp, lp, rtol=1e-12, atol=1e-10)
     torch.testing.assert_close(native_grad, grad, rtol=1e-12, atol=1e-10)
-    assert (target.logistic_form().precision.dim() == 1) == (kind == "scaled")
+    assert (target.density_form().precision.dim() == 1) == (kind == "scaled")
+
+
+def test_toy_densities_run_on_pytorch():
+    """No C code exists for one benchmark posterior: the funnel (which had its own until this issue) and the
+    other toy densities have no form, so every sampler moves on them in PyTorch, with autograd gradients."""
+    for name in ("funnel", "banana"):
+        toy = Density(name=name)
+        q = toy.initial_point(4, gen(32))
+        assert toy.density_form() is None and backend.name(toy, q) == "pytorch"
+        lp, grad = toy.log_prob_and_grad(q)
+        torch.testing.assert_close(lp, toy.log_prob(q))
+        assert grad.shape == q.shape and torch.isfinite(grad).all()
 
 
 @needs_native
-@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
-def test_funnel_density_and_gradient_equal_autograd(dtype, tol, monkeypatch):
-    funnel = Density(name="funnel", dtype=dtype)
-    q = 2.0 * torch.randn(5, 10, generator=gen(32), dtype=dtype)
-    lp, grad = with_native(True, monkeypatch, lambda: funnel.log_prob_and_grad(q))
-    ref_lp, ref_grad = with_native(False, monkeypatch, lambda: funnel.log_prob_and_grad(q))
-    torch.testing.assert_close(lp, ref_lp, rtol=tol, atol=tol)
-    torch.testing.assert_close(grad, ref_grad, rtol=tol, atol=tol * float(ref_grad.abs().max()))
-    assert with_native(True, monkeypatch, lambda: funnel.kernel_name(q)) == "native"
-    assert Density(name="banana").kernel_name(q[:, :2]) == "pytorch"  # only the funnel has a native gradient
-
-
-@needs_native
-@pytest.mark.parametrize("v0,step", [(-2.5, 0.45), (1.5, 0.45)])
-def test_native_nuts_on_the_funnel_builds_the_pytorch_trees(v0, step, monkeypatch):
-    """One NUTS transition of 2000 independent chains from points at v = v0 (in the neck, where some trees
-    diverge, and in the mouth, where they are deep), in C and in PyTorch: the same mean tree depth,
-    acceptance, divergence rate and mean of v after the step, within 4 standard errors. (Whole chains
-    are no test here: v mixes so slowly on the funnel that four chains disagree by chance.)"""
-    funnel, n = Density(name="funnel"), 2000
-    q = torch.cat([torch.full((n, 1), v0, dtype=torch.float64),
-                   math.exp(v0 / 2) * torch.randn(n, 9, generator=gen(33), dtype=torch.float64)], 1)
+@pytest.mark.parametrize("step,divergent", [(0.08, False), (0.215, True)])
+def test_native_nuts_builds_the_pytorch_trees(step, divergent, monkeypatch):
+    """One NUTS transition of 2000 independent chains of a badly scaled Gaussian (sds from 0.1 to 1) from the
+    same points, in C and in PyTorch: the same mean tree depth, acceptance, divergence rate and mean of the
+    widest coordinate after the step, within 4 standard errors; once with deep trees, once with a step past
+    the leapfrog's stability limit for the narrowest coordinate (2 sd = 0.2), where trees diverge. Negative
+    control: a 20% longer step in C is told apart from the PyTorch trees."""
+    target, n = Gaussian(dim=10, kind="scaled", condition=10.0), 2000
+    q = torch.randn(n, 10, generator=gen(33), dtype=torch.float64) * target.cov.diagonal().sqrt()
 
     def transition(step_size):
-        assert funnel.kernel_name(q) == ("native" if os.environ["BAYESX_NATIVE"] == "1" else "pytorch")
+        assert backend.name(target, q) == ("native" if os.environ["BAYESX_NATIVE"] == "1" else "pytorch")
         params = nuts.NUTSParams(step_size, make_metric(torch.ones(10, dtype=torch.float64)), 10)
-        new, info = nuts.step(HMCState(q, *funnel.log_prob_and_grad(q)), funnel, params, gen(34))
+        new, info = nuts.step(HMCState(q, *target.log_prob_and_grad(q)), target, params, gen(34))
         return {"depth": info.tree_depth.double(), "accept": info.accept_prob, "divergent": info.divergent.double(),
-                "v": new.position[:, 0]}
+                "x": new.position[:, -1]}
 
     def z_scores(a, b):
         return {key: abs(float(a[key].mean() - b[key].mean())) * math.sqrt(n)
@@ -358,7 +362,7 @@ def test_native_nuts_on_the_funnel_builds_the_pytorch_trees(v0, step, monkeypatc
     ours, ref = (with_native(on, monkeypatch, lambda: transition(step)) for on in (True, False))
     assert max(z_scores(ours, ref).values()) < 4.0, z_scores(ours, ref)
     assert float(ours["depth"].mean()) > 2.0  # trees grew: the comparison is not between two empty steps
-    # negative control: a 20% longer step in C is told apart from the PyTorch trees
+    assert (float(ref["divergent"].mean()) > 0.05) == divergent
     longer = with_native(True, monkeypatch, lambda: transition(1.2 * step))
     assert max(z_scores(longer, ref).values()) > 4.0, z_scores(longer, ref)
 
@@ -390,7 +394,7 @@ def test_integrator_without_a_form_uses_pytorch(pytorch_only, digits):
     end, _, _ = leapfrog_trajectory(PhaseState(q, p, lp, grad), 0.01, 5, metric, digits)
     ref = torch_trajectory(digits, q, p, grad, 0.01, 5, metric.inv_mass)
     torch.testing.assert_close(end.position, ref[0])
-    assert digits.fused_trajectory(q, p, 0.01, 5, metric.inv_mass) is None and digits.kernel_name(q) == "pytorch"
+    assert backend.trajectory(digits, q, p, 0.01, 5, metric.inv_mass) is None and backend.name(digits, q) == "pytorch"
 
 
 # --- building ---------------------------------------------------------------------------------------------
@@ -414,7 +418,7 @@ def test_no_compiler_falls_back_with_one_warning(fresh_build, monkeypatch):
     assert len(record) == 1
     q = torch.zeros(2, 3, dtype=torch.float64)
     assert not native.available()
-    assert not native.supports(native.make_form(torch.ones(3, 4, dtype=torch.float64), None, torch.ones(4),
+    assert not native.supports(LogisticForm.build(torch.ones(3, 4, dtype=torch.float64), None, torch.ones(4),
                                                 torch.ones(3), None), q)
 
 
@@ -428,23 +432,13 @@ def test_a_failing_build_falls_back(fresh_build, monkeypatch, tmp_path_factory):
 
 
 @needs_native
-def test_build_is_cached_and_keeps_denormals(fresh_build):
-    first = build.load("logistic_leapfrog")
-    assert first is not None
-    assert len(list((fresh_build / "native").glob("logistic_leapfrog-*.so"))) == 1
-    # -ffast-math is for compiling only: linking it in would set flush-to-zero for the whole process
-    tiny = torch.tensor([1e-310], dtype=torch.float64)
-    assert float(tiny * 1.0) != 0.0
-
-
-@needs_native
 def test_without_openmp_the_build_is_serial_with_a_warning(fresh_build, monkeypatch, digits, torch_threads):
     monkeypatch.setattr(build, "OPENMP_FLAGS", ("-fno-such-openmp-flag",))  # the compiler rejects it
     with pytest.warns(build.NativeKernelWarning, match="built without OpenMP"):
         library = build.load("logistic_leapfrog")
     assert library is not None and library.logistic_openmp() == 0
     torch_threads(2)
-    assert native.kernel_threads(digits.logistic_form().design_t.dtype, 8) == 1
+    assert native.kernel_threads(digits.density_form().design_t.dtype, 8) == 1
 
 
 @needs_openmp
@@ -471,3 +465,98 @@ def test_an_openmp_library_that_does_not_load_falls_to_the_serial_build(fresh_bu
     with pytest.warns(build.NativeKernelWarning, match="built without OpenMP .libgomp.so.1: cannot open"):
         library = build.load("logistic_leapfrog")
     assert library is not None and library.logistic_openmp() == 0 and len(tried) == 2
+
+
+@pytest.fixture
+def fresh_kernels():
+    """The memo of the typed functions cleared before and after (the library itself stays cached)."""
+    native.kernels.cache_clear()
+    yield
+    native.kernels.cache_clear()
+
+
+@needs_native
+def test_a_wrong_entry_point_declaration_is_a_one_line_error(fresh_kernels, monkeypatch):
+    """The C signatures are declared once (entry_points.ENTRY_POINTS) and checked against the library's own
+    at load: a declaration one parameter short, or with an int where the real goes, is refused with one line
+    naming the function and both signatures, before anything is called (no crash)."""
+    table = dict(entry_points.ENTRY_POINTS)
+    nuts_entry = table["logistic_nuts"]
+    for wrong in (nuts_entry._replace(params=nuts_entry.params[:-1]),
+                  nuts_entry._replace(params=nuts_entry.params.replace("r", "i"))):
+        monkeypatch.setitem(entry_points.ENTRY_POINTS, "logistic_nuts", wrong)
+        native.kernels.cache_clear()
+        with pytest.raises(entry_points.NativeSignatureError) as caught:
+            native.kernels(torch.float64)
+        message = str(caught.value)
+        assert "\n" not in message and "logistic_nuts_f64" in message and nuts_entry.params.replace("r", "d") in message
+    monkeypatch.setitem(entry_points.ENTRY_POINTS, "logistic_nuts", nuts_entry)
+    native.kernels.cache_clear()
+    assert native.kernels(torch.float64) is not None  # the table as written agrees with the library
+
+
+@needs_native
+def test_a_library_without_signatures_is_refused(fresh_build, tmp_path_factory, monkeypatch):
+    """A library built from a source that states no signatures (an old cache, a stray file) is refused in one line."""
+    source = tmp_path_factory.mktemp("src")
+    (source / "bare.c").write_text("void logistic_density_f64(void) {}\n")
+    monkeypatch.setattr(build, "SOURCE_DIR", source)
+    with pytest.raises(entry_points.NativeSignatureError, match="does not export bayesx_signature"):
+        entry_points.bind(build.load("bare"), "f64")
+
+
+def test_without_a_compiler_the_pytorch_backend_runs_with_one_warning(fresh_build, monkeypatch):
+    """CC names no compiler and the cache is empty: a NUTS run on logistic regression runs on PyTorch (its
+    ``kernels`` tag says so) and one warning says why."""
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setenv("PATH", str(fresh_build))
+    target, _ = logistic_2d()
+    g = gen(3)
+    with pytest.warns(build.NativeKernelWarning) as record:
+        result = NUTS(num_warmup=10, num_draws=5, init="prior").run(target, target.initial_point(2, g), g,
+                                                                      progress=False)
+    warnings = [w for w in record if issubclass(w.category, build.NativeKernelWarning)]
+    assert len(warnings) == 1 and "no C compiler found" in str(warnings[0].message)
+    assert result.tags["kernels"] == "pytorch" and result.draws.shape == (2, 5, target.dim)
+    assert torch.isfinite(torch.as_tensor(result.draws)).all()
+
+
+@needs_native
+def test_the_install_step_builds_what_the_first_run_loads(fresh_build, monkeypatch):
+    """``python -m bayesx.native.build`` (make install) compiles the library into the cache once, and a later
+    process loads that file without compiling, and without switching to flush-to-zero arithmetic (-ffast-math
+    is for compiling only); without a compiler the step says why and exits 0."""
+    env = {**os.environ, "BAYESX_CACHE_DIR": str(fresh_build), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "bayesx.native.build"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "native kernel logistic_leapfrog built" in done.stdout, done.stderr
+    built = list((fresh_build / "native").glob("logistic_leapfrog-*.so"))
+    assert len(built) == 1 and str(built[0]) in done.stdout
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("the first use compiled again")
+    monkeypatch.setattr(build, "_build", no_compiling)
+    assert native.kernels(torch.float64) is not None
+    assert float(torch.tensor([1e-310], dtype=torch.float64) * 1.0) != 0.0
+    bare = {**env, "CC": "no-such-compiler", "PATH": str(fresh_build), "BAYESX_CACHE_DIR": str(fresh_build / "empty")}
+    done = subprocess.run([sys.executable, "-m", "bayesx.native.build"], env=bare, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "no C compiler found" in done.stdout and "PyTorch kernels run" in done.stdout
+
+
+# --- the shape of the code -----------------------------------------------------------------------------------
+PACKAGE = Path(__file__).resolve().parents[1] / "bayesx"
+
+
+def test_targets_describe_densities_and_only_the_backend_imports_native():
+    """No module under bayesx/targets names a sampler's hooks or parameters (fused kernels, backend names,
+    tree depths, step sizes, trajectories), and no module outside the kernels' backend and bayesx/native
+    imports bayesx.native (provenance reads whether native kernels are enabled)."""
+    words = ("fused_", "kernel_name", "max_tree_depth", "step_size", "trajectory")
+    in_targets = [f"{path.relative_to(PACKAGE)}: {word}" for path in PACKAGE.glob("targets/**/*.py")
+                  for word in words if word in path.read_text()]
+    assert not in_targets, in_targets
+    importers = {str(path.relative_to(PACKAGE)) for path in PACKAGE.glob("**/*.py") if "bayesx.native" in path.read_text()}
+    allowed = {"kernels/backend.py", "provenance.py"}
+    assert {p for p in importers if not p.startswith("native/")} <= allowed, importers
+    assert "kernels/backend.py" in importers  # the check would see an import

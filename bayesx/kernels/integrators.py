@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
+from bayesx.kernels import backend
 from bayesx.kernels.metric import Metric, kinetic_energy, velocity
 
 
@@ -40,11 +41,11 @@ def leapfrog_trajectory(state: PhaseState, step_size, num_steps: int, metric: Me
     state and the Hamiltonian H = -log pi(q) + K(p) at the start and at the end.
 
     Equal to ``num_steps`` calls of :func:`leapfrog` up to rounding, with one fewer vector update
-    per step; ``num_steps`` gradient evaluations. A target with a fused kernel (``fused_trajectory``;
-    logistic regression on the CPU) runs the whole trajectory, energies included, in one call.
+    per step; ``num_steps`` gradient evaluations. Where the native backend runs the target's density
+    (bayesx.kernels.backend: logistic form on the CPU), the whole trajectory, energies included, is one call.
     """
-    end = target.fused_trajectory(state.position, state.momentum, step_size, num_steps, metric.inv_mass,
-                                  state.grad, state.log_prob)
+    end = backend.trajectory(target, state.position, state.momentum, step_size, num_steps, metric.inv_mass,
+                             state.grad, state.log_prob)
     if end is not None:
         return PhaseState(end.position, end.momentum, end.log_prob, end.grad), end.start_energy, end.end_energy
     start_energy = -state.log_prob + kinetic_energy(metric, state.momentum)

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bayesx.kernels import backend
 from bayesx.kernels.common import (
     Kernel,
     DIVERGENCE_THRESHOLD,
@@ -83,9 +84,9 @@ class LatentSpace:
                                               + gram_logdet(self.encoder_gram_q) + gram_logdet(self.encoder_gram_p))
 
     def kernel_name(self, z: Tensor) -> str:
-        """Which implementation runs the latent trajectories (the run's ``kernels`` tag): the restricted
-        density's fused kernel for linear maps, PyTorch for nonlinear ones."""
-        return "pytorch" if self.ae.nonlinear else self.restricted.kernel_name(z)
+        """Which backend runs the latent trajectories (the run's ``kernels`` tag): the restricted density's
+        (bayesx.kernels.backend) for linear maps, PyTorch for nonlinear ones."""
+        return backend.PYTORCH if self.ae.nonlinear else backend.name(self.restricted, z)
 
     # --- maps between the spaces (batched over chains) --------------------------------------------
     def encode_position(self, q: Tensor) -> tuple[Tensor, Tensor]:
@@ -190,13 +191,13 @@ def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, step_size: float, 
     """num_steps leapfrog steps on U_h + K_h from (z, p); the position update uses grad K_h (Deep MCMC
     Alg. 1). U_h(z) and its gradient are evaluated first unless given (both or neither).
 
-    For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so on a target with a fused
-    kernel (logistic regression on the CPU) the trajectory, with the energies at both ends, is one
-    fused call of the restricted density (its ``fused_trajectory``)."""
+    For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so where the native backend runs the
+    restricted density (bayesx.kernels.backend: logistic regression on the CPU) the trajectory, with the
+    energies at both ends, is one native call with M^-1 = W^T W."""
     if not space.ae.nonlinear:
         known = grad_u is not None
-        end = space.restricted.fused_trajectory(z, p, step_size, num_steps, space.kinetic_gram,
-                                                -grad_u if known else None, -potential if known else None)
+        end = backend.trajectory(space.restricted, z, p, step_size, num_steps, space.kinetic_gram,
+                                 -grad_u if known else None, -potential if known else None)
         if end is not None:
             return LatentTrajectory(end.position, end.momentum, -end.log_prob, -end.grad, end.start_energy,
                                     end.end_energy)

@@ -16,9 +16,9 @@ with a U-turn or a divergence inside is discarded, and the transition ends.
 
 Chains are a batch dimension: every chain builds its own tree, and chains that have stopped are
 masked while the others continue, so a transition costs as many gradient evaluations as the
-deepest tree among the chains (``n_grad_evals`` reports each chain's own count). A target with a
-fused NUTS kernel (``fused_nuts``: logistic regression and its restriction to a subspace, on the CPU) runs
-the same algorithm per chain in C instead, every chain's tree on its own thread slot, none waiting
+deepest tree among the chains (``n_grad_evals`` reports each chain's own count). Where the native
+backend runs the target's density (bayesx.kernels.backend: a density in logistic form on the CPU), the
+same algorithm runs per chain in C instead, every chain's tree on its own thread slot, none waiting
 for another; its uniforms come from its own generator seeded from ``gen``, so its draws agree with
 this module's in distribution, not draw for draw.
 """
@@ -30,6 +30,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from bayesx.kernels import backend
 from bayesx.kernels.common import (
     DIVERGENCE_THRESHOLD,
     energy_error,
@@ -167,11 +168,11 @@ def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> t
     q = state.position
     n_chains = q.shape[0]
     p0 = sample_momentum(metric, q.shape, gen)
-    fused = target.fused_nuts(q, p0, state.log_prob, state.grad, params.step_size, metric.inv_mass,
-                              params.max_tree_depth, gen)
-    if fused is not None:
-        return HMCState(fused.position, fused.log_prob, fused.grad), NUTSInfo(
-            fused.accept_prob, fused.moved, fused.energy, fused.divergent, fused.n_leaves, fused.depth)
+    native = backend.nuts_transition(target, q, p0, state.log_prob, state.grad, params.step_size, metric.inv_mass,
+                                     params.max_tree_depth, gen)
+    if native is not None:
+        return HMCState(native.position, native.log_prob, native.grad), NUTSInfo(
+            native.accept_prob, native.moved, native.energy, native.divergent, native.n_leaves, native.depth)
     h0 = -state.log_prob + kinetic_energy(metric, p0)
     v0 = velocity(metric, p0)
 

@@ -1,1 +1,2 @@
-"""Native (C) kernels for the hot loops, built at first use; see build.py."""
+"""Native (C) kernels for the hot loops: one backend of bayesx.kernels (see bayesx.kernels.backend), built at
+install time (``python -m bayesx.native.build``, which ``make install`` runs) or else at first use; see build.py."""

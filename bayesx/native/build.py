@@ -1,4 +1,5 @@
-"""Compile a C source of this package into a shared library at first use, and cache it.
+"""Compile a C source of this package into a shared library, and cache it: at install time
+(``python -m bayesx.native.build``, which ``make install`` runs after ``pip install``), else at first use.
 
 The library is built with the system C compiler (``$CC``, else ``cc``) for the machine it runs on
 (``-march=native``), so it lives in a per-user cache keyed by the source, the flags, the compiler
@@ -11,8 +12,9 @@ PyTorch's own OpenMP runtime, so native and PyTorch parallel regions share one p
 instead of two pools contending for the cores. Without OpenMP the build is retried serial.
 
 Where no compiler is found or the build fails, :func:`load` returns None and says why once
-(a :class:`NativeKernelWarning`); callers then use their PyTorch path. ``BAYESX_NATIVE=0`` turns native
-kernels off altogether.
+(a :class:`NativeKernelWarning`); callers then use their PyTorch path (so does ``python -m
+bayesx.native.build``, which then says why and exits 0: an install never fails for want of a compiler).
+``BAYESX_NATIVE=0`` turns native kernels off altogether.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from functools import cache
 from pathlib import Path
 
 
-
 class NativeKernelWarning(RuntimeWarning):
     """A native kernel could not be built or loaded; the PyTorch kernels run instead."""
 
@@ -38,7 +39,9 @@ def _fall_back(message: str) -> None:
     warnings.warn(f"bayesx: {message}; the PyTorch kernels run instead (slower on small problems)",
                   NativeKernelWarning, stacklevel=3)
 
+
 SOURCE_DIR = Path(__file__).resolve().parent
+LIBRARIES = ("logistic_leapfrog",)  # the C sources (<name>.c) of this package
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
 LINK_FLAGS = ("-shared",)
 OPENMP_FLAGS = ("-fopenmp",)  # both compiling and linking
@@ -117,3 +120,23 @@ def _build(compiler: str, source: Path, target: Path, extra_flags: tuple[str, ..
         subprocess.run([compiler, *COMPILE_FLAGS, *extra_flags, "-c", str(source), "-o", str(obj)], **run)
         subprocess.run([compiler, *LINK_FLAGS, *extra_flags, str(obj), "-o", str(lib), "-lm"], **run)
         os.replace(lib, target)
+
+
+def build_all() -> list[str]:
+    """Build (or find in the cache) every library of this package; one line per library saying where it
+    is, or why the PyTorch kernels will run instead."""
+    if not enabled():
+        return ["bayesx: native kernels are turned off (BAYESX_NATIVE=0); nothing built"]
+    lines = []
+    for name in LIBRARIES:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NativeKernelWarning)
+            library = load(name)
+        lines += [str(w.message) for w in caught if issubclass(w.category, NativeKernelWarning)]
+        if library is not None:
+            lines.append(f"bayesx: native kernel {name} built: {library._name}")
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(build_all()))

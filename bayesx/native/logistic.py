@@ -1,6 +1,7 @@
-"""Fused leapfrog trajectories for Gaussian-prior logistic regression, on the CPU.
+"""Fused leapfrog trajectories and NUTS transitions for densities in logistic form, on the CPU.
 
-Both samplers of Deep MCMC Table 1 spend their time in leapfrog steps on a density of one form,
+Both samplers of Deep MCMC Table 1 spend their time in leapfrog steps on a density of one form
+(bayesx.targets.forms.LogisticForm),
 
     log pi(u) = sum_i [y_i l_i - log(1 + e^{l_i})] - u^T P u / 2 - b^T u + const,   l = c + A u,
     grad      = A^T (y - sigmoid(l)) - P u - b,
@@ -9,80 +10,51 @@ HMC on logistic regression with A = X, c = 0, P = I / s^2, b = 0, and AE-HMC's l
 A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2 (the decoder q = a + B u, Deep MCMC eq. 7). At the
 sizes of that table (n = 288, k = 6 to 64, four chains) a PyTorch step is a handful of tiny kernels
 whose dispatch costs more than their arithmetic, so :func:`trajectory` runs all L steps of every
-chain in one C call (logistic_leapfrog.h), and :func:`nuts` each chain's whole tree (nuts.h), with
-the same arithmetic as the PyTorch path up to rounding. It is used for CPU tensors of float64 or
-float32 when the library builds (see build.py); otherwise callers keep their PyTorch path. Chains are independent, so one call splits them over
+chain in one C call (logistic_leapfrog.h), and :func:`nuts` each chain's whole tree (nuts.h, which takes
+any density with a native gradient), with the same arithmetic as the PyTorch path up to rounding. The
+kernels choose this backend from a target's form (bayesx.kernels.backend): for CPU tensors of float64
+or float32 when the library builds (see build.py). Chains are independent, so one call splits them over
 torch's thread count (:func:`kernel_threads`) with OpenMP, in the same thread pool as PyTorch's
-own parallel operations (see build.py).
+own parallel operations (see build.py). The C functions' types are declared once, in entry_points.py.
 """
 
 from __future__ import annotations
 
 import ctypes
 from functools import cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
 
 from bayesx.native.build import enabled, load
+from bayesx.native.entry_points import bind
 from bayesx.native.nuts import NUTSTransition, ptr, transition
 
+if TYPE_CHECKING:
+    from bayesx.targets.forms import LogisticForm
+
 _SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
-
-
-class LogisticForm(NamedTuple):
-    """The density above: design_t = A^T (k, n), offset c (n) or None, labels y (n), precision P
-    (k, k) or its diagonal (k), shift b (k) or None, and the constant that completes log pi.
-    All tensors share one device and dtype and are contiguous (see :func:`make_form`)."""
-
-    design_t: Tensor
-    offset: Tensor | None
-    labels: Tensor
-    precision: Tensor
-    shift: Tensor | None
-    constant: float = 0.0
-
-
-def make_form(design_t, offset, labels, precision, shift, constant: float = 0.0) -> LogisticForm:
-    def ready(t):
-        return None if t is None else t.detach().contiguous()
-    return LogisticForm(ready(design_t), ready(offset), ready(labels), ready(precision), ready(shift), float(constant))
 
 
 class _Kernels(NamedTuple):
     density: ctypes._CFuncPtr
     leapfrog: ctypes._CFuncPtr
     nuts: ctypes._CFuncPtr
-    funnel_density: ctypes._CFuncPtr
-    funnel_nuts: ctypes._CFuncPtr
-    work_size: ctypes._CFuncPtr  # (n, k) -> scratch numbers one thread of the two functions needs
+    work_size: ctypes._CFuncPtr  # (n, k) -> scratch numbers one thread of the functions needs
     openmp: bool  # whether one call can split its chains over threads
 
 
 @cache
-def kernels(dtype: torch.dtype):
-    """The library's functions for one precision, or None where it cannot be built."""
+def kernels(dtype: torch.dtype) -> _Kernels | None:
+    """The library's functions for one precision, typed and checked against the library's own signatures
+    (bayesx.native.entry_points; a difference raises NativeSignatureError), or None where it cannot be built."""
     library = load("logistic_leapfrog") if dtype in _SUFFIX else None
     if library is None:
         return None
-    real, ptr, int_ = (ctypes.c_double if dtype == torch.float64 else ctypes.c_float), ctypes.c_void_p, ctypes.c_int
-    suffix = _SUFFIX[dtype]
-    density, leapfrog, nuts, funnel_density, funnel_nuts = (
-        getattr(library, f"{kind}_{suffix}")
-        for kind in ("logistic_density", "logistic_leapfrog", "logistic_nuts", "funnel_density", "funnel_nuts"))
-    form = [ptr] * 4 + [int_, ptr, real]  # A^T, c, y, P, P dense, b, constant
-    nuts_tail = [ptr, int_, real, int_] + [ptr] * 7  # M^-1, dense, eps, max depth, seeds, u, p, g, lp, info, failed
-    density.argtypes = [int_] * 4 + form + [ptr] * 4
-    leapfrog.argtypes = [int_] * 6 + form + [ptr, int_] + [ptr] * 4 + [int_] + [ptr] * 2  # threads, pairs, chains, n, k, L
-    nuts.argtypes = [int_] * 5 + form + nuts_tail  # threads, pairs, chains, n, k
-    funnel_density.argtypes = [int_, int_, real, ptr, ptr, ptr]
-    funnel_nuts.argtypes = [int_, int_, int_, real] + nuts_tail
-    for function in (density, leapfrog, nuts, funnel_density, funnel_nuts):
-        function.restype = None
-    library.logistic_work_size.restype = ctypes.c_int
-    return _Kernels(density, leapfrog, nuts, funnel_density, funnel_nuts, library.logistic_work_size,
-                    bool(library.logistic_openmp()))
+    functions = bind(library, _SUFFIX[dtype], library._name)
+    return _Kernels(functions["logistic_density"], functions["logistic_leapfrog"], functions["logistic_nuts"],
+                    functions["logistic_work_size"], bool(functions["logistic_openmp"]()))
 
 
 def available(dtype: torch.dtype = torch.float64) -> bool:
@@ -138,7 +110,7 @@ def _form_args(form: LogisticForm) -> tuple:
 
 
 def _work(library: _Kernels, form: LogisticForm, like: Tensor, threads: int) -> Tensor:
-    return torch.empty(threads * 2 * library.work_size(form.labels.shape[0], like.shape[-1]), dtype=like.dtype)
+    return torch.empty(threads * 2 * library.work_size(form.rows, like.shape[-1]), dtype=like.dtype)
 
 
 def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Tensor]:
@@ -150,7 +122,7 @@ def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Ten
     grad, log_prob = torch.empty_like(u), torch.empty(chains, dtype=u.dtype)
     threads = kernel_threads(u.dtype, chains)
     work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
-    library.density(threads, chains, form.labels.shape[0], k, *_form_args(form), ptr(u), ptr(grad), ptr(log_prob),
+    library.density(threads, chains, form.rows, k, *_form_args(form), ptr(u), ptr(grad), ptr(log_prob),
                     ptr(work))
     return log_prob, grad
 
@@ -196,7 +168,7 @@ def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size
     threads = kernel_threads(u.dtype, chains)
     work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
     paired = pairs_pay(chains, threads) if pairs is None else pairs
-    library.leapfrog(threads, paired, chains, form.labels.shape[0], k, num_steps, *_form_args(form), ptr(inv_mass),
+    library.leapfrog(threads, paired, chains, form.rows, k, num_steps, *_form_args(form), ptr(inv_mass),
                      inv_mass.dim() == 2, ptr(eps), ptr(u), ptr(p), ptr(g), start_known, ptr(out), ptr(work))
     return Trajectory(u, p, g, out[1], out[0], out[2], out[3])
 
@@ -222,7 +194,7 @@ def nuts(form: LogisticForm, position: Tensor, momentum: Tensor, log_prob: Tenso
     or two in lock-step per thread (``pairs``; None: :func:`pairs_pay`); ``seeds`` (chains,) int64 seed each
     chain's uniforms. The inputs are not modified; the caller has checked :func:`supports`."""
     run = kernels(position.dtype).nuts
-    (chains, k), n = position.shape, form.labels.shape[0]
+    (chains, k), n = position.shape, form.rows
     threads = kernel_threads(position.dtype, chains)
     paired = pairs_pay(chains, threads) if pairs is None else pairs
     return transition(lambda *tail: run(threads, paired, chains, n, k, *_form_args(form), *tail),

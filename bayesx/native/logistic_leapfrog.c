@@ -1,7 +1,8 @@
 /* The native kernels, in double and single precision: NUTS for any density with a native gradient
- * (nuts.h), the fused leapfrog trajectories and densities of Gaussian-prior logistic regression
- * (logistic_leapfrog.h; with no rows it is a Gaussian), and Neal's funnel (funnel.h). Built at first
- * use by bayesx/native/build.py. */
+ * (nuts.h), and the densities and fused leapfrog trajectories of the logistic form
+ * (logistic_leapfrog.h; bayesx.targets.forms: Gaussian-prior logistic regression, its restriction to
+ * a subspace, and with no rows a Gaussian). Built by bayesx/native/build.py (at install, else at first
+ * use); bayesx_signature at the end states every exported function's parameter types. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,7 +70,6 @@ static inline int finite_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); re
 #define EXP_FLOOR (-708.0)   /* exp(-708) = 3.3e-308, still a normal double */
 #include "nuts.h"
 #include "logistic_leapfrog.h"
-#include "funnel.h"
 #undef DENSITY
 #undef PHASE
 #undef NUTS_DIVERGENCE
@@ -87,4 +87,26 @@ static inline int finite_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); re
 #define EXP_FLOOR (-87.0f)   /* expf(-87) = 1.6e-38, still a normal float */
 #include "nuts.h"
 #include "logistic_leapfrog.h"
-#include "funnel.h"
+
+/* Every exported function's parameter types, one letter each (i int, p pointer, d double, f float), then
+ * "->" and its return type (v nothing, i int). bayesx/native/entry_points.py declares the same and checks
+ * its declarations against these when it loads the library: change a function above, change its line
+ * here and there. */
+#define FORM(real) "ppppip" real  /* A^T, c, y, P, P dense, b, constant */
+#define SIGNATURES(suffix, real) \
+    {"logistic_density_" suffix, "iiii" FORM(real) "pppp->v"}, \
+    {"logistic_leapfrog_" suffix, "iiiiii" FORM(real) "pippppipp->v"}, \
+    {"logistic_nuts_" suffix, "iiiii" FORM(real) "pi" real "ippppppp->v"},
+static const char *const signatures[][2] = {
+    SIGNATURES("f64", "d")
+    SIGNATURES("f32", "f")
+    {"logistic_work_size", "ii->i"},
+    {"logistic_openmp", "->i"},
+};
+
+/* The signature of exported function `name`, or NULL where there is none. */
+const char *bayesx_signature(const char *name) {
+    for (size_t i = 0; i < sizeof signatures / sizeof signatures[0]; i++)
+        if (strcmp(signatures[i][0], name) == 0) return signatures[i][1];
+    return NULL;
+}

@@ -1,6 +1,6 @@
 /* NUTS: one transition of every chain, each chain on its own, for any density with a native gradient.
  * Included once per precision by logistic_leapfrog.c (REAL, SUFFIX, EXP, LOG as there), before the
- * densities (logistic_leapfrog.h, funnel.h) that use it.
+ * densities that use it (logistic_leapfrog.h).
  *
  * The algorithm of bayesx/kernels/nuts.py (multinomial sampling, Betancourt's generalized U-turn
  * criterion checked on the whole trajectory after each doubling and on every balanced sub-subtree,

@@ -1,7 +1,7 @@
 """The Python side of the native NUTS kernel (nuts.h): one transition of every chain in one C call, each
 chain's tree built on its own thread slot (or two chains' trees in lock-step, where the density evaluates
-two gradients in one pass), for any density the library has a gradient for (the logistic form in
-:mod:`bayesx.native.logistic`, Neal's funnel in :mod:`bayesx.native.funnel`)."""
+two gradients in one pass), for any density the library has a gradient for (today the logistic form,
+:mod:`bayesx.native.logistic`)."""
 
 from __future__ import annotations
 

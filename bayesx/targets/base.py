@@ -2,9 +2,10 @@
 
 A target class declares what it can do once, in :class:`Capabilities`; the runner and the methods
 read that declaration and never probe for attributes. :class:`TargetBase` gives every target the
-whole interface with defaults (autograd gradients, uniform initial points, the generic leapfrog
-trajectory, no evaluation, no artifacts), so a new target writes ``log_prob`` and what it does
-better than the default.
+whole interface with defaults (autograd gradients, uniform initial points, no density form, no
+evaluation, no artifacts), so a new target writes ``log_prob`` and what it does better than the
+default. A target describes its density and nothing else: the samplers and their backends
+(bayesx.kernels) decide how to move on it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch import Tensor
 
 from bayesx.settings import Settings, configure
+from bayesx.targets.forms import LogisticForm
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class TargetBase(ModelBase):
 
     Subclasses set ``dim``, ``dtype``, ``device`` and implement ``log_prob`` (q (..., dim) -> (...),
     differentiable); they override ``log_prob_and_grad`` where an analytic gradient is cheaper than
-    autograd and ``fused_trajectory`` where a fused kernel runs whole trajectories faster.
+    autograd and ``density_form`` where their density has a form that compiled code evaluates.
     """
 
     dim: int
@@ -144,23 +146,11 @@ class TargetBase(ModelBase):
             (grad,) = torch.autograd.grad(lp.sum(), q)
         return lp.detach(), grad
 
-    def fused_trajectory(self, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
-                         grad: Tensor | None = None, log_prob: Tensor | None = None):
-        """A whole leapfrog trajectory in one fused call, or None where this target has no such kernel
-        for these chains (then bayesx.kernels.integrators runs its PyTorch loop). A target with a fused
-        kernel returns the end state and H at both ends (see bayesx.native.logistic.Trajectory)."""
+    def density_form(self) -> LogisticForm | None:
+        """This density as a typed description that a backend other than PyTorch can evaluate
+        (bayesx.targets.forms), or None: the density is ``log_prob`` alone. The kernels choose their
+        backend from it (bayesx.kernels.backend)."""
         return None
-
-    def fused_nuts(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
-                   inv_mass: Tensor, max_depth: int, gen: torch.Generator):
-        """One NUTS transition of every chain in one fused call, each chain's tree on its own, or None where
-        this target has no such kernel for these chains (then bayesx.kernels.nuts builds the trees in
-        PyTorch, chains in lock-step). See bayesx.native.logistic.NUTSTransition for what it returns."""
-        return None
-
-    def kernel_name(self, position: Tensor) -> str:
-        """Which implementation evaluates this target for these chains (the run's ``kernels`` tag)."""
-        return "pytorch"
 
     def coordinate_names(self) -> list[str] | None:
         """Names of the dim coordinates for the draws file and plots; None: ``<param_name>[j]``."""

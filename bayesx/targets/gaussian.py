@@ -2,8 +2,9 @@
 
 log pi(q) = -1/2 (q - m)^T P (q - m) + const, P = Sigma^{-1}; grad = -P (q - m).
 
-It is the logistic form of bayesx.native.logistic with no rows (P the precision, b = -P m and the
-constant -m^T P m / 2), so on CPU chains the native kernels run its HMC trajectories and NUTS trees.
+It is the logistic form (bayesx.targets.forms) with no rows (P the precision, b = -P m and the
+constant -m^T P m / 2), so where the native backend runs it (bayesx.kernels.backend: CPU chains) the
+samplers move on it in C.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from typing import Annotated, Literal
 import torch
 from torch import Tensor
 
+from bayesx.kernels import backend
 from bayesx.settings import AtLeast, InvalidSetting, Positive, Settings
-from bayesx.native import logistic as native
-from bayesx.native.logistic import LogisticForm
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase, moment_errors
-from bayesx.targets.fused import FusedLogistic
+from bayesx.targets.forms import LogisticForm
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class GaussianSettings(Settings):
             raise InvalidSetting("rho", f"= {self.rho} does not give a valid equicorrelation matrix; use 0 <= rho < 1")
 
 
-class Gaussian(FusedLogistic, TargetBase):
+class Gaussian(TargetBase):
     """N(mean, cov), built from a named shape or explicit arrays.
 
     kind: isotropic   Sigma = I
@@ -92,21 +92,22 @@ class Gaussian(FusedLogistic, TargetBase):
         return -0.5 * ((d @ self.precision) * d).sum(-1)
 
     def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
-        if self._native(q):
-            return native.log_prob_and_grad(self.logistic_form(), q)
+        native = backend.log_prob_and_grad(self.density_form(), q)
+        if native is not None:
+            return native
         d = q - self.mean
         pd = d @ self.precision
         return -0.5 * (pd * d).sum(-1), -pd
 
-    def logistic_form(self) -> LogisticForm:
+    def density_form(self) -> LogisticForm:
         """No rows; the precision as its diagonal where it is diagonal (an O(dim) product per gradient)."""
         if self._form is None:
             p = self.precision
             diagonal = bool(torch.count_nonzero(p - torch.diag(p.diagonal())) == 0)
             shift = -(p @ self.mean)
-            self._form = native.make_form(torch.empty(self.dim, 0, dtype=self.dtype, device=self.device), None,
-                                          torch.empty(0, dtype=self.dtype, device=self.device),
-                                          p.diagonal() if diagonal else p, shift, 0.5 * float(self.mean @ shift))
+            self._form = LogisticForm.build(torch.empty(self.dim, 0, dtype=self.dtype, device=self.device), None,
+                                            torch.empty(0, dtype=self.dtype, device=self.device),
+                                            p.diagonal() if diagonal else p, shift, 0.5 * float(self.mean @ shift))
         return self._form
 
     def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:

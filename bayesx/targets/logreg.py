@@ -9,7 +9,9 @@ likelihood p(y) itself: an evidence estimate (``log_evidence``) is log p(y), com
 tools' numbers without correction.
 
 Both are evaluated for a batch of chains with two matrix products (chains x n) and (chains x dim),
-so a gradient costs O(chains n dim) with no Python loop.
+so a gradient costs O(chains n dim) with no Python loop. The density is a logistic form
+(bayesx.targets.forms), so where the native backend runs it (bayesx.kernels.backend: CPU chains) one
+C call evaluates both instead, with the same arithmetic up to rounding.
 """
 
 from __future__ import annotations
@@ -23,11 +25,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.data.classification import ClassificationData
-from bayesx.native import logistic as native
-from bayesx.native.logistic import LogisticForm
+from bayesx.kernels import backend
 from bayesx.settings import Positive, Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase
-from bayesx.targets.fused import FusedLogistic
+from bayesx.targets.forms import LogisticForm
 from bayesx.targets.restriction import AffineRestriction
 
 
@@ -38,7 +39,7 @@ class LogisticSettings(Settings):
     init_scale: Annotated[float, Positive()] = 0.1  # chains start uniformly in [-init_scale, init_scale]^dim
 
 
-class LogisticRegression(FusedLogistic, TargetBase):
+class LogisticRegression(TargetBase):
     Settings = LogisticSettings
     capabilities = Capabilities(logistic_design=True, closed_form_hessian=True)
     param_name = "beta"
@@ -74,20 +75,21 @@ class LogisticRegression(FusedLogistic, TargetBase):
         return log_lik - 0.5 * self._inv_var * (q * q).sum(-1) + self.log_prior_constant
 
     def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
-        if self._native(q):
-            return native.log_prob_and_grad(self.logistic_form(), q)
+        native = backend.log_prob_and_grad(self.density_form(), q)
+        if native is not None:
+            return native
         logits = q @ self.x_train.T
         log_lik = (self.y_train * logits - F.softplus(logits)).sum(-1)
         lp = log_lik - 0.5 * self._inv_var * (q * q).sum(-1) + self.log_prior_constant
         grad = torch.addmm(q, self.y_train - torch.sigmoid(logits), self.x_train, beta=-self._inv_var)
         return lp, grad
 
-    def logistic_form(self) -> LogisticForm:
-        """This density in the form of the fused leapfrog kernel: A = X, P = I / s^2, the prior's
-        normalizing constant as the constant (bayesx.native)."""
+    def density_form(self) -> LogisticForm:
+        """A = X, P = I / s^2 (its diagonal), the prior's normalizing constant as the constant."""
         if self._form is None:
             precision = torch.full((self.dim,), self._inv_var, dtype=self.dtype, device=self.device)
-            self._form = native.make_form(self.x_train.T, None, self.y_train, precision, None, self.log_prior_constant)
+            self._form = LogisticForm.build(self.x_train.T, None, self.y_train, precision, None,
+                                            self.log_prior_constant)
         return self._form
 
     def restrict(self, offset: Tensor, basis: Tensor) -> "RestrictedLogisticRegression":
@@ -120,7 +122,7 @@ class LogisticRegression(FusedLogistic, TargetBase):
                 "data_description": self.data.description, "data_source": self.data.source}
 
 
-class RestrictedLogisticRegression(FusedLogistic, AffineRestriction):
+class RestrictedLogisticRegression(AffineRestriction):
     """The posterior on q = a + B u, with the products precomputed (Deep MCMC eq. 7, appendix A):
 
         logits = X a + (X B) u
@@ -143,18 +145,19 @@ class RestrictedLogisticRegression(FusedLogistic, AffineRestriction):
         self.prior_shift = model._inv_var * self.basis_offset
         self._form: LogisticForm | None = None
 
-    def logistic_form(self) -> LogisticForm:
+    def density_form(self) -> LogisticForm:
         """A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2, constant -|a|^2 / (2 s^2) plus the
         prior's normalizing constant."""
         if self._form is None:
             constant = -0.5 * self.model._inv_var * self.offset_sq + self.model.log_prior_constant
-            self._form = native.make_form(self.x_basis.T, self.x_offset, self.y, self.prior_gram,
-                                      self.prior_shift, constant)
+            self._form = LogisticForm.build(self.x_basis.T, self.x_offset, self.y, self.prior_gram,
+                                            self.prior_shift, constant)
         return self._form
 
     def log_prob_and_grad(self, u: Tensor) -> tuple[Tensor, Tensor]:
-        if self._native(u):
-            return native.log_prob_and_grad(self.logistic_form(), u)
+        native = backend.log_prob_and_grad(self.density_form(), u)
+        if native is not None:
+            return native
         m = self.model
         logits = self.x_offset + u @ self.x_basis.T
         log_lik = (m.y_train * logits - F.softplus(logits)).sum(-1)
@@ -167,7 +170,8 @@ class RestrictedLogisticRegression(FusedLogistic, AffineRestriction):
         return self.log_prob_and_grad(u)[0]
 
     def potential_grad(self, u: Tensor) -> Tensor:
-        """-grad_u log pi alone, for the inner leapfrog steps: three fused kernels (addmm), since
-        at small sizes the cost is the number of tensor operations, not their flops."""
+        """-grad_u log pi alone (what a caller that needs no density value asks for): three fused
+        PyTorch operations (addmm), since at small sizes the cost is the number of tensor operations, not
+        their flops."""
         residual = self.y - torch.sigmoid(torch.addmm(self.x_offset, u, self.x_basis.T))
         return torch.addmm(torch.addmm(self.prior_shift, u, self.prior_gram), residual, self.x_basis, alpha=-1.0)

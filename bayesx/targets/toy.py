@@ -31,8 +31,6 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
-from bayesx.native import funnel as native_funnel
-from bayesx.native.nuts import chain_seeds
 from bayesx.settings import Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase, moment_errors
 
@@ -185,22 +183,6 @@ class Density(KnownAnswers):
 
     def log_prob(self, q: Tensor) -> Tensor:
         return log_density(self.name, q)
-
-    def _native(self, q: Tensor) -> bool:
-        """The funnel's gradient and NUTS trees run natively on CPU chains (never under autograd)."""
-        return self.name == "funnel" and not q.requires_grad and native_funnel.supports(q)
-
-    def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
-        return native_funnel.log_prob_and_grad(q) if self._native(q) else super().log_prob_and_grad(q)
-
-    def fused_nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, gen):
-        if not self._native(position):
-            return None
-        return native_funnel.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth,
-                                  chain_seeds(position.shape[0], gen))
-
-    def kernel_name(self, position: Tensor) -> str:
-        return "native" if self._native(position) else "pytorch"
 
     def support_box(self) -> float | None:
         return BOX if self.name in ("u2", "u3", "u4") else None

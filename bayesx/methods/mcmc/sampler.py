@@ -27,6 +27,7 @@ from bayesx.adaptation.window import (
 )
 from bayesx.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.kernels import backend
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import Sampler
 from bayesx.optimize import laplace_start
@@ -113,8 +114,8 @@ class MCMCMethod(Sampler):
                                 cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, cfg.mass, cfg.mass_rank)
 
     def kernel_name(self, target, position: torch.Tensor) -> str:
-        """Which implementation evaluates the density this kernel moves on (the ``kernels`` tag)."""
-        return target.kernel_name(position)
+        """Which backend runs the density this kernel moves on (the ``kernels`` tag; bayesx.kernels.backend)."""
+        return backend.name(target, position)
 
     # --- the driver ------------------------------------------------------------------------------
     def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,

@@ -144,8 +144,8 @@ class ForwardLevel:
         self._dense = None
 
     @property
-    def kernel_name(self) -> str:
-        """What solves this level's systems."""
+    def linear_solver(self) -> str:
+        """What solves this level's systems (the model's ``linear_solver`` tag)."""
         if self.solver == "sparse":
             return "superlu"
         return "lapack-lu" if self.device.type == "cpu" else "torch-batched-lu"

@@ -70,7 +70,7 @@ class EllipticSettings(Settings):
 class EllipticInverse(TargetBase):
     """Posterior of the log-transmissivity field; see the module docstring and conf/model/elliptic.yaml."""
 
-    # it makes its own observations; a NUTS reference costs up to 2^max_tree_depth PDE solves per draw (opt in
+    # it makes its own observations; a NUTS reference costs up to a thousand PDE solves per draw (opt in
     # with reference.enabled=true)
     Settings = EllipticSettings
     capabilities = Capabilities(uses_data=False, gaussian_prior=True, reference_affordable=False, differentiable=False,
@@ -237,14 +237,11 @@ class EllipticInverse(TargetBase):
     def describe(self) -> dict[str, str]:
         return {"dim": str(self.dim), "mesh": str(self.mesh), "elements": "P2", "n_obs": str(len(self.observations)),
                 "noise_sd": f"{self.noise_sd:g}", "whiten": str(self.whiten).lower(),
-                "solver": self.likelihood_level.solver,
+                "solver": self.likelihood_level.solver, "linear_solver": self.likelihood_level.linear_solver,
                 "likelihood_mesh": str(self.likelihood_mesh), "restriction": self.restriction,
                 "prior_draws": "cholesky" if self.prior.circulant is None else "circulant",
                 "posterior": f"approximate (likelihood on the {self.likelihood_mesh} x {self.likelihood_mesh} mesh)"
                              if self.approximate else "exact"}
-
-    def kernel_name(self, position: Tensor) -> str:
-        return self.likelihood_level.kernel_name
 
     def field_probe_dofs(self) -> np.ndarray:
         """Indices of the dofs nearest FIELD_PROBES (their ESS is reported as ess_field_min)."""
