@@ -49,6 +49,7 @@ def reference_moments(target, key_parts: dict, cache_dir: Path, num_warmup: int 
     if path.exists():
         saved = np.load(path)
         return Reference(saved["mean"], saved["sd"], float(saved["ess_bulk_min"]), path, 0.0)
+    from bayesx.methods.base import RunInputs
     from bayesx.methods.mcmc.nuts import (
         NUTS,  # the reference is a product run like any other
     )
@@ -58,7 +59,7 @@ def reference_moments(target, key_parts: dict, cache_dir: Path, num_warmup: int 
     nuts = NUTS(max_tree_depth=max_tree_depth, num_warmup=num_warmup, num_draws=num_draws, init="laplace")
     print(f"computing the NUTS reference posterior ({n_chains} chains, {num_warmup}+{num_draws} iterations); "
           f"cached at {path}")
-    result = nuts.run(target, target.initial_point(n_chains, gen), gen, progress)
+    result = nuts.sample(target, RunInputs(target.initial_point(n_chains, gen), gen, progress))
     if result.interrupted:
         raise RunInterrupted("interrupted while computing the reference posterior (nothing cached)")
     draws = result.draws.numpy()
