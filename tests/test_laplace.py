@@ -10,7 +10,6 @@ one lies within its standard error of a long-run estimate.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest

@@ -7,18 +7,16 @@ The runner builds a method from its config, then only talks to it through :class
     inputs = RunInputs(method.initial_points(target, n_chains, gen), gen, progress, artifact_dir)
     result = method.infer(target, inputs)      -> bayesx.result.Result
     method.draw_metrics(result, evaluation)    family-owned metrics of the draws
-    method.warnings(metrics)                   plain-language health warnings
-    method.summary_keys                        what the run's summary and `bayesx compare` show
+    method.warnings(metrics), method.summary_keys   health warnings; what the summary and `compare` show
 
-A family (``FAMILIES``) has one hook with one signature, ``(target, inputs) -> output``, whose output
-is a typed value the method returns (nothing is written into an object passed in); the family's
-``infer`` calls the hook and turns its output into a Result:
+A family (``FAMILIES``) has one hook, ``(target, inputs) -> output``, returning a typed value (nothing
+is written into an object passed in); the family's ``infer`` calls it and makes the Result, and the
+family's mathematics (diagnostics, weighting, resampling) lives in its package:
 
-    sampler        bayesx.methods.mcmc.family   Sampler.sample(target, inputs)      -> Draws
-    approximation  bayesx.methods.vi.family     Approximation.approximate(...)      -> Fit
-    trainer        bayesx.methods.vae.family    Trainer.train(model, inputs)        -> TrainedModel
+    sampler        bayesx.methods.mcmc.family   Sampler.sample(target, inputs)         -> Draws
+    approximation  bayesx.methods.vi.family     Approximation.approximate(target, ...) -> Fit
+    trainer        bayesx.methods.vae.family    Trainer.train(model, inputs)           -> TrainedModel
 
-The family's mathematics (convergence and importance diagnostics, resampling) lives in its package.
 A method is one module in its family's package plus one yaml in ``conf/method/``; it knows nothing
 of MLflow or Hydra. See ARCHITECTURE.md for a worked example.
 """
@@ -41,10 +39,9 @@ from bayesx.result import Result
 from bayesx.settings import Settings, configure
 from bayesx.targets.base import Evaluation
 
-FAMILIES: dict[str, str] = {"sampler": "bayesx.methods.mcmc.family:Sampler",
-                            "approximation": "bayesx.methods.vi.family:Approximation",
-                            "trainer": "bayesx.methods.vae.family:Trainer"}
-"""Every family by name, and where its class lives (imported on demand: the families import this)."""
+FAMILIES: dict[str, str] = {"sampler": "bayesx.methods.mcmc.family:Sampler",  # where each family's class lives
+                            "approximation": "bayesx.methods.vi.family:Approximation",  # (imported on demand:
+                            "trainer": "bayesx.methods.vae.family:Trainer"}  # the families import this module)
 
 
 @dataclass(frozen=True)
@@ -62,26 +59,19 @@ class RunInputs:
 
 
 class Method(ABC):
-    """A configured inference method (built from the ``method`` config group).
-
-    Its options are one :class:`bayesx.settings.Settings` dataclass, ``Settings``; the method is
-    built from checked values, ``Method(settings)`` or ``Method(**options)`` (checked on the way,
-    errors naming ``method.<key>``), and reads them from ``self.settings``.
-    """
+    """A configured inference method (built from the ``method`` config group). Its options are one
+    :class:`bayesx.settings.Settings` dataclass, ``Settings``; the method is built from checked values,
+    ``Method(settings)`` or ``Method(**options)`` (errors naming ``method.<key>``), read from ``self.settings``."""
 
     Settings: ClassVar[type[Settings]] = Settings
     family: ClassVar[str]
-    hook: ClassVar[str]
-    """The name of the family's one hook, ``(target, inputs) -> output``."""
+    hook: ClassVar[str]  # the name of the family's one hook, ``(target, inputs) -> output``
     name: ClassVar[str] = "method"
     summary_keys: ClassVar[tuple[str, ...]] = ()
-    compare_keys: ClassVar[tuple[str, ...]] = ()
-    """The few of the summary's metrics that `bayesx compare` puts in its table."""
-    resumable: ClassVar[bool] = False
-    """True where ``resume=<run_id>`` can continue a killed run of this method from its checkpoint."""
-    approximate_draws: ClassVar[bool] = False
-    """True where the draws follow the posterior only approximately: the runner then compares them
-    with a reference posterior by default (reference.enabled=null)."""
+    compare_keys: ClassVar[tuple[str, ...]] = ()  # the few of those that `bayesx compare` puts in its table
+    resumable: ClassVar[bool] = False  # ``resume=<run_id>`` can continue a killed run from its checkpoint
+    approximate_draws: ClassVar[bool] = False  # the draws follow the posterior only approximately: the runner
+    # then compares them with a reference posterior by default (reference.enabled=null)
 
     def __init__(self, settings: Settings | None = None, **options):
         self.settings = configure(self.Settings, settings if settings is not None else options, "method")
@@ -96,13 +86,14 @@ class Method(ABC):
 
     @abstractmethod
     def infer(self, target, inputs: RunInputs) -> Result:
-        """Run the method on the target: the family calls its hook and makes the Result."""
+        """Run the method on the target (the family's: it calls the hook and makes the Result)."""
 
     def draw_metrics(self, result: Result, evaluation: Evaluation) -> dict[str, float]:
         """Family-owned metrics of the draws (after the target's evaluation)."""
         return {}
 
     def warnings(self, metrics: dict[str, float]) -> list[str]:
+        """Plain-language health warnings about the run's metrics."""
         return []
 
     def plot_coordinates(self, draws: np.ndarray, k: int) -> list[int]:
@@ -111,7 +102,6 @@ class Method(ABC):
 
 
 def family_class(family: str) -> type[Method]:
-    """The class of the family named ``family`` (a key of ``FAMILIES``)."""
     module, name = FAMILIES[family].split(":")
     return getattr(importlib.import_module(module), name)
 

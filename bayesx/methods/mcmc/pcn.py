@@ -64,7 +64,7 @@ def require_gaussian_prior(target, method: str) -> GaussianPrior:
     """The target's :class:`GaussianPrior` view, which pCN-type methods need; without one, say which models have it."""
     prior = target.gaussian_prior()
     if prior is None:
+        lacks = ", ".join(protocol_members(GaussianPrior))
         raise BayesxError(f"method={method} needs a model with a Gaussian prior it can sample and a separate "
-                          f"log-likelihood ({type(target).__name__} lacks {', '.join(protocol_members(GaussianPrior))}); "
-                          f"use model=elliptic")
+                          f"log-likelihood ({type(target).__name__} lacks {lacks}); use model=elliptic")
     return prior

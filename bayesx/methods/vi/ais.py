@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
-from torch import Tensor
 
 from bayesx.errors import RunInterrupted
 from bayesx.methods.base import RunInputs

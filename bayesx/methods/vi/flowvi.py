@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
-from torch import Tensor
 
 from bayesx.distributions import LOG_2PI
 from bayesx.methods.base import RunInputs

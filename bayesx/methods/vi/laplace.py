@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import torch
-from torch import Tensor
 
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
