@@ -138,7 +138,7 @@ class AutoEncodingMethod(Sampler):
             out.timings["presample_warmup_time_s"] = start_time + pre.timings["warmup_time_s"]
             out.timings["presample_time_s"] = out.timings["presample_warmup_time_s"] + pre.timings["sampling_time_s"]
             out.metrics.update({f"presample_{k}": v for k, v in pre.metrics.items()
-                                   if k in ("accept_rate", "step_size", "n_divergent")})
+                                if k in ("accept_rate", "step_size", "n_divergent")})
             if pre.interrupted:
                 raise RunInterrupted("interrupted during pre-sampling")
 
@@ -205,15 +205,15 @@ class AutoEncodingMethod(Sampler):
 
     def _record_training(self, out: Draws, report: TrainReport, choice: str) -> None:
         out.metrics.update({"latent_dim": float(report.latent_dim), "recon_err": report.recon_err,
-                               "ae_epochs": float(report.epochs)})
+                            "ae_epochs": float(report.epochs)})
         out.tags.update({"latent_dim_choice": choice, "ae": self.settings.ae,
-                            "volume_correction": str(self.settings.volume_correction).lower()})
+                         "volume_correction": str(self.settings.volume_correction).lower()})
         out.traces["ae_train_loss"] = list(enumerate(report.train_loss))
         out.traces["ae_val_loss"] = list(enumerate(report.val_loss))
         if report.recon_err > self.settings.recon_tol:
             out.warnings.append(f"auto-encoder reconstruction error {report.recon_err:.3g} is above "
-                                   f"method.recon_tol={self.settings.recon_tol}: proposals miss part of the posterior; "
-                                   f"raise method.latent_dim (or use latent_dim=auto)")
+                                f"method.recon_tol={self.settings.recon_tol}: proposals miss part of the posterior; "
+                                f"raise method.latent_dim (or use latent_dim=auto)")
 
     def _write_artifacts(self, out: Draws, space: latent.LatentSpace, presamples: torch.Tensor, step_size: float,
                          gen: torch.Generator, folder: Path) -> None:

@@ -60,7 +60,7 @@ class DASampler(CrankNicolsonSampler):
         self.meshes, self.subchain_lengths = meshes, subchain_lengths
         self.proposal, self.latent_step_size = proposal, latent_step_size
         self.learns_errors = error_model
-        self.errors: dapcn.ErrorModel | None = None  # made by run() for its target
+        self.errors: dapcn.ErrorModel | None = None  # made by sample() for its target
         self.kernel = Kernel(partial(dapcn.init, meshes=meshes, proposal=proposal), dapcn.step, dapcn.log_density)
 
     def sample(self, target, inputs: RunInputs) -> Draws:

@@ -121,8 +121,8 @@ class VariationalMethod(Trainer):
                     value = bound.objective(model, xb).mean()
                     if not torch.isfinite(value):
                         out.error = (f"NaN loss at epoch {epoch + 1}, batch {b + 1}: training stopped (weights of "
-                                        f"the last finished epoch are saved); lower method.lr "
-                                        f"(now {settings['lr']:g})")
+                                     f"the last finished epoch are saved); lower method.lr "
+                                     f"(now {settings['lr']:g})")
                         raise _Stop
                     optim.zero_grad()
                     (-value).backward()

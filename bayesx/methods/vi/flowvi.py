@@ -105,11 +105,11 @@ class FlowVI(Approximation):
                 elbo = (log_p - log_q.detach()).mean()
                 if not torch.isfinite(elbo):
                     out.error = (f"the flow drew points where the target's density is zero at iteration {iteration}: "
-                                    f"a flow's draws cover the space (or the box the target declares), so flowvi "
-                                    f"needs a density positive there"
-                                    if bool(torch.isneginf(log_p).any()) else
-                                    f"the flow ELBO is not finite at iteration {iteration}: lower method.lr (now "
-                                    f"{cfg.lr:g}) or use method.anneal=exp")
+                                 f"a flow's draws cover the space (or the box the target declares), so flowvi "
+                                 f"needs a density positive there"
+                                 if bool(torch.isneginf(log_p).any()) else
+                                 f"the flow ELBO is not finite at iteration {iteration}: lower method.lr (now "
+                                 f"{cfg.lr:g}) or use method.anneal=exp")
                     break
                 beta = self.beta(iteration)
                 log_normal = -0.5 * (z * z).sum(-1) - 0.5 * z.shape[1] * LOG_2PI
@@ -122,7 +122,7 @@ class FlowVI(Approximation):
                     bar.set_postfix(elbo=f"{windows.last:.4g}", beta=f"{beta:.3f}")
         windows.record(out)
         out.metrics.update({"n_steps": float(iteration), "n_grad_evals": float(iteration * cfg.batch_size),
-                               "n_flow_parameters": float(sum(p.numel() for p in flow.parameters()))})
+                            "n_flow_parameters": float(sum(p.numel() for p in flow.parameters()))})
         out.tags.update({"q_family": f"flow:{cfg.flow}", "flow_layers": str(cfg.n_layers), "anneal": cfg.anneal})
         flow.requires_grad_(False)
         out.approximation = flow

@@ -197,7 +197,7 @@ class GAP(Approximation):
                     bar.set_postfix(distance=f"{trace[-1][1]:.4g}")
         out.traces["distance"] = trace
         out.metrics.update({"n_steps": float(step), "n_skipped_steps": float(skipped),
-                               "distance_final": trace[-1][1] if trace else float("nan")})
+                            "distance_final": trace[-1][1] if trace else float("nan")})
         if kept_means:  # the median of the last iterates: the Monte Carlo steps jitter, and now and then leap
             mean = torch.stack(kept_means).median(0).values
             chol = torch.stack(kept_chols).median(0).values

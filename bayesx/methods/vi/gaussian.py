@@ -181,7 +181,7 @@ class GaussianVI(Approximation):
                 step = self.ascent(target, mean, raw, eps)
                 if not torch.isfinite(step.objective):
                     out.error = (f"the {cfg.divergence} objective is not finite at step {steps}: lower "
-                                    f"method.lr (now {cfg.lr:g}) or method.init_sd (now {cfg.init_sd:g})")
+                                 f"method.lr (now {cfg.lr:g}) or method.init_sd (now {cfg.init_sd:g})")
                     break
                 torch.neg(step.mean, out=mean.grad)  # Adam descends
                 torch.neg(step.raw, out=raw.grad)

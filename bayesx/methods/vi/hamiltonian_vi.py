@@ -120,7 +120,7 @@ class HamiltonianVI(Approximation):
                 elbo = log_w.mean()
                 if not torch.isfinite(elbo):
                     out.error = (f"the Hamiltonian VI bound is not finite at iteration {iteration}: lower "
-                                    f"method.lr (now {cfg.lr:g}) or method.init_step (now {cfg.init_step:g})")
+                                 f"method.lr (now {cfg.lr:g}) or method.init_step (now {cfg.init_step:g})")
                     break
                 optim.zero_grad()
                 (-elbo).backward()

@@ -83,7 +83,7 @@ class SVGD(Approximation):
                 _, grad = target.log_prob_and_grad(x)
                 if not bool(torch.isfinite(grad).all()):
                     out.error = (f"a gradient of log p is not finite at step {step}: lower method.lr "
-                                    f"(now {cfg.lr:g})")
+                                 f"(now {cfg.lr:g})")
                     break
                 phi = stein_direction(x, grad, cfg.bandwidth, cfg.repulsive)
                 history = MOMENTUM * history + (1.0 - MOMENTUM) * phi * phi if step > 1 else phi * phi
