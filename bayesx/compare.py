@@ -24,7 +24,7 @@ ESS_PER_CHAIN = 100  # Vehtari et al. (2021): bulk ESS of at least 100 per chain
 def reliability(df) -> list[str]:
     """Per run: why its R-hat and ESS make ESS-based rates meaningless (R-hat above 1.01, bulk ESS below
     100 per chain), "ok", or "" for runs without them (approximations, trainers)."""
-    from bayesx.methods.base import RHAT_LIMIT
+    from bayesx.diagnostics.convergence import RHAT_LIMIT
 
     def number(value) -> float | None:  # absent and NaN alike: the run has no such metric
         return None if value is None or value != value else float(value)

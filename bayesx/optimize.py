@@ -53,8 +53,9 @@ def hessian(target, q: Tensor) -> Tensor:
     """Hessian of log pi at one point q (dim,): the target's closed form where it declares one, autograd's where
     log_prob is differentiable torch, else central differences of the target's gradient (a PDE model's adjoint
     gradient, for instance)."""
-    if target.capabilities.closed_form_hessian:
-        return target.hessian(q)
+    closed_form = target.closed_form_hessian()
+    if closed_form is not None:
+        return closed_form(q)
     if target.capabilities.differentiable:
         return torch.autograd.functional.hessian(lambda x: target.log_prob(x), q, vectorize=True)
     return gradient_difference_hessian(target, q)

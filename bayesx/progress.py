@@ -37,13 +37,14 @@ class ChainProgress:
 
 
 @contextlib.contextmanager
-def interruptible(result, bar, where: Callable[[], str]):
-    """Run a fit's loop: Ctrl-C or SIGTERM inside marks ``result`` interrupted, with ``where()`` (e.g.
-    "fit (step 120)") as its ``stopped_during`` tag, and keeps what the loop has; the bar always closes."""
+def interruptible(out, bar, where: Callable[[], str]):
+    """Run a fit's loop: Ctrl-C or SIGTERM inside marks the fit's own output ``out`` (a
+    bayesx.result.Outcome) interrupted, with ``where()`` (e.g. "fit (step 120)") as its
+    ``stopped_during`` tag, and keeps what the loop has; the bar always closes."""
     try:
         yield
     except (KeyboardInterrupt, RunInterrupted):
-        result.interrupted = True
-        result.tags["stopped_during"] = where()
+        out.interrupted = True
+        out.tags["stopped_during"] = where()
     finally:
         bar.close()

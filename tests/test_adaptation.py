@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from bayesx.methods.base import RunInputs
 from bayesx.adaptation.window import (
     DualAveraging,
     WarmupSchedule,
@@ -95,8 +96,8 @@ def test_laplace_is_exact_for_a_gaussian():
 def test_adapted_dense_metric_matches_target_covariance():
     target = Gaussian(dim=4, kind="correlated", rho=0.8)
     gen = torch.Generator().manual_seed(0)
-    result = NUTS(num_warmup=600, num_draws=10, mass="dense", init="prior").run(
-        target, target.initial_point(4, gen), gen, progress=False)
+    result = NUTS(num_warmup=600, num_draws=10, mass="dense", init="prior").sample(
+        target, RunInputs(target.initial_point(4, gen), gen, progress=False))
     np.testing.assert_allclose(result.fitted["inverse_mass"].numpy(), target.cov.numpy(), atol=0.25)
 
 
@@ -118,8 +119,8 @@ def test_warmup_tree_depth_caps_only_the_warm_up():
     runs = {}
     for cap in (None, 2):
         gen = torch.Generator().manual_seed(3)
-        runs[cap] = NUTS(num_warmup=150, num_draws=100, init="prior", warmup_max_tree_depth=cap).run(
-            target, target.initial_point(4, gen), gen, progress=False)
+        runs[cap] = NUTS(num_warmup=150, num_draws=100, init="prior", warmup_max_tree_depth=cap).sample(
+            target, RunInputs(target.initial_point(4, gen), gen, progress=False))
     assert runs[2].metrics["n_grad_evals_warmup"] <= 150 * 4 * 3
     assert runs[None].metrics["n_grad_evals_warmup"] > 150 * 4 * 3
     assert runs[2].sample_stats["tree_depth"].max() > 2  # sampling is not capped

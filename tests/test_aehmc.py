@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from bayesx.methods.base import RunInputs
 from bayesx.data.digits import load_digits
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
@@ -202,7 +203,7 @@ def test_invertible_linear_autoencoder_reproduces_gaussian_moments():
     space = latent.LatentSpace(target, ae.requires_grad_(False), torch.zeros(dim), torch.tensor([1.5, 1.0, 0.7, 0.6]))
     assert float(space.constant_log_volume) == pytest.approx(0.0, abs=1e-10)
     sampler = LatentSampler(space, latent.LatentParams(0.0, 8, True, "original"), num_warmup=300, num_draws=3000)
-    result = sampler.run(target, target.initial_point(4, g), g, progress=False)
+    result = sampler.sample(target, RunInputs(target.initial_point(4, g), g, progress=False))
     draws = result.draws.numpy()
     flat = draws.reshape(-1, dim)
     summary = convergence.summarize(draws)
@@ -233,7 +234,8 @@ def test_negative_control_a_wrong_volume_term_is_caught():
     space.__class__ = Skewed
     sampler = LatentSampler(space, latent.LatentParams(0.0, 5, True, "original"), num_warmup=200, num_draws=2000)
     g = gen(14)
-    flat = sampler.run(target, target.initial_point(4, g), g, progress=False).draws.reshape(-1, dim).numpy()
+    flat = sampler.sample(
+        target, RunInputs(target.initial_point(4, g), g, progress=False)).draws.reshape(-1, dim).numpy()
     assert abs(flat.var(0).mean() - 1.0) > 0.3
 
 
@@ -253,7 +255,7 @@ def test_aehmc_end_to_end_on_digits_stays_accurate(logreg):
     g = gen(15)
     method = AEHMC(num_steps=20, num_warmup=100, num_draws=300,
                    presample={"num_warmup": 300, "num_draws": 400, "init": "laplace"})
-    result = method.run(logreg, logreg.initial_point(2, g), g, progress=False)
+    result = method.sample(logreg, RunInputs(logreg.initial_point(2, g), g, progress=False))
     assert result.draws.shape == (2, 300, 64)
     assert result.metrics["latent_dim"] == 6
     for key in ("presample_time_s", "train_time_s", "sampling_time_s", "warmup_time_s"):

@@ -17,6 +17,7 @@ import torch
 from cli_helpers import assert_rejected, isolated_store, run_ok
 from test_pcn import LinearGaussian, assert_exact, max_abs_z
 
+from bayesx.methods.base import RunInputs
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
 from bayesx.kernels import dapcn, pcn
@@ -40,7 +41,7 @@ def gen(seed=0):
 class CoarseLevels(LinearGaussian):
     """The conjugate toy with two wrong 'coarse' likelihoods: a perturbed forward map and a bias."""
 
-    capabilities = Capabilities(uses_data=False, gaussian_prior=True, exact_moments=True, coarse_levels=True)
+    capabilities = Capabilities(uses_data=False, exact_moments=True)
 
     def __init__(self, error: float = 0.15, **kwargs):
         super().__init__(**kwargs)
@@ -73,13 +74,16 @@ class CoarseLevels(LinearGaussian):
         if mesh not in self.coarse:
             raise InvalidSetting(key, f"={mesh} is not a level; use 2 or 4")
 
+    def coarse_levels(self):
+        return self
+
 
 def run_da(target, seed=0, chains=8, **options):
     options = {"num_warmup": 300, "num_draws": 2000, "coarse_mesh": 2, "subchain_length": 3, **options}
     method = DAPCN(**options)
     method.check(target, chains)
     g = gen(seed)
-    return method.run(target, target.initial_point(chains, g), g, progress=False)
+    return method.sample(target, RunInputs(target.initial_point(chains, g), g, progress=False))
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +118,7 @@ def test_subspace_proposal_samples_the_exact_posterior(toy):
 
     sampler = DASampler((2,), (3,), proposal, 4.0, num_warmup=300, num_draws=2000)
     g = gen(2)
-    result = sampler.run(toy, toy.initial_point(8, g), g, progress=False)
+    result = sampler.sample(toy, RunInputs(toy.initial_point(8, g), g, progress=False))
     assert result.metrics["coarse_solves_per_iter"] == 7  # latent, then 3 x (complement, latent)
     assert 0.15 < result.metrics["first_stage_accept_rate"] < 0.35  # h adapts on the complement's moves
     assert_exact(toy, result.draws)
@@ -128,7 +132,7 @@ def test_subspace_proposal_with_three_levels_samples_the_exact_posterior(toy):
 
     sampler = DASampler((2, 4), (2, 2), proposal, 4.0, num_warmup=300, num_draws=2000)
     g = gen(3)
-    result = sampler.run(toy, toy.initial_point(8, g), g, progress=False)
+    result = sampler.sample(toy, RunInputs(toy.initial_point(8, g), g, progress=False))
     assert result.metrics["coarse_solves_per_iter"] > 10  # 2 subchains of (latent, 2 x (complement, latent)), level 1
     assert_exact(toy, result.draws)
 
@@ -450,7 +454,7 @@ def two_sample_z(a, b):
 def elliptic_pcn():
     model = EllipticInverse(mesh=8, noise_sd=0.05)  # informative enough that the control has power
     g = gen(20)
-    result = PCN(num_warmup=500, num_draws=4000).run(model, model.initial_point(8, g), g, progress=False)
+    result = PCN(num_warmup=500, num_draws=4000).sample(model, RunInputs(model.initial_point(8, g), g, progress=False))
     return model, field_summary(model, result.draws)
 
 
@@ -458,7 +462,7 @@ def elliptic_da(model, seed=21, error_model=True, **options):
     g = gen(seed)
     method = DAPCN(coarse_mesh=4, subchain_length=3, num_warmup=500, num_draws=2000, error_model=error_model, **options)
     method.check(model, 8)
-    return method.run(model, model.initial_point(8, g), g, progress=False)
+    return method.sample(model, RunInputs(model.initial_point(8, g), g, progress=False))
 
 
 @pytest.mark.slow  # four runs of about 25 s

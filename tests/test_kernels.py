@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from bayesx.methods.base import RunInputs
 from bayesx.diagnostics.convergence import ess_per_coordinate
 from bayesx.kernels import backend, hmc, nuts
 from bayesx.kernels.integrators import PhaseState, leapfrog, leapfrog_trajectory
@@ -38,7 +39,7 @@ def moment_z_scores(draws: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> tup
 
 def run(method, target, seed=1, n_chains=4):
     gen = torch.Generator().manual_seed(seed)
-    result = method.run(target, target.initial_point(n_chains, gen), gen, progress=False)
+    result = method.sample(target, RunInputs(target.initial_point(n_chains, gen), gen, progress=False))
     return result.draws.numpy(), result
 
 

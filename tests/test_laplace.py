@@ -10,7 +10,6 @@ one lies within its standard error of a long-run estimate.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -136,17 +135,16 @@ def test_pde_model_hessian_includes_the_likelihood():
         assert float((h - prior_only).abs().max()) > 1e-2 * float(prior_only.abs().max())
 
 
-def test_hessian_dispatches_on_declared_capabilities(small_logreg, monkeypatch):
-    """optimize.hessian asks the target's capabilities, never probes for methods: a target declaring a closed form
-    gets it called; one that does not is differentiated by autograd even if it has a method named hessian."""
+def test_hessian_asks_the_typed_question(small_logreg, monkeypatch):
+    """optimize.hessian asks the target for its closed-form Hessian, never probes for methods: a target answering
+    with one gets it called; one answering None is differentiated by autograd even if it has a method named hessian."""
     from bayesx import optimize
 
     q = torch.zeros(small_logreg.dim, dtype=torch.float64)
-    assert small_logreg.capabilities.closed_form_hessian
+    assert small_logreg.closed_form_hessian() is not None
     calls = []
     monkeypatch.setattr(small_logreg, "hessian", lambda x: calls.append(x) or torch.eye(small_logreg.dim))
     assert torch.equal(optimize.hessian(small_logreg, q), torch.eye(small_logreg.dim)) and len(calls) == 1
-    undeclared = dataclasses.replace(small_logreg.capabilities, closed_form_hessian=False)
-    monkeypatch.setattr(small_logreg, "capabilities", undeclared)
+    monkeypatch.setattr(small_logreg, "closed_form_hessian", lambda: None)
     auto = optimize.hessian(small_logreg, q)
     assert len(calls) == 1 and not torch.equal(auto, torch.eye(small_logreg.dim))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from bayesx.methods.base import RunInputs
 from bayesx.data.classification import ClassificationData
 from bayesx.data.synthetic import load_synthetic
 from bayesx.diagnostics.convergence import ess_per_coordinate
@@ -96,7 +97,7 @@ def test_synthetic_target_has_the_published_shape():
 
 def _posterior(method, target, seed):
     gen = torch.Generator().manual_seed(seed)
-    draws = method.run(target, target.initial_point(4, gen), gen, progress=False).draws.numpy()
+    draws = method.sample(target, RunInputs(target.initial_point(4, gen), gen, progress=False)).draws.numpy()
     flat = draws.reshape(-1, draws.shape[-1])
     mcse = flat.std(0) / np.sqrt(ess_per_coordinate(draws))
     return flat.mean(0), mcse

@@ -16,6 +16,7 @@ import pytest
 import torch
 from method_helpers import logistic_2d
 
+from bayesx.methods.base import RunInputs
 from bayesx.data.digits import load_digits
 from bayesx.diagnostics.convergence import ess_per_coordinate
 from bayesx.kernels import backend
@@ -237,7 +238,7 @@ def test_hmc_gives_the_same_chains_with_and_without_native_kernels(digits, monke
 
     def run():
         g = gen(11)
-        return HMC(num_steps=10, **fixed).run(digits, digits.initial_point(2, g), g, progress=False).draws
+        return HMC(num_steps=10, **fixed).sample(digits, RunInputs(digits.initial_point(2, g), g, progress=False)).draws
     ours = with_native(True, monkeypatch, run)
     theirs = with_native(False, monkeypatch, run)
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
@@ -264,7 +265,8 @@ def test_native_nuts_matches_the_posterior_and_the_pytorch_trees(monkeypatch):
 
     def run():
         g = gen(21)
-        return NUTS(num_warmup=300, num_draws=2000).run(target, target.initial_point(4, g), g, progress=False)
+        return NUTS(num_warmup=300, num_draws=2000).sample(
+            target, RunInputs(target.initial_point(4, g), g, progress=False))
     ours = with_native(True, monkeypatch, run)
     assert ours.tags["kernels"] == "native"
     z = moment_z_scores(ours.draws, truth)
@@ -273,7 +275,8 @@ def test_native_nuts_matches_the_posterior_and_the_pytorch_trees(monkeypatch):
     # the trees at one fixed step size and the identity metric, from the same points
     fixed = dict(num_warmup=0, num_draws=200, step_size=0.2, adapt_step_size=False, mass="identity")
     start = ours.draws[:, -1].clone()
-    stats = {on: with_native(on, monkeypatch, lambda: NUTS(**fixed).run(target, start, gen(22), progress=False))
+    stats = {on: with_native(on, monkeypatch, lambda: NUTS(**fixed).sample(
+        target, RunInputs(start, gen(22), progress=False)))
              for on in (True, False)}
     assert stats[False].tags["kernels"] == "pytorch"
     for key, tol in (("tree_depth_mean", 0.05), ("accept_rate", 0.03)):
@@ -375,8 +378,8 @@ def test_native_nuts_counts_divergences_and_stops_at_the_maximum_depth(digits, m
 
     def run(step, depth):
         g = gen(5)
-        return NUTS(step_size=step, max_tree_depth=depth, **fixed).run(digits, digits.initial_point(2, g), g,
-                                                                         progress=False)
+        return NUTS(step_size=step, max_tree_depth=depth, **fixed).sample(
+            digits, RunInputs(digits.initial_point(2, g), g, progress=False))
     wild = with_native(True, monkeypatch, lambda: run(50.0, 6))
     assert wild.sample_stats["divergent"].all() and (wild.sample_stats["n_grad_evals"] == 1).all()
     assert wild.metrics["n_divergent"] == 10 and wild.metrics["accept_rate"] < 1e-3

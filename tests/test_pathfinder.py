@@ -74,8 +74,8 @@ def test_khat_flags_a_banana_and_not_a_gaussian(gaussian):
 
 def test_nuts_starts_from_pathfinder(gaussian):
     g = gen(3)
-    result = NUTS(num_warmup=200, num_draws=400, init="pathfinder").run(gaussian, gaussian.initial_point(4, g), g,
-                                                                          progress=False)
+    result = NUTS(num_warmup=200, num_draws=400, init="pathfinder").sample(
+        gaussian, RunInputs(gaussian.initial_point(4, g), g, progress=False))
     assert "pathfinder_time_s" in result.timings
     ev = gaussian.evaluate(result.draws).metrics
     assert ev["posterior_mean_err_max"] < 0.2 and ev["posterior_sd_err_max"] < 0.2

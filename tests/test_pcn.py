@@ -18,6 +18,7 @@ import torch
 from cli_helpers import assert_rejected, isolated_store, run_ok
 from mlflow.tracking import MlflowClient
 
+from bayesx.methods.base import RunInputs
 from bayesx.data.classification import ClassificationData
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
@@ -42,7 +43,7 @@ def gen(seed=0):
 class LinearGaussian(TargetBase):
     """Posterior N(m, S) with S = (C^-1 + A^T A / s^2)^-1 and m = S A^T y / s^2, known exactly."""
 
-    capabilities = Capabilities(uses_data=False, gaussian_prior=True, exact_moments=True)
+    capabilities = Capabilities(uses_data=False, exact_moments=True)
 
     def __init__(self, dim: int = 4, n_obs: int = 6, noise: float = 1.0, seed: int = 0):
         rng = np.random.default_rng(seed)
@@ -71,6 +72,9 @@ class LinearGaussian(TargetBase):
 
     def prior_factor(self):
         return self.chol
+
+    def gaussian_prior(self):
+        return self
 
     def log_prob(self, q):
         return self.log_likelihood(q) + self.prior_log_prob(q)
@@ -164,7 +168,7 @@ def test_prior_noise_is_drawn_in_blocks(toy):
 
 def test_pcn_samples_the_conjugate_posterior(toy):
     g = gen(4)
-    result = PCN(num_warmup=500, num_draws=3000).run(toy, toy.initial_point(8, g), g, progress=False)
+    result = PCN(num_warmup=500, num_draws=3000).sample(toy, RunInputs(toy.initial_point(8, g), g, progress=False))
     assert result.draws.shape == (8, 3000, 4)
     assert 0.15 < result.metrics["accept_rate"] < 0.35
     assert result.metrics["n_divergent"] == 0 and result.metrics["n_grad_evals"] == 0
@@ -184,7 +188,7 @@ def test_negative_control_pcn_without_the_likelihood_ratio_is_caught(toy, monkey
 
     monkeypatch.setattr(pcn, "metropolis", ignore_likelihood)
     g = gen(4)
-    result = PCN(num_warmup=200, num_draws=1000).run(toy, toy.initial_point(8, g), g, progress=False)
+    result = PCN(num_warmup=200, num_draws=1000).sample(toy, RunInputs(toy.initial_point(8, g), g, progress=False))
     assert result.metrics["accept_rate"] == 1.0
     assert max_abs_z(toy, result.draws) > 10.0
 
@@ -192,24 +196,25 @@ def test_negative_control_pcn_without_the_likelihood_ratio_is_caught(toy, monkey
 def test_step_size_adaptation_reaches_the_target_acceptance():
     target = LinearGaussian(noise=0.3)  # informative: pCN needs h << 4
     g = gen(5)
-    result = PCN(num_warmup=500, num_draws=1000).run(target, target.initial_point(4, g), g, progress=False)
+    result = PCN(num_warmup=500, num_draws=1000).sample(
+        target, RunInputs(target.initial_point(4, g), g, progress=False))
     assert abs(result.metrics["accept_rate"] - 0.25) < 0.08, result.metrics
     assert result.metrics["step_size"] < 1.0
     assert result.metrics["rho"] == pytest.approx(pcn.rho(result.metrics["step_size"]))
     # another target acceptance is reached too
-    result = PCN(num_warmup=500, num_draws=1000, target_accept=0.5).run(target, target.initial_point(4, g), g,
-                                                                        progress=False)
+    result = PCN(num_warmup=500, num_draws=1000, target_accept=0.5).sample(
+        target, RunInputs(target.initial_point(4, g), g, progress=False))
     assert abs(result.metrics["accept_rate"] - 0.5) < 0.08, result.metrics
 
 
 def test_fixed_step_size_is_kept(toy):
     g = gen(6)
-    result = PCN(num_warmup=50, num_draws=100, step_size=0.3, adapt_step_size=False).run(
-        toy, toy.initial_point(2, g), g, progress=False)
+    result = PCN(num_warmup=50, num_draws=100, step_size=0.3, adapt_step_size=False).sample(
+        toy, RunInputs(toy.initial_point(2, g), g, progress=False))
     assert result.metrics["step_size"] == 0.3
     assert result.metrics["rho"] == pytest.approx((1 - 0.075) / (1 + 0.075), rel=1e-15)
-    capped = PCN(num_warmup=10, num_draws=20, step_size=10.0, adapt_step_size=False).run(
-        toy, toy.initial_point(2, g), g, progress=False)
+    capped = PCN(num_warmup=10, num_draws=20, step_size=10.0, adapt_step_size=False).sample(
+        toy, RunInputs(toy.initial_point(2, g), g, progress=False))
     assert capped.metrics["step_size"] == 4.0 and capped.metrics["rho"] == 0.0
 
 
@@ -238,7 +243,7 @@ def test_nan_likelihood_is_a_divergent_rejection():
     start = target.post_mean.repeat(4, 1)
     start[:, 0] = target.CUT - 0.5
     g = gen(8)
-    result = PCN(num_warmup=100, num_draws=500).run(target, start, g, progress=False)
+    result = PCN(num_warmup=100, num_draws=500).sample(target, RunInputs(start, g, progress=False))
     draws, stats = result.draws, result.sample_stats
     assert torch.isfinite(draws).all()
     assert (draws[..., 0] <= target.CUT).all()  # the chain never holds a failed state
@@ -249,7 +254,7 @@ def test_nan_likelihood_is_a_divergent_rejection():
     assert np.all(stats["accept_prob"][divergent] == 0.0)
     # AE-pCN rejects failed decoded proposals the same way
     method = AEPCN(latent_dim=4, num_warmup=50, num_draws=200, presample={"num_warmup": 50, "num_draws": 200})
-    result = method.run(target, start, g, progress=False)
+    result = method.sample(target, RunInputs(start, g, progress=False))
     assert torch.isfinite(result.draws).all() and (result.draws[..., 0] <= target.CUT + 1e-12).all()
     assert result.metrics["n_divergent"] > 0
     assert np.isfinite(result.sample_stats["log_lik"]).all()
@@ -260,7 +265,7 @@ def test_an_initial_point_with_a_failed_likelihood_is_an_error():
     start = target.post_mean.repeat(2, 1)
     start[:, 0] = target.CUT + 1.0
     with pytest.raises(BayesxError, match="not finite at the initial point"):
-        PCN(num_warmup=10, num_draws=10).run(target, start, gen(9), progress=False)
+        PCN(num_warmup=10, num_draws=10).sample(target, RunInputs(start, gen(9), progress=False))
 
 
 # --- AE-pCN ---------------------------------------------------------------------------------------------
@@ -268,7 +273,7 @@ def run_aepcn(target, seed, **kwargs):
     g = gen(seed)
     method = AEPCN(latent_dim=target.dim, ae="pca", num_warmup=300, num_draws=3000,
                    presample={"num_warmup": 300, "num_draws": 800}, **kwargs)
-    return method.run(target, target.initial_point(8, g), g, progress=False)
+    return method.sample(target, RunInputs(target.initial_point(8, g), g, progress=False))
 
 
 def test_aepcn_with_an_invertible_linear_map_is_exact(toy):
@@ -332,8 +337,9 @@ def test_pcn_needs_a_gaussian_prior_model():
     with pytest.raises(BayesxError, match="method=aepcn needs a model with a Gaussian prior"):
         AEPCN().check(target, 4)
 
-    class Undeclared(LinearGaussian):  # has the methods but does not declare them: the capability decides
-        capabilities = Capabilities(uses_data=False)
+    class Undeclared(LinearGaussian):  # has the methods but answers no to the typed question: the answer decides
+        def gaussian_prior(self):
+            return None
 
     PCN().check(LinearGaussian(), 4)
     for method in (PCN(), AEPCN(latent_dim=2)):

@@ -24,6 +24,7 @@ from torch import nn
 from bayesx.data import registry
 from bayesx.data.images import load_images
 from bayesx.errors import BayesxError
+from bayesx.methods.base import RunInputs
 from bayesx.methods.vae.flowvae import FlowVAE
 from bayesx.methods.vae.hvi import HVI, RMHVI
 from bayesx.methods.vae.trainer import VAE
@@ -448,7 +449,8 @@ def mnist_tiny():
 def train(method, data, tmp_path=None, seed=0):
     torch.manual_seed(seed)
     model = VAEModel(data, arch="fc")
-    result = method.fit(model, torch.Generator().manual_seed(seed), progress=False, artifact_dir=tmp_path)
+    result = method.train(model, RunInputs(None, torch.Generator().manual_seed(seed), progress=False,
+                                           artifact_dir=tmp_path))
     return model, result
 
 
@@ -543,7 +545,7 @@ def test_nan_in_the_first_epoch_keeps_the_models_own_weights(mnist_tiny, monkeyp
     torch.manual_seed(5)
     model = VAEModel(mnist_tiny, arch="fc")
     initial = {k: v.clone() for k, v in model.state_dict().items()}
-    result = method.fit(model, torch.Generator().manual_seed(0), progress=False)
+    result = method.train(model, RunInputs(None, torch.Generator().manual_seed(0), progress=False))
     assert "epoch 1, batch 1" in result.error and result.metrics["epochs"] == 0
     assert all(torch.equal(v, initial[k]) for k, v in model.state_dict().items())
 

@@ -15,6 +15,8 @@ with warnings.catch_warnings():  # ArviZ announces its 1.0 refactor on import
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
 
+RHAT_LIMIT = 1.01  # rank-normalized split R-hat above this: the chains disagree (Vehtari et al. 2021)
+
 
 def _dataset(draws: np.ndarray):
     return az.convert_to_dataset({"theta": np.asarray(draws, dtype=np.float64)})

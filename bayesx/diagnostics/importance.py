@@ -9,6 +9,9 @@ density and Z its normalizing constant:
     psis_khat       = the shape estimate of a generalized Pareto fit to the largest weights
                       (Pareto smoothed importance sampling, Vehtari, Simpson, Gelman, Yao and Gabry),
                       from ArviZ; k-hat > 0.7 means the weights' variance is effectively infinite.
+
+Weighted particles (AIS, SMC, multi-path Pathfinder) are turned into draws by multinomial resampling
+(``resample``), with the weights' effective sample size (sum w)^2 / sum w^2 (Kong, Liu and Wong 1994).
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ import math
 import warnings
 
 import numpy as np
+import torch
+from torch import Tensor
 
 logging.getLogger("arviz").setLevel(logging.WARNING)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
+
+KHAT_LIMIT = 0.7  # above this the weights' variance is effectively infinite (Vehtari et al.)
 
 
 def psis_khat(log_weights: np.ndarray) -> float:
@@ -52,3 +59,13 @@ def weight_summary(log_weights: np.ndarray) -> dict[str, float]:
             "log_evidence": float(top + math.log(mean_w)),
             "log_evidence_se": float(w.std(ddof=1) / (math.sqrt(n) * mean_w)) if n > 1 else float("nan"),
             "psis_khat": psis_khat(lw)}
+
+
+def resample(draws: Tensor, log_weights: Tensor, n: int, gen: torch.Generator) -> tuple[Tensor, float]:
+    """``n`` draws picked with replacement from ``draws`` (m, dim) with probabilities proportional to
+    exp(log_weights) (m,), and the weights' ESS; a NaN log weight (a failed density) is a zero weight."""
+    usable = torch.nan_to_num(log_weights.detach().double(), nan=-math.inf)
+    w = torch.exp(usable - usable.max())
+    ess = float(w.sum() ** 2 / (w * w).sum())
+    pick = torch.multinomial(w.to(gen.device), n, replacement=True, generator=gen)
+    return draws.detach()[pick.to(draws.device)], ess

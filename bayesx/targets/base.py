@@ -10,9 +10,10 @@ default. A target describes its density and nothing else: the samplers and their
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -24,15 +25,16 @@ from bayesx.targets.forms import LogisticForm
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a target class can do, declared as a class attribute ``capabilities``.
+    """What a target class can do, declared as a class attribute ``capabilities``: what the runner needs
+    to know before it builds a target. Structure that a method relies on is asked by a typed question
+    instead, answered by a typed view or None (TargetBase.gaussian_prior, coarse_levels, logistic_design,
+    closed_form_hessian).
 
     posterior             it has a log density to sample or approximate (False: a model that is
                           trained, such as the VAE; only trainer methods take it)
     uses_data             it is built from the ``data`` group (False: it makes its own observations)
     default_data          the ``data`` choice used when neither the command line nor an experiment
                           names one (None: the global default)
-    gaussian_prior        log pi = l(q) + log N(q; 0, C) with ``log_likelihood``, ``sample_prior``,
-                          ``prior_log_prob`` and ``prior_factor`` (what pCN-type methods need)
     exact_moments         ``evaluate`` reports errors against exactly known moments, so no reference
                           posterior run is needed
     reference_affordable  a NUTS reference run is cheap enough to make by default for methods whose
@@ -42,32 +44,74 @@ class Capabilities:
     differentiable        ``log_prob`` is written in differentiable torch, so autograd gives gradients of
                           its gradient (what Hamiltonian VI's learned leapfrog needs); False for a
                           density computed outside torch (the PDE solve)
-    coarse_levels         (with gaussian_prior) cheaper approximations of the same likelihood on coarser
-                          meshes: ``check_level(n, key)``, ``level_log_likelihood(q, n)``, the sensor
-                          values ``level_predictions(q, n)`` (n None: the likelihood's own level) in two
-                          parts, ``level_inputs(q, n)`` (what level n reads of q, a *linear* map: the
-                          field at its nodes) and ``level_predictions_at(inputs, n)`` (the solve), and
-                          ``sensor_data()`` (observations y and noise sd sigma of the Gaussian likelihood
-                          l = -|y - F|^2 / (2 sigma^2)), what delayed-acceptance samplers (method=dapcn)
-                          screen proposals with; and ``prediction_jacobian(q, n)``, dF_n/dq (m, dim) at one q
-                          (method=dapcn proposal=lis builds its directions from it)
-    closed_form_hessian   ``hessian(q)`` gives the Hessian of log pi at q (dim,) in closed form (Laplace uses it
-                          instead of autograd's or finite differences)
-    logistic_design       a Bayesian logistic regression y ~ Bernoulli(sigmoid(X q)), q ~ N(0, s^2 I), whose
-                          ``logistic_design()`` returns (X, y, s^2) (for the Jaakkola-Jordan bound of method=vi)
     """
 
     posterior: bool = True
     uses_data: bool = True
     default_data: str | None = None
-    gaussian_prior: bool = False
     exact_moments: bool = False
     reference_affordable: bool = True
     exact_log_normalizer: bool = False
     differentiable: bool = True
-    closed_form_hessian: bool = False
-    logistic_design: bool = False
-    coarse_levels: bool = False
+
+
+class GaussianPrior(Protocol):
+    """A posterior log pi(q) = l(q) + log N(q; 0, C) whose prior can be sampled (what pCN-type methods need;
+    ``target.gaussian_prior()``)."""
+
+    def log_likelihood(self, q: Tensor) -> Tensor:
+        """l(q), (...,) for q (..., dim)."""
+
+    def sample_prior(self, n: int, gen: torch.Generator) -> Tensor:
+        """n draws (n, dim) from N(0, C)."""
+
+    def prior_log_prob(self, q: Tensor) -> Tensor:
+        """log N(q; 0, C) up to a constant."""
+
+    def prior_factor(self) -> Tensor:
+        """L with C = L L^T (dim, dim)."""
+
+
+class CoarseLevels(Protocol):
+    """Cheaper approximations of the same Gaussian likelihood l = -|y - F(q)|^2 / (2 sigma^2) on coarser
+    meshes, what delayed-acceptance samplers (method=dapcn) screen proposals with
+    (``target.coarse_levels()``); mesh None is the likelihood's own level."""
+
+    def check_level(self, mesh: int, key: str) -> None:
+        """Raise InvalidSetting(key, ...) where ``mesh`` is not a coarser level of this model."""
+
+    def level_log_likelihood(self, q: Tensor, mesh: int) -> Tensor:
+        """l on level ``mesh``."""
+
+    def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
+        """F on level ``mesh``: ``level_predictions_at(level_inputs(q, mesh), mesh)``."""
+
+    def level_inputs(self, q: Tensor, mesh: int | None) -> Tensor:
+        """What level ``mesh`` reads of q, a *linear* map (the field at its nodes)."""
+
+    def level_predictions_at(self, inputs: Tensor, mesh: int | None) -> Tensor:
+        """The sensor values of level ``mesh`` from its inputs (the solve)."""
+
+    def sensor_data(self) -> tuple[Tensor, float]:
+        """The observations y and the noise sd sigma."""
+
+    def prediction_jacobian(self, q: Tensor, mesh: int | None = None) -> Tensor:
+        """dF_mesh/dq (m, dim) at one q (method=dapcn proposal=lis builds its directions from it)."""
+
+
+@dataclass(frozen=True)
+class LogisticDesign:
+    """A Bayesian logistic regression y ~ Bernoulli(sigmoid(X q)), q ~ N(0, prior_var I)
+    (``target.logistic_design()``; the Jaakkola-Jordan bound of method=vi family=jj uses it)."""
+
+    x: Tensor  # (n, dim), with the intercept column where there is one
+    y: Tensor  # (n,) in {0, 1}
+    prior_var: float
+
+
+def protocol_members(protocol: type) -> list[str]:
+    """The methods a typed view offers, in the order they are written (for error messages)."""
+    return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
 
 
 @dataclass
@@ -167,7 +211,7 @@ class TargetBase(ModelBase):
         return AffineRestriction(self, offset, basis)
 
     def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
-        """Targets with ``coarse_levels``: level ``mesh``'s sensor values at q, its inputs then its solve."""
+        """Targets with :class:`CoarseLevels`: level ``mesh``'s sensor values at q, its inputs then its solve."""
         return self.level_predictions_at(self.level_inputs(q, mesh), mesh)
 
     def support_box(self) -> float | None:
@@ -178,6 +222,24 @@ class TargetBase(ModelBase):
     def log_normalizer(self) -> float:
         """log of the integral of exp(log_prob) (targets declaring ``exact_log_normalizer``)."""
         raise NotImplementedError(f"{type(self).__name__} does not know its log normalizer")
+
+    # --- typed questions: a view of this target where it has the structure, else None --------------
+    def gaussian_prior(self) -> GaussianPrior | None:
+        """This target as a Gaussian prior times a likelihood (pCN-type methods), or None."""
+        return None
+
+    def coarse_levels(self) -> CoarseLevels | None:
+        """This target's coarser likelihood levels (delayed acceptance), or None."""
+        return None
+
+    def logistic_design(self) -> LogisticDesign | None:
+        """This target's logistic-regression design (the Jaakkola-Jordan bound), or None."""
+        return None
+
+    def closed_form_hessian(self) -> Callable[[Tensor], Tensor] | None:
+        """q (dim,) -> the Hessian of log pi at q in closed form (Laplace uses it instead of autograd's or
+        finite differences), or None."""
+        return None
 
     def describe(self) -> dict[str, str]:
         """Tags describing the target (data set, sizes) for the tracker."""
@@ -191,6 +253,3 @@ def moment_errors(draws: Tensor, mean: np.ndarray, sd: np.ndarray) -> Evaluation
     return Evaluation({"posterior_mean_err_max": float((np.abs(flat.mean(0) - mean) / sd).max()),
                        "posterior_sd_err_max": float((np.abs(flat.std(0, ddof=1) - sd) / sd).max())})
 
-
-GAUSSIAN_PRIOR_API = ("log_likelihood", "sample_prior", "prior_log_prob", "prior_factor")
-"""What a target with ``capabilities.gaussian_prior`` provides (see bayesx.targets.elliptic)."""

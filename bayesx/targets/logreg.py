@@ -17,6 +17,7 @@ C call evaluates both instead, with the same arithmetic up to rounding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -27,7 +28,7 @@ from torch import Tensor
 from bayesx.data.classification import ClassificationData
 from bayesx.kernels import backend
 from bayesx.settings import Positive, Settings
-from bayesx.targets.base import Capabilities, Evaluation, TargetBase
+from bayesx.targets.base import Capabilities, Evaluation, LogisticDesign, TargetBase
 from bayesx.targets.forms import LogisticForm
 from bayesx.targets.restriction import AffineRestriction
 
@@ -41,7 +42,7 @@ class LogisticSettings(Settings):
 
 class LogisticRegression(TargetBase):
     Settings = LogisticSettings
-    capabilities = Capabilities(logistic_design=True, closed_form_hessian=True)
+    capabilities = Capabilities()
     param_name = "beta"
 
     def __init__(self, data: ClassificationData, settings: LogisticSettings | None = None,
@@ -65,9 +66,9 @@ class LogisticRegression(TargetBase):
             x = torch.cat([torch.ones(x.shape[0], 1, dtype=self.dtype, device=self.device), x], dim=1)
         return x
 
-    def logistic_design(self) -> tuple[Tensor, Tensor, float]:
-        """(X (n, dim) with the intercept column where there is one, y (n,) in {0, 1}, prior variance)."""
-        return self.x_train, self.y_train, self.prior_scale**2
+    def logistic_design(self) -> LogisticDesign:
+        """X (n, dim) with the intercept column where there is one, y (n,) in {0, 1}, the prior variance."""
+        return LogisticDesign(self.x_train, self.y_train, self.prior_scale**2)
 
     def log_prob(self, q: Tensor) -> Tensor:
         logits = q @ self.x_train.T
@@ -94,6 +95,9 @@ class LogisticRegression(TargetBase):
 
     def restrict(self, offset: Tensor, basis: Tensor) -> "RestrictedLogisticRegression":
         return RestrictedLogisticRegression(self, offset, basis)
+
+    def closed_form_hessian(self) -> Callable[[Tensor], Tensor]:
+        return self.hessian
 
     def hessian(self, q: Tensor) -> Tensor:
         """-X^T diag(s (1 - s)) X - I / s0^2 at one point q (dim,), s = sigmoid(X q)."""

@@ -21,7 +21,8 @@ import torch
 
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels import latent_hmc as latent
-from bayesx.methods.base import Sampler
+from bayesx.methods.base import RunInputs
+from bayesx.methods.mcmc.family import Draws, Sampler
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.nn.autoencoder import (
     AutoEncoder,
@@ -31,7 +32,6 @@ from bayesx.nn.autoencoder import (
     split,
     train_autoencoder,
 )
-from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting
 
 AUTO_GROWTH = 1.25  # latent_dim=auto: grow the PCA-chosen size by this factor while the trained AE misses recon_tol
@@ -123,22 +123,22 @@ class AutoEncodingMethod(Sampler):
                                  f"raise it or lower latent_dim")
 
     # --- the three stages ------------------------------------------------------------------------------
-    def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None, checkpoint=None, resume=None) -> Result:
+    def sample(self, target, inputs: RunInputs) -> Draws:
         """Pre-sample, train the auto-encoder, sample in its latent space. The draws are decoded only at
-        the end, so nothing is checkpointed on the way (``checkpoint`` is ignored) and a run cannot be
-        resumed (``resumable`` is False)."""
+        the end, so nothing is checkpointed on the way (``inputs.checkpoint`` is ignored) and a run cannot
+        be resumed (``resumable`` is False)."""
+        initial_position, gen, progress = inputs.initial, inputs.gen, inputs.progress
         n_chains, dim = initial_position.shape
         self.check(target, n_chains)
-        result = Result()
+        out = Draws()
         stage = "presample"
         try:
-            pre = self.presampler(n_chains).run(target, initial_position, gen, progress)
+            pre = self.presampler(n_chains).sample(target, RunInputs(initial_position, gen, progress))
             start_time = sum(pre.timings.get(k, 0.0) for k in ("laplace_time_s", "pathfinder_time_s"))
-            result.timings["presample_warmup_time_s"] = start_time + pre.timings["warmup_time_s"]
-            result.timings["presample_time_s"] = result.timings["presample_warmup_time_s"] + pre.timings["sampling_time_s"]
-            result.metrics.update({f"presample_{k}": v for k, v in pre.metrics.items()
-                                   if k in ("accept_rate", "step_size", "n_divergent")})
+            out.timings["presample_warmup_time_s"] = start_time + pre.timings["warmup_time_s"]
+            out.timings["presample_time_s"] = out.timings["presample_warmup_time_s"] + pre.timings["sampling_time_s"]
+            out.metrics.update({f"presample_{k}": v for k, v in pre.metrics.items()
+                                if k in ("accept_rate", "step_size", "n_divergent")})
             if pre.interrupted:
                 raise RunInterrupted("interrupted during pre-sampling")
 
@@ -146,36 +146,36 @@ class AutoEncodingMethod(Sampler):
             start = time.perf_counter()
             draws = pre.draws.to(initial_position.device, initial_position.dtype)
             space, report, choice = self._fit(target, draws.reshape(-1, dim), gen)
-            result.timings["train_time_s"] = time.perf_counter() - start
-            self._record_training(result, report, choice)
+            out.timings["train_time_s"] = time.perf_counter() - start
+            self._record_training(out, report, choice)
 
             stage = "sampling"
-            sampled = self.latent_sampler(space, target).run(target, draws[:, -1], gen, progress)
+            sampled = self.latent_sampler(space, target).sample(target, RunInputs(draws[:, -1], gen, progress))
         except (KeyboardInterrupt, RunInterrupted):
-            result.interrupted = True
-            result.tags["stopped_during"] = stage
+            out.interrupted = True
+            out.tags["stopped_during"] = stage
             if stage == "presample" and "pre" in locals() and pre.draws is not None:
-                result.draws, result.sample_stats = pre.draws, pre.sample_stats
-                result.tags["draws_are"] = f"{self.presample_method} pre-samples (the run stopped before latent sampling)"
-            return result
+                out.draws, out.sample_stats = pre.draws, pre.sample_stats
+                out.tags["draws_are"] = f"{self.presample_method} pre-samples (the run stopped before latent sampling)"
+            return out
 
-        result.draws, result.sample_stats, result.interrupted = sampled.draws, sampled.sample_stats, sampled.interrupted
-        result.tags.update(sampled.tags)
+        out.draws, out.sample_stats, out.interrupted = sampled.draws, sampled.sample_stats, sampled.interrupted
+        out.tags.update(sampled.tags)
         stages = (pre.tags["kernels"], sampled.tags["kernels"])
-        result.tags["kernels"] = stages[0] if stages[0] == stages[1] else "presample={},sampling={}".format(*stages)
-        result.metrics.update(sampled.metrics)
-        result.metrics["n_grad_evals_presample"] = pre.metrics.get("n_grad_evals_warmup", 0.0) + pre.metrics.get(
+        out.tags["kernels"] = stages[0] if stages[0] == stages[1] else "presample={},sampling={}".format(*stages)
+        out.metrics.update(sampled.metrics)
+        out.metrics["n_grad_evals_presample"] = pre.metrics.get("n_grad_evals_warmup", 0.0) + pre.metrics.get(
             "n_grad_evals", 0.0)
         if "log_volume" in sampled.sample_stats:
-            result.metrics["log_volume_mean"] = float(sampled.sample_stats["log_volume"].mean())
-        result.timings["latent_warmup_time_s"] = sampled.timings["warmup_time_s"]
-        result.timings["warmup_time_s"] = result.timings["presample_warmup_time_s"] + sampled.timings["warmup_time_s"]
-        result.timings["sampling_time_s"] = sampled.timings["sampling_time_s"]
-        result.fitted["inverse_mass"] = (space.scale**2).detach().cpu()
-        if artifact_dir is not None:
-            self._write_artifacts(result, space, draws.reshape(-1, dim), sampled.metrics.get("step_size", 0.1),
-                                  gen, Path(artifact_dir))
-        return result
+            out.metrics["log_volume_mean"] = float(sampled.sample_stats["log_volume"].mean())
+        out.timings["latent_warmup_time_s"] = sampled.timings["warmup_time_s"]
+        out.timings["warmup_time_s"] = out.timings["presample_warmup_time_s"] + sampled.timings["warmup_time_s"]
+        out.timings["sampling_time_s"] = sampled.timings["sampling_time_s"]
+        out.fitted["inverse_mass"] = (space.scale**2).detach().cpu()
+        if inputs.artifact_dir is not None:
+            self._write_artifacts(out, space, draws.reshape(-1, dim), sampled.metrics.get("step_size", 0.1),
+                                  gen, Path(inputs.artifact_dir))
+        return out
 
     def _fit(self, target, draws: torch.Tensor, gen: torch.Generator):
         """Standardize the pre-samples, choose the latent size, train; returns the latent space."""
@@ -203,26 +203,26 @@ class AutoEncodingMethod(Sampler):
                               f"raise method.latent_dim, method.train.max_epochs or method.presample.num_draws")
         return latent.LatentSpace(target, ae, mean, scale), report, choice
 
-    def _record_training(self, result: Result, report: TrainReport, choice: str) -> None:
-        result.metrics.update({"latent_dim": float(report.latent_dim), "recon_err": report.recon_err,
-                               "ae_epochs": float(report.epochs)})
-        result.tags.update({"latent_dim_choice": choice, "ae": self.settings.ae,
-                            "volume_correction": str(self.settings.volume_correction).lower()})
-        result.traces["ae_train_loss"] = list(enumerate(report.train_loss))
-        result.traces["ae_val_loss"] = list(enumerate(report.val_loss))
+    def _record_training(self, out: Draws, report: TrainReport, choice: str) -> None:
+        out.metrics.update({"latent_dim": float(report.latent_dim), "recon_err": report.recon_err,
+                            "ae_epochs": float(report.epochs)})
+        out.tags.update({"latent_dim_choice": choice, "ae": self.settings.ae,
+                         "volume_correction": str(self.settings.volume_correction).lower()})
+        out.traces["ae_train_loss"] = list(enumerate(report.train_loss))
+        out.traces["ae_val_loss"] = list(enumerate(report.val_loss))
         if report.recon_err > self.settings.recon_tol:
-            result.warnings.append(f"auto-encoder reconstruction error {report.recon_err:.3g} is above "
-                                   f"method.recon_tol={self.settings.recon_tol}: proposals miss part of the posterior; "
-                                   f"raise method.latent_dim (or use latent_dim=auto)")
+            out.warnings.append(f"auto-encoder reconstruction error {report.recon_err:.3g} is above "
+                                f"method.recon_tol={self.settings.recon_tol}: proposals miss part of the posterior; "
+                                f"raise method.latent_dim (or use latent_dim=auto)")
 
-    def _write_artifacts(self, result: Result, space: latent.LatentSpace, presamples: torch.Tensor, step_size: float,
+    def _write_artifacts(self, out: Draws, space: latent.LatentSpace, presamples: torch.Tensor, step_size: float,
                          gen: torch.Generator, folder: Path) -> None:
         ae: AutoEncoder = space.ae
         path = folder / "autoencoder.pt"
         torch.save({"arch": ae.arch, "latent_dim": ae.latent_dim, "hidden": ae.hidden, "state_dict": ae.state_dict(),
                     "mean": space.mean.cpu(), "scale": space.scale.cpu()}, path)
-        result.artifacts.setdefault("autoencoder", []).append(path)
-        self._extra_artifacts(result, space, presamples, step_size, gen, folder)
+        out.artifacts.setdefault("autoencoder", []).append(path)
+        self._extra_artifacts(out, space, presamples, step_size, gen, folder)
 
-    def _extra_artifacts(self, result, space, presamples, step_size, gen, folder) -> None:
+    def _extra_artifacts(self, out, space, presamples, step_size, gen, folder) -> None:
         pass

@@ -26,7 +26,8 @@ from bayesx.kernels import dapcn, pcn
 from bayesx.kernels.common import Kernel
 from bayesx.kernels.latent_hmc import LatentSpace
 from bayesx.kernels.latent_pcn import decoder_linearization
-from bayesx.methods.base import Sampler
+from bayesx.methods.base import RunInputs
+from bayesx.methods.mcmc.family import Draws, Sampler
 from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
 from bayesx.methods.mcmc.pcn import CrankNicolsonSampler, PCNSettings, require_gaussian_prior
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
@@ -59,12 +60,12 @@ class DASampler(CrankNicolsonSampler):
         self.meshes, self.subchain_lengths = meshes, subchain_lengths
         self.proposal, self.latent_step_size = proposal, latent_step_size
         self.learns_errors = error_model
-        self.errors: dapcn.ErrorModel | None = None  # made by run() for its target
+        self.errors: dapcn.ErrorModel | None = None  # made by sample() for its target
         self.kernel = Kernel(partial(dapcn.init, meshes=meshes, proposal=proposal), dapcn.step, dapcn.log_density)
 
-    def run(self, target, initial_position, gen, progress=None, *args, **kwargs):
-        self.errors = dapcn.ErrorModel(*target.sensor_data(), len(self.meshes))
-        return super().run(target, initial_position, gen, progress, *args, **kwargs)
+    def sample(self, target, inputs: RunInputs) -> Draws:
+        self.errors = dapcn.ErrorModel(*target.coarse_levels().sensor_data(), len(self.meshes))
+        return super().sample(target, inputs)
 
     def make_params(self, step_size, metric=None):
         return dapcn.DAParams(min(step_size, pcn.MAX_H), self.meshes, self.subchain_lengths, self.proposal,
@@ -156,9 +157,9 @@ def likelihood_informed_directions(target, rank: int) -> tuple[torch.Tensor, tor
     the directions in which the data constrain the parameter most relative to the prior (eigenvalue > 1: more
     than the prior does). Returns V_r (dim, rank), orthonormal in whitened coordinates, and all of H's nonzero
     eigenvalues, largest first. The choice of directions only shapes the proposal: the chain stays exact."""
-    _, noise_sd = target.sensor_data()
-    chol = target.prior_factor()
-    jacobian = target.prediction_jacobian(chol.new_zeros(target.dim), None)
+    _, noise_sd = target.coarse_levels().sensor_data()
+    chol = target.gaussian_prior().prior_factor()
+    jacobian = target.coarse_levels().prediction_jacobian(chol.new_zeros(target.dim), None)
     _, singular_values, vt = torch.linalg.svd(jacobian @ chol / noise_sd, full_matrices=False)
     return vt[:rank].T, singular_values ** 2
 
@@ -175,17 +176,18 @@ class DAPCN(AutoEncodingMethod):
     compare_keys = (*Sampler.compare_keys, "fine_solves_per_iter")
 
     def check(self, target, n_chains: int) -> None:
-        if not target.capabilities.coarse_levels:
+        levels = target.coarse_levels()
+        if levels is None:
             raise BayesxError(f"method=dapcn needs a model with coarse likelihood levels ({type(target).__name__} "
                               f"has none); use model=elliptic, or method=pcn")
         require_gaussian_prior(target, self.name)
         meshes, _ = self.settings.levels()
         for mesh in meshes:
-            target.check_level(mesh, "coarse_mesh")
+            levels.check_level(mesh, "coarse_mesh")
         if self.settings.proposal == "ae":
             super().check(target, n_chains)
         if self.settings.proposal == "lis":
-            most = min(target.sensor_data()[0].shape[0], target.dim)
+            most = min(levels.sensor_data()[0].shape[0], target.dim)
             if self.settings.informed_dim > most:
                 raise InvalidSetting("informed_dim", f"={self.settings.informed_dim} exceeds the rank of the misfit's "
                                      f"Gauss-Newton Hessian, at most {most} (the observations, or the dimension); "
@@ -209,26 +211,23 @@ class DAPCN(AutoEncodingMethod):
 
     def latent_sampler(self, space: LatentSpace, target) -> DASampler:
         _, directions = decoder_linearization(space)
-        proposal = dapcn.SubspaceProposal.from_directions(target.prior_factor(), directions)
+        proposal = dapcn.SubspaceProposal.from_directions(target.gaussian_prior().prior_factor(), directions)
         return self._sampler(proposal, self.settings.sampler_settings(self.settings), self.settings.latent_step_size)
 
-    def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir=None, checkpoint=None, resume=None):
+    def sample(self, target, inputs: RunInputs) -> Draws:
         """proposal=pcn: one delayed-acceptance chain; proposal=ae: pre-sample, fit, then the subspace proposal;
-        proposal=lis: the likelihood-informed subspace proposal, one chain."""
+        proposal=lis: the likelihood-informed subspace proposal, one chain. Nothing is checkpointed on the way
+        (``resumable`` is False)."""
         if self.settings.proposal == "ae":
-            return super().run(target, initial_position, gen, progress, artifact_dir)
+            return super().sample(target, RunInputs(inputs.initial, inputs.gen, inputs.progress, inputs.artifact_dir))
         settings = self.settings.sampler_settings(self.settings)
+        one_chain = RunInputs(inputs.initial, inputs.gen, inputs.progress)
         if self.settings.proposal == "pcn":
-            return self._sampler(dapcn.PriorProposal(), settings).run(target, initial_position, gen, progress)
-        return self._run_informed(target, initial_position, gen, progress, settings)
-
-    def _run_informed(self, target, initial_position, gen, progress, settings: DASamplerSettings):
+            return self._sampler(dapcn.PriorProposal(), settings).sample(target, one_chain)
         rank = self.settings.informed_dim
         basis, eigenvalues = likelihood_informed_directions(target, rank)
-        proposal = dapcn.SubspaceProposal.from_whitened_basis(target.prior_factor(), basis)
-        result = self._sampler(proposal, settings, self.settings.informed_step_size).run(
-            target, initial_position, gen, progress)
-        result.metrics["informed_dim"] = float(rank)
-        result.metrics["informed_eigenvalue_min"] = float(eigenvalues[rank - 1])
-        return result
+        proposal = dapcn.SubspaceProposal.from_whitened_basis(target.gaussian_prior().prior_factor(), basis)
+        out = self._sampler(proposal, settings, self.settings.informed_step_size).sample(target, one_chain)
+        out.metrics["informed_dim"] = float(rank)
+        out.metrics["informed_eigenvalue_min"] = float(eigenvalues[rank - 1])
+        return out

@@ -48,3 +48,10 @@ class NUTS(MCMCMethod):
         depth = stats["tree_depth"]
         return {"tree_depth_mean": float(np.mean(depth)),
                 "n_max_tree_depth": float(np.sum(depth >= self.settings.max_tree_depth))}
+
+    def warnings(self, metrics: dict[str, float]) -> list[str]:
+        out = super().warnings(metrics)
+        if metrics.get("n_max_tree_depth", 0) > 0:
+            out.append(f"{metrics['n_max_tree_depth']:.0f} NUTS transitions hit max_tree_depth; "
+                       "raise method.max_tree_depth or try method.mass=dense")
+        return out

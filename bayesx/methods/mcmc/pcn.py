@@ -10,7 +10,7 @@ from bayesx.errors import BayesxError
 from bayesx.kernels import pcn
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.settings import AtLeast, Between
-from bayesx.targets.base import GAUSSIAN_PRIOR_API
+from bayesx.targets.base import GaussianPrior, protocol_members
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,11 @@ class PCN(CrankNicolsonSampler):
         return pcn.PCNParams(min(step_size, pcn.MAX_H), self.settings.noise_block)
 
 
-def require_gaussian_prior(target, method: str) -> None:
-    """pCN-type methods need a target declaring ``capabilities.gaussian_prior``; say which models have it."""
-    if not target.capabilities.gaussian_prior:
+def require_gaussian_prior(target, method: str) -> GaussianPrior:
+    """The target's :class:`GaussianPrior` view, which pCN-type methods need; without one, say which models have it."""
+    prior = target.gaussian_prior()
+    if prior is None:
+        lacks = ", ".join(protocol_members(GaussianPrior))
         raise BayesxError(f"method={method} needs a model with a Gaussian prior it can sample and a separate "
-                          f"log-likelihood ({type(target).__name__} lacks {', '.join(GAUSSIAN_PRIOR_API)}); "
-                          f"use model=elliptic")
+                          f"log-likelihood ({type(target).__name__} lacks {lacks}); use model=elliptic")
+    return prior

@@ -29,11 +29,11 @@ from bayesx.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
-from bayesx.methods.base import Sampler
+from bayesx.methods.base import RunInputs
+from bayesx.methods.mcmc.family import Draws, Sampler
 from bayesx.optimize import laplace_start
 from bayesx.pathfinder import pathfinder_start
 from bayesx.progress import ChainProgress
-from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive, Settings
 
 
@@ -118,18 +118,18 @@ class MCMCMethod(Sampler):
         return backend.name(target, position)
 
     # --- the driver ------------------------------------------------------------------------------
-    def run(self, target, initial_position: torch.Tensor, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir=None, checkpoint: RunCheckpoint | None = None, resume: Resume | None = None) -> Result:
-        """Warm up and sample all chains from ``initial_position`` (chains, dim); the retained draws go to
-        ``checkpoint`` as they gather. With ``resume`` (a killed run's checkpoint), skip the warm-up and
-        continue its sampling where it stopped, with its generator state."""
-        if resume is not None:
-            return self._sample(target, gen, progress, checkpoint, resume)
+    def sample(self, target, inputs: RunInputs) -> Draws:
+        """Warm up and sample all chains from ``inputs.initial`` (chains, dim); the retained draws go to
+        ``inputs.checkpoint`` as they gather. With ``inputs.resume`` (a killed run's checkpoint), skip the
+        warm-up and continue its sampling where it stopped, with its generator state."""
+        initial_position, gen, progress, checkpoint = inputs.initial, inputs.gen, inputs.progress, inputs.checkpoint
+        if inputs.resume is not None:
+            return self._sample(target, gen, progress, checkpoint, inputs.resume)
         cfg = self.settings
         n_chains, dim = initial_position.shape
         dense = cfg.mass in DENSE_FORMS
-        result = Result()
-        result.tags["kernels"] = self.kernel_name(target, initial_position)
+        out = Draws()
+        out.tags["kernels"] = self.kernel_name(target, initial_position)
         start = time.perf_counter()
         metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
         if cfg.init != "prior":
@@ -137,12 +137,12 @@ class MCMCMethod(Sampler):
             try:
                 initial_position, inv_mass = start_from(target, initial_position, gen, cfg.mass)
             except (KeyboardInterrupt, RunInterrupted):  # stopped while finding the mode: part of warm-up
-                result.interrupted = True
-                result.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
-                result.tags["stopped_during"] = "warmup"
-                return result
+                out.interrupted = True
+                out.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
+                out.tags["stopped_during"] = "warmup"
+                return out
             metric = make_metric(inv_mass)
-            result.timings[f"{cfg.init}_time_s"] = time.perf_counter() - start
+            out.timings[f"{cfg.init}_time_s"] = time.perf_counter() - start
         state = self.kernel.init(initial_position, target)
         if not bool(torch.isfinite(self.kernel.log_density(state)).all()):
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller model.init_scale")
@@ -157,35 +157,35 @@ class MCMCMethod(Sampler):
             adaptation.run(warm, target, gen, on_step=lambda info, eps, it: bar.tick(info, eps, it))
         except (KeyboardInterrupt, RunInterrupted):
             bar.close()
-            result.interrupted = True
-            result.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
-            result.tags["stopped_during"] = "warmup"
-            result.metrics.update(self._summaries({}, warm.step_size, warm.grad_evals))
-            result.fitted["inverse_mass"] = warm.metric.inv_mass.detach().to("cpu")
-            return result
+            out.interrupted = True
+            out.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
+            out.tags["stopped_during"] = "warmup"
+            out.metrics.update(self._summaries({}, warm.step_size, warm.grad_evals))
+            out.fitted["inverse_mass"] = warm.metric.inv_mass.detach().to("cpu")
+            return out
         warmup = {"warmup_time_s": time.perf_counter() - start, "n_grad_evals_warmup": warm.grad_evals,
-                  **{k: v for k, v in result.timings.items() if k.endswith("_time_s")}}
+                  **{k: v for k, v in out.timings.items() if k.endswith("_time_s")}}
         start_state = {"position": warm.state.position, "step_size": warm.step_size,
                        "inv_mass": warm.metric.inv_mass, "iteration": 0, "warmup": warmup}
         return self._sample(target, gen, progress, checkpoint, Resume(np.zeros((n_chains, 0, dim)), {}, start_state),
-                            bar, result, warm.state)
+                            bar, out, warm.state)
 
     def _sample(self, target, gen: torch.Generator, progress, checkpoint: RunCheckpoint | None, start: Resume,
-                bar: ChainProgress | None = None, result: Result | None = None, state=None) -> Result:
+                bar: ChainProgress | None = None, out: Draws | None = None, state=None) -> Draws:
         """The sampling stage from ``start``: after warm-up (no draws yet; ``state`` is the warm-up's last
         kernel state), or a killed run's checkpoint (its draws, statistics and state, including the
         generator's; the kernel state is rebuilt from the positions)."""
         cfg = self.settings
-        result = result or Result()
+        out = out or Draws()
         saved = start.state
         position = torch.as_tensor(saved["position"]).to(target.device, target.dtype)
-        result.tags.setdefault("kernels", self.kernel_name(target, position))
+        out.tags.setdefault("kernels", self.kernel_name(target, position))
         step_size, metric = float(saved["step_size"]), make_metric(torch.as_tensor(saved["inv_mass"]).to(
             target.device, target.dtype))
         if "gen_state" in saved:  # resumed: the same random stream as the run that was killed
             gen.set_state(saved["gen_state"])
-            result.tags["resumed_at_draw"] = str(start.draws.shape[1])
-        result.timings.update({k: v for k, v in saved["warmup"].items() if k != "n_grad_evals_warmup"})
+            out.tags["resumed_at_draw"] = str(start.draws.shape[1])
+        out.timings.update({k: v for k, v in saved["warmup"].items() if k != "n_grad_evals_warmup"})
         state = state if state is not None else self.kernel.init(position, target)
         params = self.make_params(step_size, metric)
         kept = [torch.as_tensor(start.draws[:, i]) for i in range(start.draws.shape[1])]
@@ -212,20 +212,20 @@ class MCMCMethod(Sampler):
                             "sampling_time_s": earlier + time.perf_counter() - sampling_start})
                 bar.tick(info, step_size, it)
         except (KeyboardInterrupt, RunInterrupted):
-            result.interrupted = True
+            out.interrupted = True
         finally:
             bar.close()
-        result.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
+        out.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
         if kept:
-            result.metrics["time_per_iter_s"] = result.timings["sampling_time_s"] / (len(kept) * cfg.thin)
-        result.tags["stopped_during"] = "sampling" if result.interrupted else "completed"
+            out.metrics["time_per_iter_s"] = out.timings["sampling_time_s"] / (len(kept) * cfg.thin)
+        out.tags["stopped_during"] = "sampling" if out.interrupted else "completed"
         if kept:
-            result.draws = torch.stack(kept, dim=1)
-            result.sample_stats = {name: np.stack(values, axis=1) for name, values in stats.items()}
-        result.metrics.update(self._summaries(result.sample_stats, step_size, saved["warmup"]["n_grad_evals_warmup"]))
-        result.metrics.update(self.extra_metrics(result.sample_stats))
-        result.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
-        return result
+            out.draws = torch.stack(kept, dim=1)
+            out.sample_stats = {name: np.stack(values, axis=1) for name, values in stats.items()}
+        out.metrics.update(self._summaries(out.sample_stats, step_size, saved["warmup"]["n_grad_evals_warmup"]))
+        out.metrics.update(self.extra_metrics(out.sample_stats))
+        out.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
+        return out
 
     def _summaries(self, stats: dict[str, np.ndarray], step_size: float, warmup_grad_evals: int) -> dict[str, float]:
         out = {"step_size": float(step_size), "n_grad_evals_warmup": float(warmup_grad_evals)}

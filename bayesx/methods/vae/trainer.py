@@ -16,11 +16,10 @@ from typing import Annotated
 
 import torch
 
-from bayesx.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import RunInterrupted
-from bayesx.methods.base import Trainer
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vae.family import TrainedModel, Trainer
 from bayesx.progress import progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast, Positive, Settings
 from bayesx.vae import bounds, evaluate
 from bayesx.vae.model import VAEModel
@@ -74,12 +73,11 @@ class VariationalMethod(Trainer):
         return {k: (v if v is not None else TRAINING[model.arch][k]) for k, v in given.items()}
 
     # --- training -------------------------------------------------------------------------------------
-    def fit(self, model: VAEModel, gen: torch.Generator, progress: bool | None = None,
-            artifact_dir: Path | None = None, epoch_callback=None, checkpoint: RunCheckpoint | None = None,
-            resume: Resume | None = None) -> Result:
-        """Train; ``epoch_callback(epoch, training_seconds_so_far)`` runs after each epoch (its own
-        time is not counted as training time). Each epoch's state and metrics go to ``checkpoint``;
-        with ``resume`` (a killed run's last epoch) training continues after it, with its random states."""
+    def train(self, model: VAEModel, inputs: RunInputs, epoch_callback=None) -> TrainedModel:
+        """Train; ``epoch_callback(epoch, training_seconds_so_far)``, where given, runs after each epoch (its
+        own time is not counted as training time). Each epoch's state and metrics go to ``inputs.checkpoint``;
+        with ``inputs.resume`` (a killed run's last epoch) training continues after it, with its random states."""
+        gen, progress, checkpoint, resume = inputs.gen, inputs.progress, inputs.checkpoint, inputs.resume
         torch.manual_seed(int(gen.initial_seed()))  # reparameterization noise comes from torch's default RNG
         self._snapshot = None  # weights of the last finished epoch of this fit (not of an earlier one)
         settings = self.training(model)
@@ -90,11 +88,10 @@ class VariationalMethod(Trainer):
         x_train, _ = model.tensors("train")
         x_test, _ = model.tensors("test")
         stochastic = getattr(model.data, "binarize", "none") == "stochastic"
-        result = Result()
-        result.traces = {"train_elbo": [], "test_elbo": [], "epoch_time_s": []}
-        result.tags.update({"bound": bound.name, "binarize": getattr(model.data, "binarize", "none")})
+        out = TrainedModel(model=model, traces={"train_elbo": [], "test_elbo": [], "epoch_time_s": []})
+        out.tags.update({"bound": bound.name, "binarize": getattr(model.data, "binarize", "none")})
         for key, value in settings.items():
-            result.tags[f"train_{key}"] = str(value)
+            out.tags[f"train_{key}"] = str(value)
         n, batch = x_train.shape[0], settings["batch_size"]
         first_epoch = 0
         if resume is not None:
@@ -105,9 +102,9 @@ class VariationalMethod(Trainer):
             schedule.load_state_dict(saved["schedule"])
             torch.set_rng_state(saved["torch_rng"])
             gen.set_state(saved["gen"])
-            result.traces = {k: [tuple(p) for p in v] for k, v in saved["traces"].items()}
+            out.traces = {k: [tuple(p) for p in v] for k, v in saved["traces"].items()}
             first_epoch = int(saved["epoch"])
-            result.tags["resumed_at_epoch"] = str(first_epoch)
+            out.tags["resumed_at_epoch"] = str(first_epoch)
         start = time.perf_counter()
         epoch_bar = progress_bar(settings["epochs"], f"{self.name} epochs", progress, "epoch")
         epoch_bar.update(first_epoch)
@@ -123,9 +120,9 @@ class VariationalMethod(Trainer):
                     xb = data[order[first:first + batch]]
                     value = bound.objective(model, xb).mean()
                     if not torch.isfinite(value):
-                        result.error = (f"NaN loss at epoch {epoch + 1}, batch {b + 1}: training stopped (weights of "
-                                        f"the last finished epoch are saved); lower method.lr "
-                                        f"(now {settings['lr']:g})")
+                        out.error = (f"NaN loss at epoch {epoch + 1}, batch {b + 1}: training stopped (weights of "
+                                     f"the last finished epoch are saved); lower method.lr "
+                                     f"(now {settings['lr']:g})")
                         raise _Stop
                     optim.zero_grad()
                     (-value).backward()
@@ -134,75 +131,75 @@ class VariationalMethod(Trainer):
                 schedule.step()
                 epoch_bar.update(1)
                 seconds = time.perf_counter() - t0
-                result.traces["train_elbo"].append((epoch + 1, total / n))
-                result.traces["epoch_time_s"].append((epoch + 1, seconds))
+                out.traces["train_elbo"].append((epoch + 1, total / n))
+                out.traces["epoch_time_s"].append((epoch + 1, seconds))
                 if (epoch + 1) % self.settings.test_every == 0 or epoch + 1 == settings["epochs"]:
-                    result.traces["test_elbo"].append((epoch + 1, evaluate.test_elbo(model, bound, x_test)))
-                    epoch_bar.set_postfix(train=f"{total / n:.1f}", test=f"{result.traces['test_elbo'][-1][1]:.1f}")
+                    out.traces["test_elbo"].append((epoch + 1, evaluate.test_elbo(model, bound, x_test)))
+                    epoch_bar.set_postfix(train=f"{total / n:.1f}", test=f"{out.traces['test_elbo'][-1][1]:.1f}")
                 self._snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
                 if checkpoint is not None:
                     checkpoint.epoch(epoch + 1, {
                         "model": model.state_dict(), "bound": bound.state_dict(), "optim": optim.state_dict(),
                         "schedule": schedule.state_dict(), "torch_rng": torch.get_rng_state(),
-                        "gen": gen.get_state(), "traces": result.traces,
-                    }, {name: points[-1][1] for name, points in result.traces.items()
+                        "gen": gen.get_state(), "traces": out.traces,
+                    }, {name: points[-1][1] for name, points in out.traces.items()
                         if points and points[-1][0] == epoch + 1})
                 if epoch_callback is not None:
-                    trained = sum(t for _, t in result.traces["epoch_time_s"])
+                    trained = sum(t for _, t in out.traces["epoch_time_s"])
                     epoch_callback(epoch + 1, trained)
         except _Stop:
             self._restore(model)
         except (KeyboardInterrupt, RunInterrupted):
-            result.interrupted = True
-            result.tags["stopped_during"] = f"training (epoch {epoch + 1})"
+            out.interrupted = True
+            out.tags["stopped_during"] = f"training (epoch {epoch + 1})"
         finally:
             epoch_bar.close()
-        result.timings["train_time_s"] = time.perf_counter() - start
-        epochs_done = len(result.traces["train_elbo"])
-        result.metrics["epochs"] = float(epochs_done)
+        out.timings["train_time_s"] = time.perf_counter() - start
+        epochs_done = len(out.traces["train_elbo"])
+        out.metrics["epochs"] = float(epochs_done)
         if epochs_done:
-            result.metrics["train_elbo"] = result.traces["train_elbo"][-1][1]
-            result.metrics["time_per_epoch_s"] = sum(t for _, t in result.traces["epoch_time_s"]) / epochs_done
-        if result.traces["test_elbo"]:
-            result.metrics["test_elbo"] = result.traces["test_elbo"][-1][1]
-        if not result.interrupted and result.error is None and epochs_done:
-            self._final_evaluation(model, bound, x_test, result, progress)
-        if artifact_dir is not None and epochs_done:
-            self._write_artifacts(model, bound, x_test, Path(artifact_dir), result)
-        return result
+            out.metrics["train_elbo"] = out.traces["train_elbo"][-1][1]
+            out.metrics["time_per_epoch_s"] = sum(t for _, t in out.traces["epoch_time_s"]) / epochs_done
+        if out.traces["test_elbo"]:
+            out.metrics["test_elbo"] = out.traces["test_elbo"][-1][1]
+        if not out.interrupted and out.error is None and epochs_done:
+            self._final_evaluation(model, bound, x_test, out, progress)
+        if inputs.artifact_dir is not None and epochs_done:
+            self._write_artifacts(model, bound, x_test, Path(inputs.artifact_dir), out)
+        return out
 
     def _restore(self, model: VAEModel) -> None:
         snapshot = getattr(self, "_snapshot", None)
         if snapshot is not None:
             model.load_state_dict(snapshot)
 
-    def _final_evaluation(self, model, bound, x_test, result: Result, progress) -> None:
+    def _final_evaluation(self, model, bound, x_test, out: TrainedModel, progress) -> None:
         x = x_test[: self.settings.eval.n_test] if self.settings.eval.n_test else x_test
         start = time.perf_counter()
         bar = progress_bar(x.shape[0], f"test_nll (k={self.settings.eval.k})", progress, "img")
         try:
             ev = self.settings.eval
-            result.metrics["test_nll"] = evaluate.test_nll(model, bound, x, ev.k, ev.batch_size, ev.chunk, bar)
+            out.metrics["test_nll"] = evaluate.test_nll(model, bound, x, ev.k, ev.batch_size, ev.chunk, bar)
         finally:
             bar.close()
-        result.metrics["eval_k"] = float(self.settings.eval.k)
-        result.metrics["eval_n_test"] = float(x.shape[0])
-        result.timings["eval_time_s"] = time.perf_counter() - start
+        out.metrics["eval_k"] = float(self.settings.eval.k)
+        out.metrics["eval_n_test"] = float(x.shape[0])
+        out.timings["eval_time_s"] = time.perf_counter() - start
 
-    def _write_artifacts(self, model, bound, x_test, folder: Path, result: Result) -> None:
+    def _write_artifacts(self, model, bound, x_test, folder: Path, out: TrainedModel) -> None:
         from bayesx.vae import plots
 
         weights = folder / "weights.pt"
         torch.save({"model": model.state_dict(), "bound": bound.state_dict(), "arch": model.arch,
                     "latent_dim": model.latent_dim, "image_shape": model.image_shape, "method": self.name}, weights)
-        result.artifacts.setdefault("weights", []).append(weights)
+        out.artifacts.setdefault("weights", []).append(weights)
         model.eval()
         with torch.no_grad():
             z = torch.randn(self.settings.eval.grid, model.latent_dim, device=model.device, dtype=model.dtype)
             samples = torch.sigmoid(model.decoder(z))
             x = x_test[: self.settings.eval.grid]
             recon = torch.sigmoid(model.decoder(model.encode(x)[0]))
-        result.artifacts.setdefault("plots", []).extend([
+        out.artifacts.setdefault("plots", []).extend([
             plots.image_grid(samples.float().cpu().numpy(), folder / "samples.png", "decoder means of z ~ N(0, I)"),
             plots.reconstructions(x.float().cpu().numpy(), recon.float().cpu().numpy(), folder / "reconstructions.png"),
         ])

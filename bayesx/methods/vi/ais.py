@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
-from torch import Tensor
 
-from bayesx.methods.base import Approximation, Particles
+from bayesx.errors import RunInterrupted
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, Fit, Particles
 from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
 from bayesx.progress import progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast, Positive
 
 
@@ -49,8 +49,9 @@ class AIS(Approximation):
     summary_keys = ("log_evidence", "log_evidence_se", "weights_ess", "psis_khat", "n_grad_evals", "fit_time_s")
     compare_keys = ("log_evidence", "weights_ess", "fit_time_s")
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> Particles:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        out = Fit()
         cfg = self.settings
         base, z, mover = start_path(target, cfg, cfg.n_samples, initial, gen)
         log_w = torch.zeros(cfg.n_samples, dtype=target.dtype, device=target.device)
@@ -66,10 +67,16 @@ class AIS(Approximation):
                 bar.update(1)
                 if t % 10 == 0:
                     bar.set_postfix(accept=f"{accept:.2f}", step=f"{mover.step_size:.3g}")
+        except (KeyboardInterrupt, RunInterrupted):  # an unfinished path's particles are no draws
+            out.interrupted = True
+            out.tags["stopped_during"] = "fit"
         finally:
             bar.close()
-            result.traces["ais_accept_rate"] = accept_trace
-            result.metrics["n_grad_evals"] = float(mover.grad_evals)
-            result.metrics["final_step_size"] = mover.step_size
-        result.tags["ais_kernel"] = cfg.kernel
-        return Particles(z, log_w)
+        out.traces["ais_accept_rate"] = accept_trace
+        out.metrics["n_grad_evals"] = float(mover.grad_evals)
+        out.metrics["final_step_size"] = mover.step_size
+        if out.interrupted:
+            return out
+        out.tags["ais_kernel"] = cfg.kernel
+        out.approximation = Particles(z, log_w)
+        return out

@@ -34,14 +34,13 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
-from torch import Tensor
 
 from bayesx.distributions import LOG_2PI
-from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.nn.flows import FAMILIES, Flow, build_flow, check_dimension
 from bayesx.progress import interruptible, progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast, InvalidSetting, Positive
 
 Family = Literal[FAMILIES]  # the choices are the flow package's families, listed once there
@@ -90,26 +89,27 @@ class FlowVI(Approximation):
     def beta(self, iteration: int) -> float:
         return 1.0 - math.exp(-self.settings.anneal_rate * iteration) if self.settings.anneal == "exp" else 1.0
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> Flow:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        out = Fit()
         cfg = self.settings
         flow = self.build(target, gen)
         optim = torch.optim.Adam(flow.parameters(), lr=cfg.lr)
         push = torch.compile(flow.push) if cfg.compile else flow.push
         windows, iteration = ElboWindows(cfg.check_every), 0
         bar = progress_bar(cfg.iterations, f"flowvi ({cfg.flow}, K={cfg.n_layers})", progress, "it")
-        with interruptible(result, bar, lambda: f"fit (iteration {iteration})"):
+        with interruptible(out, bar, lambda: f"fit (iteration {iteration})"):
             for iteration in range(1, cfg.iterations + 1):
                 z, log_q = push(*flow.base.sample_and_log_prob(cfg.batch_size, gen))
                 log_p, grad = target.log_prob_and_grad(z.detach())
                 elbo = (log_p - log_q.detach()).mean()
                 if not torch.isfinite(elbo):
-                    result.error = (f"the flow drew points where the target's density is zero at iteration {iteration}: "
-                                    f"a flow's draws cover the space (or the box the target declares), so flowvi "
-                                    f"needs a density positive there"
-                                    if bool(torch.isneginf(log_p).any()) else
-                                    f"the flow ELBO is not finite at iteration {iteration}: lower method.lr (now "
-                                    f"{cfg.lr:g}) or use method.anneal=exp")
+                    out.error = (f"the flow drew points where the target's density is zero at iteration {iteration}: "
+                                 f"a flow's draws cover the space (or the box the target declares), so flowvi "
+                                 f"needs a density positive there"
+                                 if bool(torch.isneginf(log_p).any()) else
+                                 f"the flow ELBO is not finite at iteration {iteration}: lower method.lr (now "
+                                 f"{cfg.lr:g}) or use method.anneal=exp")
                     break
                 beta = self.beta(iteration)
                 log_normal = -0.5 * (z * z).sum(-1) - 0.5 * z.shape[1] * LOG_2PI
@@ -120,9 +120,10 @@ class FlowVI(Approximation):
                 bar.update(1)
                 if windows.add(iteration, float(elbo)):
                     bar.set_postfix(elbo=f"{windows.last:.4g}", beta=f"{beta:.3f}")
-        windows.record(result)
-        result.metrics.update({"n_steps": float(iteration), "n_grad_evals": float(iteration * cfg.batch_size),
-                               "n_flow_parameters": float(sum(p.numel() for p in flow.parameters()))})
-        result.tags.update({"q_family": f"flow:{cfg.flow}", "flow_layers": str(cfg.n_layers), "anneal": cfg.anneal})
+        windows.record(out)
+        out.metrics.update({"n_steps": float(iteration), "n_grad_evals": float(iteration * cfg.batch_size),
+                            "n_flow_parameters": float(sum(p.numel() for p in flow.parameters()))})
+        out.tags.update({"q_family": f"flow:{cfg.flow}", "flow_layers": str(cfg.n_layers), "anneal": cfg.anneal})
         flow.requires_grad_(False)
-        return flow
+        out.approximation = flow
+        return out

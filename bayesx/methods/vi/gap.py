@@ -56,10 +56,10 @@ from typing import Annotated, Literal
 import torch
 from torch import Tensor
 
-from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.distributions import GaussianQ
 from bayesx.progress import interruptible, progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -146,8 +146,9 @@ class GAP(Approximation):
                                  f"dim={target.dim} (a {n_l} x {n_l} Gram matrix per iteration), above max_basis="
                                  f"{self.settings.max_basis}; use method.family=meanfield or method=vi")
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> GaussianQ:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        out = Fit()
         cfg = self.settings
         self.check(target, 1)
         family = self.family_for(target)
@@ -163,7 +164,7 @@ class GAP(Approximation):
         first_averaged = cfg.num_steps - int(cfg.average * cfg.num_steps)
         kept_means, kept_chols = [], []
         bar = progress_bar(cfg.num_steps, f"gap ({family})", progress, "step")
-        with interruptible(result, bar, lambda: f"fit (step {step})"):
+        with interruptible(out, bar, lambda: f"fit (step {step})"):
             for step in range(1, cfg.num_steps + 1):
                 q = GaussianQ(mean, positive_diagonal(chol))  # the same q; log q needs a positive diagonal
                 z = q.sample(cfg.n_mc, gen)
@@ -194,13 +195,14 @@ class GAP(Approximation):
                     kept_chols.append(positive_diagonal(chol))
                 if step % 50 == 0:
                     bar.set_postfix(distance=f"{trace[-1][1]:.4g}")
-        result.traces["distance"] = trace
-        result.metrics.update({"n_steps": float(step), "n_skipped_steps": float(skipped),
-                               "distance_final": trace[-1][1] if trace else float("nan")})
+        out.traces["distance"] = trace
+        out.metrics.update({"n_steps": float(step), "n_skipped_steps": float(skipped),
+                            "distance_final": trace[-1][1] if trace else float("nan")})
         if kept_means:  # the median of the last iterates: the Monte Carlo steps jitter, and now and then leap
             mean = torch.stack(kept_means).median(0).values
             chol = torch.stack(kept_chols).median(0).values
-        result.tags.update({"q_family": family, "gap_normalizer": "exact" if log_z is not None else "importance"})
+        out.tags.update({"q_family": family, "gap_normalizer": "exact" if log_z is not None else "importance"})
         chol = positive_diagonal(chol)
-        result.fitted.update({"q_mean": mean.cpu(), "q_scale": chol.cpu()})
-        return GaussianQ(mean, chol)
+        out.fitted.update({"q_mean": mean.cpu(), "q_scale": chol.cpu()})
+        out.approximation = GaussianQ(mean, chol)
+        return out

@@ -40,10 +40,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.distributions import GaussianQ
-from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.progress import interruptible, progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
 
 
@@ -154,16 +154,17 @@ class GaussianVI(Approximation):
         return Ascent(grad_mean, grad_raw, objective, elbo)
 
     def check(self, target, n_chains: int) -> None:
-        if self.settings.family == "jj" and not target.capabilities.logistic_design:
+        if self.settings.family == "jj" and target.logistic_design() is None:
             raise InvalidSetting("family", f"=jj is the Jaakkola-Jordan bound of Bayesian logistic regression; "
                                  f"{type(target).__name__} is not one: use model=logreg or family=fullrank")
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> GaussianQ:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
         cfg = self.settings
         if cfg.family == "jj":
             self.check(target, 1)
-            return fit_jaakkola_jordan(target, cfg, result)
+            return fit_jaakkola_jordan(target, cfg)
+        out = Fit()
         mean, raw = self._parameters(initial)
         mean.grad, raw.grad = torch.zeros_like(mean), torch.zeros_like(raw)
         lr, halvings = cfg.lr, 0
@@ -174,13 +175,13 @@ class GaussianVI(Approximation):
         averaged = (mean.clone(), raw.clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
         bar = progress_bar(cfg.num_steps, f"vi ({cfg.family})", progress, "step")
-        with interruptible(result, bar, lambda: f"fit (step {steps})"):
+        with interruptible(out, bar, lambda: f"fit (step {steps})"):
             for steps in range(1, cfg.num_steps + 1):
                 eps.normal_(generator=gen)
                 step = self.ascent(target, mean, raw, eps)
                 if not torch.isfinite(step.objective):
-                    result.error = (f"the {cfg.divergence} objective is not finite at step {steps}: lower "
-                                    f"method.lr (now {cfg.lr:g}) or method.init_sd (now {cfg.init_sd:g})")
+                    out.error = (f"the {cfg.divergence} objective is not finite at step {steps}: lower "
+                                 f"method.lr (now {cfg.lr:g}) or method.init_sd (now {cfg.init_sd:g})")
                     break
                 torch.neg(step.mean, out=mean.grad)  # Adam descends
                 torch.neg(step.raw, out=raw.grad)
@@ -202,15 +203,16 @@ class GaussianVI(Approximation):
                         for group in optim.param_groups:
                             group["lr"] = lr
                     previous = current
-        elbo_windows.record(result)  # the stepped elbo and the seconds into the fit at each window
-        result.traces["lr"] = lr_trace
+        elbo_windows.record(out)  # the stepped elbo and the seconds into the fit at each window
+        out.traces["lr"] = lr_trace
         if cfg.divergence != "kl_qp":
-            result.traces["objective"] = objective_windows.trace  # what the fit maximizes (see ``ascent``)
-        result.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc)})
-        result.tags.update({"q_family": cfg.family, "divergence": cfg.divergence})
+            out.traces["objective"] = objective_windows.trace  # what the fit maximizes (see ``ascent``)
+        out.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc)})
+        out.tags.update({"q_family": cfg.family, "divergence": cfg.divergence})
         q = self._q(*averaged) if steps >= cfg.check_every else self._q(mean, raw)
-        result.fitted.update({"q_mean": q.mean.cpu(), "q_scale": q.scale.cpu()})
-        return q
+        out.fitted.update({"q_mean": q.mean.cpu(), "q_scale": q.scale.cpu()})
+        out.approximation = q
+        return out
 
 
 def jj_lambda(xi: Tensor) -> Tensor:
@@ -220,7 +222,7 @@ def jj_lambda(xi: Tensor) -> Tensor:
     return torch.where(small, torch.full_like(xi, 0.125), torch.tanh(safe / 2.0) / (4.0 * safe))
 
 
-def fit_jaakkola_jordan(target, cfg: GaussianVISettings, result: Result) -> GaussianQ:
+def fit_jaakkola_jordan(target, cfg: GaussianVISettings) -> Fit:
     """The thesis' VFE for logistic regression: the Jaakkola-Jordan local bound
     sigma(a) >= sigma(xi) exp((a - xi)/2 - lambda(xi) (a^2 - xi^2)) makes the likelihood Gaussian in q,
     so q = N(m, S) and the local parameters xi have closed-form updates (Jaakkola and Jordan 2000;
@@ -232,7 +234,8 @@ def fit_jaakkola_jordan(target, cfg: GaussianVISettings, result: Result) -> Gaus
     comparable with the ELBO of the other families (the target's density is p(y, beta), normalizer
     p(y)); the fit stops when it rises by less than ``tol`` or after ``num_steps`` updates. No
     gradients of the target are used."""
-    x, y, prior_var = target.logistic_design()
+    design = target.logistic_design()
+    x, y, prior_var = design.x, design.y, design.prior_var
     dim = x.shape[1]
     eye = torch.eye(dim, dtype=x.dtype, device=x.device)
     xi = torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
@@ -254,9 +257,7 @@ def fit_jaakkola_jordan(target, cfg: GaussianVISettings, result: Result) -> Gaus
         if previous is not None and cfg.tol > 0 and elbo - previous < cfg.tol:
             break
         previous = elbo
-    result.traces["elbo"] = trace
-    result.metrics.update({"n_steps": float(step), "n_grad_evals": 0.0, "jj_bound": trace[-1][1]})
-    result.tags.update({"q_family": "jj", "divergence": "kl_qp (local bound)"})
     chol = torch.linalg.cholesky(cov)
-    result.fitted.update({"q_mean": mean.cpu(), "q_scale": chol.cpu()})
-    return GaussianQ(mean, chol)
+    return Fit(GaussianQ(mean, chol), metrics={"n_steps": float(step), "n_grad_evals": 0.0, "jj_bound": trace[-1][1]},
+               traces={"elbo": trace}, tags={"q_family": "jj", "divergence": "kl_qp (local bound)"},
+               fitted={"q_mean": mean.cpu(), "q_scale": chol.cpu()})

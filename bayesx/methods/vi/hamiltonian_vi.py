@@ -30,11 +30,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesx.distributions import GaussianQ
-from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.nn.hamiltonian import leapfrog
 from bayesx.progress import interruptible, progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast, InvalidSetting, Positive
 
 
@@ -105,21 +105,22 @@ class HamiltonianVI(Approximation):
             raise InvalidSetting("n_transitions", f"> 0 needs second derivatives of the log density by autograd, and "
                                  f"{type(target).__name__}'s is not differentiable torch: use method=vi or flowvi")
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> FittedChain:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        out = Fit()
         cfg = self.settings
         self.check(target, 1)
         chain = HamiltonianChain(initial.mean(0).detach(), cfg)
         optim = torch.optim.Adam(chain.parameters(), lr=cfg.lr)
         windows, iteration = ElboWindows(cfg.check_every), 0
         bar = progress_bar(cfg.iterations, f"hamiltonian_vi (T={cfg.n_transitions})", progress, "it")
-        with interruptible(result, bar, lambda: f"fit (iteration {iteration})"):
+        with interruptible(out, bar, lambda: f"fit (iteration {iteration})"):
             for iteration in range(1, cfg.iterations + 1):
                 _, _, log_w = chain.sample_and_log_weight(target, cfg.batch_size, gen, create_graph=True)
                 elbo = log_w.mean()
                 if not torch.isfinite(elbo):
-                    result.error = (f"the Hamiltonian VI bound is not finite at iteration {iteration}: lower "
-                                    f"method.lr (now {cfg.lr:g}) or method.init_step (now {cfg.init_step:g})")
+                    out.error = (f"the Hamiltonian VI bound is not finite at iteration {iteration}: lower "
+                                 f"method.lr (now {cfg.lr:g}) or method.init_step (now {cfg.init_step:g})")
                     break
                 optim.zero_grad()
                 (-elbo).backward()
@@ -128,8 +129,9 @@ class HamiltonianVI(Approximation):
                 if windows.add(iteration, float(elbo.detach())):
                     bar.set_postfix(elbo=f"{windows.last:.4g}")
         gradients = cfg.batch_size * (1 + cfg.n_transitions * (cfg.n_leapfrog + 1))
-        windows.record(result)
-        result.metrics.update({"n_steps": float(iteration), "n_grad_evals": float(iteration * gradients)})
-        result.tags.update({"q_family": f"hamiltonian:T={cfg.n_transitions},L={cfg.n_leapfrog}"})
+        windows.record(out)
+        out.metrics.update({"n_steps": float(iteration), "n_grad_evals": float(iteration * gradients)})
+        out.tags.update({"q_family": f"hamiltonian:T={cfg.n_transitions},L={cfg.n_leapfrog}"})
         chain.requires_grad_(False)
-        return FittedChain(chain, target)
+        out.approximation = FittedChain(chain, target)
+        return out

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import torch
-from torch import Tensor
 
 from bayesx.errors import BayesxError
-from bayesx.methods.base import Approximation, ApproximationSettings
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.distributions import GaussianQ
 from bayesx.optimize import LaplaceFailed, fit_laplace
-from bayesx.result import Result
 from bayesx.settings import AtLeast
 
 
@@ -41,8 +40,9 @@ class Laplace(Approximation):
     name = "laplace"
     summary_keys = ("log_evidence_laplace", *Approximation.summary_keys)
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> GaussianQ:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        out = Fit()
         try:
             laplace = fit_laplace(target, initial, self.settings.max_iter)
             if laplace.jitter > 0:  # MCMC starts accept a regularized precision; an approximation may not
@@ -53,11 +53,12 @@ class Laplace(Approximation):
         chol = torch.linalg.cholesky(laplace.cov)
         dim = laplace.mode.shape[0]
         log_det_cov = 2.0 * float(torch.log(chol.diagonal()).sum())
-        result.metrics.update({
+        out.metrics.update({
             "log_evidence_laplace": laplace.log_prob + 0.5 * dim * math.log(2.0 * math.pi) + 0.5 * log_det_cov,
             "n_grad_evals": float(laplace.n_grad_evals),
             "mode_log_prob": laplace.log_prob,
         })
-        result.tags["q_family"] = "laplace"
-        result.fitted.update({"q_mean": laplace.mode.cpu(), "q_cov": laplace.cov.cpu()})
-        return GaussianQ(laplace.mode, chol)
+        out.tags["q_family"] = "laplace"
+        out.fitted.update({"q_mean": laplace.mode.cpu(), "q_cov": laplace.cov.cpu()})
+        out.approximation = GaussianQ(laplace.mode, chol)
+        return out

@@ -17,11 +17,11 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from bayesx.methods.base import Approximation, ApproximationSettings, Particles
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit, Particles
 from bayesx.distributions import GaussianQ
 from bayesx.pathfinder import single_path
 from bayesx.progress import progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast
 
 
@@ -43,8 +43,9 @@ class Pathfinder(Approximation):
     def initial_points(self, target, n_chains: int, gen: torch.Generator) -> Tensor:
         return target.initial_point(self.settings.n_paths, gen)
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> GaussianQ | Particles:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        out = Fit()
         cfg = self.settings
         paths = []
         bar = progress_bar(cfg.n_paths, "pathfinder paths", progress, "path")
@@ -54,15 +55,16 @@ class Pathfinder(Approximation):
                 bar.update(1)
         finally:
             bar.close()
-        result.metrics.update({
+        out.metrics.update({
             "n_grad_evals": float(sum(p.n_grad_evals for p in paths)),
             "lbfgs_iterations": float(sum(p.n_iterations for p in paths)),
             "path_elbo_best": max(p.elbo for p in paths),
         })
-        result.traces["path_elbo"] = paths[0].elbos
+        out.traces["path_elbo"] = paths[0].elbos
         if len(paths) == 1:
-            result.fitted.update({"q_mean": paths[0].mean.cpu(), "q_cov": paths[0].cov.cpu()})
-            return GaussianQ(paths[0].mean, paths[0].chol())
+            out.fitted.update({"q_mean": paths[0].mean.cpu(), "q_cov": paths[0].cov.cpu()})
+            out.approximation = GaussianQ(paths[0].mean, paths[0].chol())
+            return out
         draws, log_weights = [], []
         for path in paths:
             q = GaussianQ(path.mean, path.chol())
@@ -70,4 +72,5 @@ class Pathfinder(Approximation):
                 z = q.sample(cfg.draws_per_path, gen)
                 draws.append(z)
                 log_weights.append(target.log_prob(z) - q.log_prob(z))
-        return Particles(torch.cat(draws), torch.cat(log_weights))
+        out.approximation = Particles(torch.cat(draws), torch.cat(log_weights))
+        return out

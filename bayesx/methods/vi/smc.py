@@ -26,11 +26,11 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from bayesx.errors import BayesxError
-from bayesx.methods.base import Approximation, Particles
+from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, Fit, Particles
 from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
 from bayesx.progress import progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast, Between
 
 
@@ -68,8 +68,9 @@ class SMC(Approximation):
     summary_keys = ("log_evidence", "n_stages", "n_grad_evals", "fit_time_s")
     compare_keys = ("log_evidence", "n_stages", "fit_time_s")
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> Particles:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        out = Fit()
         cfg = self.settings
         base, z, mover = start_path(target, cfg, cfg.n_particles, initial, gen)
         beta, log_z, stages = 0.0, 0.0, []
@@ -92,9 +93,15 @@ class SMC(Approximation):
                 stages.append((len(stages) + 1, beta))
                 bar.update(1)
                 bar.set_postfix(beta=f"{beta:.3g}", accept=f"{accept:.2f}")
+        except (KeyboardInterrupt, RunInterrupted):  # an unfinished path's particles are no draws
+            out.interrupted = True
+            out.tags["stopped_during"] = "fit"
         finally:
             bar.close()
-            result.traces["smc_beta"] = stages
-            result.metrics.update({"n_stages": float(len(stages)), "n_grad_evals": float(mover.grad_evals)})
-        result.tags["smc_kernel"] = cfg.kernel
-        return Particles(z, None, log_evidence=log_z)
+        out.traces["smc_beta"] = stages
+        out.metrics.update({"n_stages": float(len(stages)), "n_grad_evals": float(mover.grad_evals)})
+        if out.interrupted:
+            return out
+        out.tags["smc_kernel"] = cfg.kernel
+        out.approximation = Particles(z, None, log_evidence=log_z)
+        return out

@@ -22,9 +22,9 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from bayesx.methods.base import Approximation, ApproximationSettings, Particles
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit, Particles
 from bayesx.progress import interruptible, progress_bar
-from bayesx.result import Result
 from bayesx.settings import AtLeast, Positive
 
 MOMENTUM, FUDGE = 0.9, 1e-6
@@ -70,23 +70,25 @@ class SVGD(Approximation):
         """The particles start at the target's initial points, ``n_particles`` of them."""
         return target.initial_point(self.settings.n_particles, gen)
 
-    def fit(self, target, initial: Tensor, gen: torch.Generator, result: Result,
-            progress: bool | None = None) -> Particles:
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        out = Fit()
         cfg = self.settings
         x = initial.clone()
         history = torch.zeros_like(x)
         bar = progress_bar(cfg.num_steps, "svgd", progress, "step")
         step = 0
-        with interruptible(result, bar, lambda: f"fit (step {step})"):
+        with interruptible(out, bar, lambda: f"fit (step {step})"):
             for step in range(1, cfg.num_steps + 1):
                 _, grad = target.log_prob_and_grad(x)
                 if not bool(torch.isfinite(grad).all()):
-                    result.error = (f"a gradient of log p is not finite at step {step}: lower method.lr "
-                                    f"(now {cfg.lr:g})")
+                    out.error = (f"a gradient of log p is not finite at step {step}: lower method.lr "
+                                 f"(now {cfg.lr:g})")
                     break
                 phi = stein_direction(x, grad, cfg.bandwidth, cfg.repulsive)
                 history = MOMENTUM * history + (1.0 - MOMENTUM) * phi * phi if step > 1 else phi * phi
                 x = x + cfg.lr * phi / (FUDGE + history.sqrt())
                 bar.update(1)
-        result.metrics.update({"n_steps": float(step), "n_grad_evals": float(step * cfg.n_particles)})
-        return Particles(x, None)
+        out.metrics.update({"n_steps": float(step), "n_grad_evals": float(step * cfg.n_particles)})
+        out.approximation = Particles(x, None)
+        return out

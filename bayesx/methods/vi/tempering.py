@@ -25,7 +25,7 @@ from torch import Tensor
 from bayesx.errors import BayesxError
 from bayesx.kernels import hmc, rwm
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
-from bayesx.methods.base import ApproximationSettings
+from bayesx.methods.vi.family import ApproximationSettings
 from bayesx.distributions import GaussianQ
 from bayesx.optimize import LaplaceFailed, fit_laplace
 from bayesx.settings import AtLeast, Positive
@@ -77,7 +77,8 @@ def base_for(target, cfg: TemperedSettings, initial: Tensor | None, gen: torch.G
         return GaussianQ(laplace.mode, torch.linalg.cholesky(laplace.cov)), laplace.n_grad_evals
     scale = cfg.base_scale
     if scale is None:
-        scale = math.sqrt(target.logistic_design()[2]) if target.capabilities.logistic_design else 1.0
+        design = target.logistic_design()
+        scale = math.sqrt(design.prior_var) if design is not None else 1.0
     full = dict(size=(target.dim,), dtype=target.dtype, device=target.device)
     return GaussianQ(torch.full(fill_value=cfg.base_mean, **full), torch.full(fill_value=scale, **full)), 0
 

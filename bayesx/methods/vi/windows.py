@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from bayesx.result import Result
+from bayesx.result import Outcome
 
 
 class ElboWindows:
@@ -28,6 +28,6 @@ class ElboWindows:
     def last(self) -> float:
         return self.trace[-1][1]
 
-    def record(self, result: Result) -> None:
-        result.traces["elbo"] = self.trace
-        result.traces["fit_elapsed_s"] = self.clock
+    def record(self, out: Outcome) -> None:
+        out.traces["elbo"] = self.trace
+        out.traces["fit_elapsed_s"] = self.clock

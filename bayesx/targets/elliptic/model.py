@@ -36,7 +36,7 @@ from torch import Tensor
 from bayesx.data.registry import data_dir
 from bayesx.errors import BayesxError
 from bayesx.settings import AtLeast, InvalidSetting, Positive, Settings
-from bayesx.targets.base import Capabilities, Evaluation, TargetBase
+from bayesx.targets.base import Capabilities, CoarseLevels, Evaluation, GaussianPrior, TargetBase
 from bayesx.targets.elliptic import problem
 from bayesx.targets.elliptic.fem import P2Space
 from bayesx.targets.elliptic.levels import ForwardLevel, level_mesh_problem
@@ -73,8 +73,7 @@ class EllipticInverse(TargetBase):
     # it makes its own observations; a NUTS reference costs up to a thousand PDE solves per draw (opt in
     # with reference.enabled=true)
     Settings = EllipticSettings
-    capabilities = Capabilities(uses_data=False, gaussian_prior=True, reference_affordable=False, differentiable=False,
-                                coarse_levels=True)
+    capabilities = Capabilities(uses_data=False, reference_affordable=False, differentiable=False)
     param_name = "u"
 
     def __init__(self, settings: EllipticSettings | None = None, data=None, device: str | torch.device = "cpu",
@@ -224,6 +223,14 @@ class EllipticInverse(TargetBase):
         if self.whiten:
             return torch.eye(self.dim, device=self.device, dtype=self.dtype)
         return self.prior.chol
+
+    def gaussian_prior(self) -> GaussianPrior:
+        """The prior is the Gaussian field's (log_likelihood, sample_prior, prior_log_prob, prior_factor above)."""
+        return self
+
+    def coarse_levels(self) -> CoarseLevels:
+        """The same PDE on coarser meshes (check_level, level_log_likelihood, level_inputs, ... above)."""
+        return self
 
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         return self.sample_prior(n_chains, gen)

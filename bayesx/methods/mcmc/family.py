@@ -1,0 +1,85 @@
+"""The sampler family (MCMC: HMC, NUTS, RWM, ChEES, pCN, AE-HMC, AE-pCN, DA-pCN).
+
+A sampler's one hook is ``sample(target, inputs) -> Draws``: warm up and sample all chains from
+``inputs.initial`` (chains, dim), returning the draws (chains, draws, dim) with their per-draw
+statistics (accept_prob, divergent, n_grad_evals, ...). The family turns them into the run's Result
+and owns what is said about them: the rank-normalized ESS and split R-hat over all coordinates
+(Vehtari, Gelman, Simpson, Carpenter and Buerkner 2021, via ArviZ), the ESS per second of sampling
+and per gradient, the ESS of the target's per-draw quantities, and the R-hat and divergence warnings.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import final
+
+import numpy as np
+from torch import Tensor
+
+from bayesx.diagnostics import convergence
+from bayesx.diagnostics.convergence import RHAT_LIMIT
+from bayesx.methods.base import Method, RunInputs
+from bayesx.result import Outcome, Result
+from bayesx.targets.base import Evaluation
+
+
+@dataclass
+class Draws(Outcome):
+    """A sampler's output: draws (chains, draws, dim) on the CPU (None: stopped before any), their
+    per-draw statistics, each (chains, draws), and the run's :class:`Outcome` (timings
+    warmup_time_s and sampling_time_s, metrics such as step_size and accept_rate, the adapted
+    inverse mass matrix in ``fitted``, ...)."""
+
+    draws: Tensor | None = None
+    sample_stats: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Sampler(Method):
+    """MCMC; subclasses implement :meth:`sample`."""
+
+    family = "sampler"
+    hook = "sample"
+    summary_keys = ("ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate", "step_size", "time_per_iter_s",
+                    "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s")
+    compare_keys = ("ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate", "n_divergent", "sampling_time_s")
+
+    @abstractmethod
+    def sample(self, target, inputs: RunInputs) -> Draws:
+        """Warm up and sample all chains from ``inputs.initial`` (chains, dim)."""
+
+    @final
+    def infer(self, target, inputs: RunInputs) -> Result:
+        out = self.sample(target, inputs)
+        return Result(**{**out.outcome(), "tags": {**out.tags, "ess_per_s_time": "sampling_time_s"}},
+                      draws=out.draws, sample_stats=out.sample_stats)
+
+    def draw_metrics(self, result: Result, evaluation: Evaluation) -> dict[str, float]:
+        """ESS and R-hat (ArviZ) over all coordinates, the ESS rates, and the ESS of the target's
+        per-draw quantities."""
+        if result.draws is None:
+            return {}
+        out = convergence.summarize(result.draws.numpy())
+        sampling = result.timings.get("sampling_time_s", 0.0)
+        if "ess_bulk_min" in out and sampling > 0:
+            out["ess_bulk_min_per_s"] = out["ess_bulk_min"] / sampling
+        grads = result.metrics.get("n_grad_evals", 0.0)
+        if "ess_bulk_min" in out and grads > 0:
+            out["ess_bulk_min_per_grad"] = out["ess_bulk_min"] / grads
+        out.update(convergence.quantity_ess(evaluation.quantities))
+        return out
+
+    def warnings(self, metrics: dict[str, float]) -> list[str]:
+        """Convergence and sampler health in plain language (Vehtari et al. 2021 for R-hat)."""
+        out = []
+        rhat = metrics.get("rhat_max", float("nan"))
+        if rhat == rhat and rhat > RHAT_LIMIT:
+            out.append(f"rhat_max = {rhat:.3g} > {RHAT_LIMIT}: the chains disagree; draw more (method.num_draws, "
+                       "method.num_warmup) or use a better-adapted sampler (method=nuts method.mass=dense)")
+        if metrics.get("n_divergent", 0) > 0:
+            out.append(f"{metrics['n_divergent']:.0f} divergent transitions: the draws may be biased; "
+                       "raise method.target_accept (e.g. 0.95)")
+        return out
+
+    def plot_coordinates(self, draws: np.ndarray, k: int) -> list[int]:
+        return convergence.lowest_ess_coordinates(draws, k)

@@ -1,0 +1,133 @@
+"""The approximation family (VI, Laplace, Pathfinder, GAP, flows, AIS, SMC, SVGD).
+
+An approximation's one hook is ``approximate(target, inputs) -> Fit``: a fitted q (anything that can
+``sample_and_log_prob``) or :class:`Particles`, with the fit's traces, metrics and tags. The family
+turns it into the run's draws and evidence (bayesx.diagnostics.importance):
+
+- a fitted q: ``num_draws`` iid draws z_i ~ q weighed by w_i = p(z_i) / q(z_i), giving
+  ``elbo_final`` (mean log w, a lower bound on log Z), ``log_evidence`` (log mean w, importance
+  sampling with q as the proposal) with its delta-method standard error ``log_evidence_se``, and
+  ``psis_khat``, the Pareto k-hat of the weights (ArviZ's PSIS; Vehtari, Simpson, Gelman, Yao and
+  Gabry); above 0.7 neither the evidence nor q's draws are to be trusted;
+- weighted particles: the same summary of the particles' own weights (AIS's are importance weights of
+  the whole annealed path), their ``weights_ess``, and ``num_draws`` draws resampled by the weights
+  (multinomial); equally weighted particles are the draws.
+
+Either way the draws are evaluated as one chain (chains = 1) like any draws; never ESS or R-hat.
+``fit_time_s`` is the hook's wall time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Annotated, Protocol, final
+
+import torch
+from torch import Tensor
+
+from bayesx.diagnostics import importance
+from bayesx.diagnostics.importance import KHAT_LIMIT
+from bayesx.errors import RunInterrupted
+from bayesx.methods.base import Method, RunInputs
+from bayesx.result import Outcome, Result
+from bayesx.settings import AtLeast, Settings
+
+
+class FittedApproximation(Protocol):
+    """A fitted q over the target's parameter: iid draws with their log density (a flow without a
+    closed-form inverse knows its density only at its own draws)."""
+
+    def sample_and_log_prob(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """(n, dim) draws from q and log q at them (normalized)."""
+
+
+@dataclass(frozen=True)
+class Particles:
+    """A particle approximation (AIS, SMC, SVGD): draws (n, dim), their log importance weights where
+    the particles are weighted (None: equally weighted), and the method's own evidence estimate
+    where it makes one that is not the mean of these weights (SMC's product of incremental means)."""
+
+    draws: Tensor
+    log_weights: Tensor | None = None
+    log_evidence: float | None = None
+    log_evidence_se: float | None = None
+
+
+@dataclass
+class Fit(Outcome):
+    """An approximation's output: the fitted q or the particles (None: the fit stopped before it had
+    one, interrupted or failed), and the fit's :class:`Outcome` (its ``elbo`` trace, n_grad_evals, ...)."""
+
+    approximation: FittedApproximation | Particles | None = None
+
+
+@dataclass(frozen=True)
+class ApproximationSettings(Settings):
+    num_draws: Annotated[int, AtLeast(1)] = 1000  # iid draws from the fitted q, weighed and evaluated
+
+
+class Approximation(Method):
+    """A method that fits q, or returns weighted particles; subclasses implement :meth:`approximate`."""
+
+    Settings = ApproximationSettings
+    family = "approximation"
+    hook = "approximate"
+    summary_keys = ("elbo_final", "log_evidence", "log_evidence_se", "psis_khat", "n_grad_evals", "fit_time_s")
+    compare_keys = ("elbo_final", "log_evidence", "psis_khat", "fit_time_s")
+    approximate_draws = True
+
+    @abstractmethod
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        """Fit q (or make particles) from ``inputs.initial``."""
+
+    @final
+    def infer(self, target, inputs: RunInputs) -> Result:
+        start = time.perf_counter()
+        try:
+            fit = self.approximate(target, inputs)
+        except (KeyboardInterrupt, RunInterrupted):
+            return Result(interrupted=True, tags={"stopped_during": "fit"},
+                          timings={"fit_time_s": time.perf_counter() - start})
+        result = Result(**fit.outcome())
+        result.timings["fit_time_s"] = time.perf_counter() - start
+        if result.error is not None or fit.approximation is None:
+            return result
+        if isinstance(fit.approximation, Particles):
+            self._weigh_particles(fit.approximation, inputs.gen, result)
+        else:
+            with torch.no_grad():
+                z, log_q = fit.approximation.sample_and_log_prob(self.settings.num_draws, inputs.gen)
+                log_weights = target.log_prob(z) - log_q
+            result.metrics.update(importance.weight_summary(log_weights.double().cpu().numpy()))
+            result.draws = z.detach().cpu()[None]
+            result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
+        result.tags.setdefault("stopped_during", "completed")
+        return result
+
+    def _weigh_particles(self, particles: Particles, gen: torch.Generator, result: Result) -> None:
+        n = particles.draws.shape[0]
+        if particles.log_weights is None:
+            result.draws = particles.draws.detach().cpu()[None]
+            result.tags["draws_are"] = f"{n} equally weighted particles"
+        else:
+            result.metrics.update(importance.weight_summary(particles.log_weights.detach().double().cpu().numpy()))
+            draws, result.metrics["weights_ess"] = importance.resample(particles.draws, particles.log_weights,
+                                                                       self.settings.num_draws, gen)
+            result.draws = draws.cpu()[None]
+            result.tags["draws_are"] = f"{self.settings.num_draws} draws resampled from {n} weighted particles"
+        if particles.log_evidence is not None:
+            result.metrics["log_evidence"] = float(particles.log_evidence)
+            if particles.log_evidence_se is not None:
+                result.metrics["log_evidence_se"] = float(particles.log_evidence_se)
+
+    def warnings(self, metrics: dict[str, float]) -> list[str]:
+        khat = metrics.get("psis_khat", float("nan"))
+        if khat == khat and khat > KHAT_LIMIT:
+            return [f"psis_khat = {khat:.2f} > {KHAT_LIMIT}: q misses mass of the posterior, so its draws and the "
+                    f"evidence estimate are unreliable; use a richer family or an MCMC method"]
+        if not math.isfinite(metrics.get("elbo_final", 0.0)):
+            return ["the ELBO is not finite: q puts mass where the target's density is zero or NaN"]
+        return []

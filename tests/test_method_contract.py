@@ -1,0 +1,143 @@
+"""The method contract (bayesx.methods.base): every ``conf/method`` yaml builds a method of one family,
+whose one hook has the signature ``(target, inputs)`` and whose family's ``infer`` returns a Result;
+the contract module holds no family mathematics."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import get_object
+from omegaconf import OmegaConf
+
+import bayesx.methods.base as contract
+from bayesx.config import compose, conf_dir, methods_of_family
+from bayesx.errors import RunInterrupted
+from bayesx.methods.base import FAMILIES, Method, RunInputs, family_class
+from bayesx.result import Outcome, Result
+from bayesx.settings import configure
+
+pytestmark = pytest.mark.usefixtures("data_dir")  # the elliptic prior-factor cache goes to a temporary folder
+
+METHODS = sorted(p.stem for p in (conf_dir() / "method").glob("*.yaml"))
+
+# settings small enough that every method runs in a moment on the targets below
+SAMPLER = {"num_warmup": 10, "num_draws": 10}
+PRESAMPLE = {**SAMPLER, "presample": {"num_warmup": 10, "num_draws": 80}, "train": {"max_epochs": 20}}
+TRAINER = {"epochs": 1, "eval": {"k": 2, "n_test": 8, "grid": 4}}
+TINY = {
+    "aehmc": {**PRESAMPLE, "latent_dim": 2}, "pcahmc": PRESAMPLE, "aepcn": {**PRESAMPLE, "latent_dim": 4},
+    "dapcn": {**SAMPLER, "coarse_mesh": 4, "subchain_length": 2}, "chees": SAMPLER, "hmc": SAMPLER, "nuts": SAMPLER,
+    "pcn": SAMPLER, "rwm": SAMPLER,
+    "ais": {"n_temps": 2, "n_samples": 20, "num_draws": 20}, "smc": {"n_particles": 20, "num_draws": 20},
+    "flowvi": {"iterations": 5, "num_draws": 20}, "gap": {"num_steps": 5, "n_mc": 50, "num_draws": 20},
+    "hamiltonian_vi": {"iterations": 5, "num_draws": 20}, "laplace": {"num_draws": 20},
+    "pathfinder": {"num_draws": 20}, "svgd": {"n_particles": 10, "num_steps": 5}, "vi": {"num_steps": 20, "num_draws": 20},
+    "vae": TRAINER, "hvi": TRAINER, "rmhvi": {**TRAINER, "fisher_samples": 1, "fixed_point_iters": 1}, "flowvae": TRAINER, "dppvae": TRAINER,
+}
+NEEDS_GAUSSIAN_PRIOR = {"pcn", "aepcn", "dapcn"}
+
+
+def build(name: str, small: bool = False) -> Method:
+    """The method ``method=<name>`` composes to, as the runner builds it (optionally with TINY's settings)."""
+    node = compose([f"method={name}"]).method
+    if small:
+        node = OmegaConf.merge(node, TINY[name])
+    options = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not k.startswith("_")}
+    factory = get_object(node._target_)
+    return factory(settings=configure(factory.Settings, options, "method"))
+
+
+@pytest.fixture(scope="module")
+def targets():
+    from bayesx.data.images import load_images
+    from bayesx.targets.elliptic.model import EllipticInverse
+    from bayesx.targets.gaussian import Gaussian
+    from bayesx.vae.model import VAEModel
+
+    return {"posterior": Gaussian(dim=3), "gaussian_prior": EllipticInverse(mesh=8),
+            "trained": VAEModel(load_images("mnist", n_train=32, n_test=8), arch="fc")}
+
+
+def test_every_method_yaml_is_listed_in_tiny():
+    assert set(TINY) == set(METHODS)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_has_its_familys_one_hook(name):
+    method = build(name)
+    family = family_class(method.family)
+    assert isinstance(method, family) and family.family == method.family
+    hook = getattr(type(method), family.hook)
+    assert not getattr(hook, "__isabstractmethod__", False)
+    required = [p.name for p in inspect.signature(hook).parameters.values()
+                if p.default is inspect.Parameter.empty and p.kind is not p.VAR_KEYWORD]
+    assert required[0] == "self" and len(required) == 3 and required[2] == "inputs"
+    assert type(method).infer is family.infer  # the family's, calling the hook: no method writes its own
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_infers_a_result_from_its_hooks_typed_output(name, targets):
+    method = build(name, small=True)
+    kind = ("trained" if method.family == "trainer" else
+            "gaussian_prior" if name in NEEDS_GAUSSIAN_PRIOR else "posterior")
+    target = targets[kind]
+    g = torch.Generator().manual_seed(0)
+    method.check(target, 4)
+    hook, outputs = getattr(method, method.hook), []
+    setattr(method, method.hook, lambda *args: outputs.append(hook(*args)) or outputs[-1])  # a spy on the hook
+    result = method.infer(target, RunInputs(method.initial_points(target, 4, g), g, progress=False))
+    assert len(outputs) == 1 and isinstance(outputs[0], Outcome) and not isinstance(outputs[0], Result)
+    assert isinstance(result, Result) and result.error is None and not result.interrupted
+    assert (result.draws is None) == (method.family == "trainer")
+    if result.draws is not None:
+        assert result.draws.shape[-1] == target.dim and torch.isfinite(result.draws).all()
+
+
+def test_run_inputs_are_frozen():
+    inputs = RunInputs(None, torch.Generator())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        inputs.progress = True
+
+
+def test_families_are_registered_by_name_and_listed_from_conf():
+    for name in FAMILIES:
+        cls = family_class(name)
+        assert cls.family == name and getattr(cls, cls.hook).__isabstractmethod__
+    listed = [n for f in FAMILIES for n in methods_of_family(f)]
+    assert len(listed) == len(set(listed))  # one family each
+    own_target = [p.stem for p in (conf_dir() / "method").glob("*.yaml") if "_target_" in OmegaConf.load(p)]
+    assert sorted(listed) == sorted(own_target)  # (a yaml that only extends another, pcahmc, names no class)
+
+
+def test_the_contract_module_is_short_and_holds_no_family_mathematics():
+    source = Path(contract.__file__).read_text()
+    assert len(source.splitlines()) < 120
+    imported = {node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)}
+    assert not any(m.startswith(("bayesx.diagnostics", "bayesx.methods.", "bayesx.kernels")) for m in imported)
+    assert not any(word in source for word in ("multinomial", "rhat", "psis", "tree_depth"))
+
+
+def test_an_interrupted_tempered_path_keeps_its_trace_and_has_no_draws(monkeypatch):
+    """AIS stopped half way: the Result says so, keeps the acceptance trace so far, and draws nothing
+    from particles that never reached the posterior."""
+    from bayesx.methods.vi import ais, tempering
+    from bayesx.targets.gaussian import Gaussian
+
+    moves = []
+
+    def move(self, z, tempered, gen):
+        moves.append(tempered.beta)
+        if len(moves) == 3:
+            raise RunInterrupted("SIGTERM")
+        return z, 0.5
+
+    monkeypatch.setattr(tempering.Mover, "move", move)
+    g = torch.Generator().manual_seed(0)
+    result = ais.AIS(n_temps=5, n_samples=10).infer(Gaussian(dim=2), RunInputs(None, g, progress=False))
+    assert result.interrupted and result.tags["stopped_during"] == "fit" and result.draws is None
+    assert result.traces["ais_accept_rate"] == [(1, 0.5), (2, 0.5)] and "fit_time_s" in result.timings
