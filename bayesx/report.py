@@ -32,16 +32,20 @@ class PublishedRow:
 
 @dataclass(frozen=True)
 class Relative:
-    """A ratio column: ``metric`` of each run over that of the baseline run (``to``) in the same group
-    (the runs that agree on ``within``), as a paper's "speed-up" over its baseline sampler."""
+    """A ratio column: ``metric`` of each run over the mean of the baseline runs' (those matching ``to``)
+    in its group (the runs that agree on ``within``); ``inverse``: the baseline's over the run's, as a
+    paper's "speed-up" in sampling time over its baseline sampler. ``name`` titles the column."""
 
     metric: str
     to: dict[str, str]
     within: tuple[str, ...] = ()
+    inverse: bool = False
+    name: str = ""
 
     @property
     def column(self) -> str:
-        return f"{self.metric} / " + ",".join(f"{k}={v}" for k, v in self.to.items())
+        baseline = ",".join(f"{k}={v}" for k, v in self.to.items())
+        return self.name or (f"{baseline} / {self.metric}" if self.inverse else f"{self.metric} / {baseline}")
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,12 @@ def load_published(path: Path) -> Published:
         rel = data["relative"]
         if not isinstance(rel, dict) or "metric" not in rel or not isinstance(rel.get("to"), dict):
             raise bad("'relative' needs a metric and a 'to' mapping (the baseline row's config values)")
+        unknown = set(rel) - {"metric", "to", "within", "inverse", "name"}
+        if unknown:
+            raise bad(f"'relative' takes metric, to, within, inverse, name; not {', '.join(sorted(unknown))}")
         relative = Relative(str(rel["metric"]), {k: str(v) for k, v in rel["to"].items()},
-                            tuple(str(k) for k in rel.get("within") or ()))
+                            tuple(str(k) for k in rel.get("within") or ()), bool(rel.get("inverse", False)),
+                            str(rel.get("name") or ""))
     return Published(str(data["title"]), str(data["citation"]).strip(), tuple(map(str, data.get("key") or ())),
                      tuple(map(str, data.get("metrics") or ())), relative, str(data.get("notes") or "").strip(),
                      tuple(rows))
@@ -218,6 +226,8 @@ def key_columns(sweep: Sweep, published: Published | None) -> list[str]:
     """The columns that say what each run is: method/model/data/seed and the file's key (or, without
     a file, the plain ``key=values`` sweeps of the command), if their values differ between runs."""
     keys = list(published.key) if published else []
+    if "params.row" in sweep.runs and "row" not in keys:  # a preset's named rows (conf/experiment/rows/<preset>/)
+        keys.insert(0, "row")
     for override in sweep.overrides.split():
         key, _, values = override.lstrip("+~").partition("=")
         if "," in values and key not in keys and not key.startswith(("hydra", "tracking")):
@@ -253,12 +263,10 @@ def build_table(sweep: Sweep, published: Published | None):
 
 
 def published_columns(published: Published, ours) -> list[str]:
-    """The published columns, in the order of ours (a ratio column may be published as ``relative``)."""
+    """The published columns, in the order of ours (a ratio column is published under its name)."""
     named = {k for row in published.rows for k in row.values}
     columns = [c for c in ours if c in named]
-    if published.relative and "relative" in named:
-        columns.append("relative")
-    return columns + sorted(named - set(columns) - {"relative"})
+    return columns + sorted(named - set(columns))
 
 
 def published_value(published: Published, run, column: str) -> float | None:
@@ -283,7 +291,11 @@ def relative_values(sweep: Sweep, relative: Relative) -> list[float | None]:
     for _, run in runs.iterrows():
         base = baseline.get(group(run))
         value = run.get(column)
-        out.append(float(value) / (sum(base) / len(base)) if base and finite(value) else None)
+        if not base or not finite(value):
+            out.append(None)
+            continue
+        mean = sum(base) / len(base)
+        out.append(mean / float(value) if relative.inverse else float(value) / mean)
     return out
 
 
