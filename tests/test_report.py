@@ -124,25 +124,32 @@ def test_a_bad_published_file_is_one_line(tmp_path):
 
 
 # --- the reproduction presets ------------------------------------------------------------------------
-def sweep_jobs(preset: Path) -> list[list[str]]:
-    """Overrides that compose each row of a preset's sweep (``+experiment/rows/<preset>=<row>``) with the
-    first value of its other swept keys; one job for a preset without rows."""
-    params = ((yaml.safe_load(preset.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params") or {}
-    rows = [f"{key}={value.strip()}" for key, values in params.items() if key.startswith("+experiment/rows/")
-            for value in str(values).split(",")]
-    others = [f"{key}={values}" for key, values in params.items() if not key.startswith("+experiment/rows/")]
-    return [[f"experiment={preset.stem}", row, *others] for row in rows or [""]]
+def sweep_params(preset: Path) -> dict[str, str]:
+    return ((yaml.safe_load(preset.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params") or {}
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
 def test_every_preset_and_each_of_its_rows_composes(preset):
-    """Each job of the preset's sweep composes and its method's options pass the method's Settings."""
+    """The preset composes with the first value of each swept key (Hydra, once), and every row of its sweep
+    (``+experiment/rows/<group>=<row>``) names a method whose options, the row's over the method's yaml,
+    pass that method's Settings (without Hydra: a compose per row would cost seconds each)."""
+    from omegaconf import OmegaConf
+
     from bayesx.runner import build
 
-    for overrides in sweep_jobs(preset):
-        cfg = compose([o for o in overrides if o])
-        assert cfg.model._target_
-        build(cfg.method, "method")
+    params = sweep_params(preset)
+    cfg = compose([f"experiment={preset.stem}", *(f"{k}={v}" for k, v in params.items())])
+    assert cfg.model._target_ and cfg.method._target_
+    preset_method = (yaml.safe_load(preset.read_text()) or {}).get("method") or {}
+    for key, values in params.items():
+        if not key.startswith("+experiment/rows/"):
+            continue
+        for row in str(values).split(","):
+            path = REPO / "conf" / key.lstrip("+") / f"{row.strip()}.yaml"
+            spec = yaml.safe_load(path.read_text())
+            method = next(d["override /method"] for d in spec["defaults"] if "override /method" in d)  # rows name it
+            base = OmegaConf.load(REPO / "conf" / "method" / f"{method}.yaml")
+            build(OmegaConf.merge(base, preset_method, spec.get("method") or {}), "method")
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.stem)
