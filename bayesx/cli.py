@@ -275,7 +275,8 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
     uri = ns.uri or str(_tracking(ns.overrides).uri)
     out = Path(ns.out) if ns.out else None
-    text = report(uri, ns.experiment, ns.parent, Path(ns.published) if ns.published else None, out, not ns.no_plot)
+    text = report(uri, ns.experiment, ns.parent, Path(ns.published) if ns.published else None, out, not ns.no_plot,
+                  ns.note)
     if out is None:
         print(text)
     else:
@@ -349,6 +350,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--out", metavar="FILE.md",
                             help="write the markdown here and its plot beside it as FILE.png (default: print the markdown)")
         parser.add_argument("--no-plot", action="store_true", help="with --out: no plot")
+        parser.add_argument("--note", help="a line under the header, e.g. 'measured with other work on the machine'")
     if command == "server":
         parser.add_argument("--dir", default="mlflow-server",
                             help="folder of the PostgreSQL cluster (pgdata) and the artifacts (default: mlflow-server)")

@@ -354,7 +354,8 @@ def machine_line(sweep: Sweep) -> str:
             f"(git {tag('git_commit')}), native kernels {tag('native_kernels')}")
 
 
-def render(sweep: Sweep, published: Published | None, table, metrics: list[str], plot_name: str | None) -> str:
+def render(sweep: Sweep, published: Published | None, table, metrics: list[str], plot_name: str | None,
+           note: str | None = None) -> str:
     started = sweep.parent.get("start_time")
     lines = [f"# {published.title if published else 'Sweep ' + sweep.parent_id[:ID_CHARS]}", ""]
     if published:
@@ -362,7 +363,7 @@ def render(sweep: Sweep, published: Published | None, table, metrics: list[str],
     lines += [f"Made by: `bayesx run -m {sweep.overrides}`".rstrip() + f" (parent run {sweep.parent_id[:ID_CHARS]}, "
               f"{len(sweep.runs)} runs, started {str(started)[:19]} UTC; sweep status {sweep.parent.get('status')})",
               f"Table by: `bayesx report --parent {sweep.parent_id[:ID_CHARS]}` from {sweep.uri}",
-              f"Machine: {machine_line(sweep)}", "", markdown_table(table), ""]
+              f"Machine: {machine_line(sweep)}", *([f"Note: {note}"] if note else []), "", markdown_table(table), ""]
     pooled = seed_means(table, metrics)
     if pooled is not None:
         lines += ["Mean ± sd over seeds:", "", markdown_table(pooled), ""]
@@ -413,7 +414,7 @@ def plot(table, metrics: list[str], path: Path) -> bool:
 
 
 def report(uri: str, experiment: str | None = None, parent: str | None = None, published_path: Path | None = None,
-           out: Path | None = None, with_plot: bool = True) -> str:
+           out: Path | None = None, with_plot: bool = True, note: str | None = None) -> str:
     """The markdown report of one sweep (written to ``out`` with its plot beside it, if given)."""
     from bayesx.tracking import search_runs
 
@@ -432,7 +433,7 @@ def report(uri: str, experiment: str | None = None, parent: str | None = None, p
         ratio = [published.relative.column] if published and published.relative else []
         if with_plot and plot(table, metrics + ratio, out.with_suffix(".png")):
             plotted = out.with_suffix(".png").name
-    text = render(sweep, published, table, metrics, plotted)
+    text = render(sweep, published, table, metrics, plotted, note)
     if out is not None:
         out.write_text(text)
     return text

@@ -59,12 +59,13 @@ def test_report_writes_both_rows_with_their_metrics_and_a_plot(sweep):
         "rows": [{"match": {"method": "nuts"}, "test_accuracy": 0.99}, {"match": {"method": "vi"}, "elbo_final": -30.5}]}))
     out = root / "report" / "digits.md"
     out.parent.mkdir()
-    code, stdout, err = call(["report", "--published", str(published), "--out", str(out)])
+    code, stdout, err = call(["report", "--published", str(published), "--out", str(out), "--note", "a busy machine"])
     assert code == 0, err
     text = out.read_text()
     assert out.with_suffix(".png").stat().st_size > 1000 and "![metrics per run](digits.png)" in text
     assert text.startswith("# NUTS and VI on digits") and "A made-up paper (2026), Table 1" in text
     assert "`bayesx run -m method=nuts,vi model=logreg data=digits" in text and "Machine: host " in text
+    assert "\nNote: a busy machine\n" in text
     rows = {r["method"]: r for r in table_rows(text)}
     assert sorted(rows) == ["nuts", "vi"]
     for method, run in runs.items():
