@@ -384,9 +384,9 @@ def plot(table, metrics: list[str], path: Path) -> bool:
     shown = [m for m in metrics if m in table and table[m].map(finite).any()][:8]
     if not shown:
         return False
-    labels = [" ".join(str(table.at[i, c]) for c in table.columns
-                       if c not in ("run", "status", *metrics) and not c.startswith("paper ") and " / " not in c
-                       and table.at[i, c] is not None) for i in range(len(table))]
+    ident = [c for c in table.columns if c not in ("run", "status", *metrics) and not c.startswith("paper ")
+             and table[c].nunique(dropna=False) > 1]  # what tells the runs apart
+    labels = [" ".join(str(table.at[i, c]) for c in ident) or str(table.at[i, "run"]) for i in range(len(table))]
     ncols = min(len(shown), 4)
     nrows = -(-len(shown) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.5, (0.3 * len(table) + 1.2) * nrows), squeeze=False)
