@@ -165,16 +165,17 @@ class Sweep:
         return str(self.parent.get("tags.sweep_overrides") or "")
 
 
-def select_sweep(df, uri: str, parent: str | None = None) -> Sweep:
+def select_sweep(df, uri: str, parent: str | None = None, experiment: str | None = None) -> Sweep:
     """The sweep ``parent`` (a run id or a prefix of at least 8 characters), or the newest sweep of
     ``df``. One-line errors for an empty store, an unknown id and a sweep without runs."""
     from bayesx.tracking import PARENT_TAG
 
+    where = f"experiment '{experiment}' of {uri}" if experiment else uri
     if df.empty:
-        raise BayesxError(f"no runs recorded in {uri}; run a sweep first, e.g. "
+        raise BayesxError(f"no runs recorded in {where}; run a sweep first, e.g. "
                           "`bayesx run -m method=nuts,vi model=logreg data=digits`")
     parent_col = f"tags.{PARENT_TAG}"
-    child_of = df[parent_col] if parent_col in df else df["run_id"].map(lambda _: None)
+    child_of = df[parent_col] if parent_col in df else df["run_id"].map(lambda _: None)  # no child run anywhere
     if parent:
         if len(parent) < ID_CHARS:
             raise BayesxError(f"--parent {parent}: give at least {ID_CHARS} characters of the run id "
@@ -185,7 +186,7 @@ def select_sweep(df, uri: str, parent: str | None = None) -> Sweep:
                               f"in {uri}; known sweeps: {known_sweeps(df) or 'none'}")
         chosen = found.iloc[0]
     else:
-        parents = df[df.get("tags.sweep", df["run_id"].map(lambda _: None)) == "parent"] if "tags.sweep" in df else df.iloc[:0]
+        parents = df[df["tags.sweep"] == "parent"] if "tags.sweep" in df else df.iloc[:0]
         if parents.empty:
             raise BayesxError(f"no sweep (parent run) in {uri}; record one with `bayesx run -m ...` or "
                               "`bayesx run experiment=NAME`, or name a parent with --parent")
@@ -418,7 +419,7 @@ def report(uri: str, experiment: str | None = None, parent: str | None = None, p
     """The markdown report of one sweep (written to ``out`` with its plot beside it, if given)."""
     from bayesx.tracking import search_runs
 
-    sweep = select_sweep(search_runs(uri, experiment), uri, parent)
+    sweep = select_sweep(search_runs(uri, experiment), uri, parent, experiment)
     if published_path is None:
         name = preset_name(sweep.overrides)
         candidate = published_dir() / f"{name}.yaml" if name else None
