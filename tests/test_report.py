@@ -8,6 +8,7 @@ temporary store for the whole file; the report must show both rows with the metr
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,35 @@ def test_no_experiment_script_calls_a_method_directly():
         if "RunInputs" in text or "bayesx.methods" in text or re.search(r"\.(infer|fit)\(\s*(target|model)", text):
             offenders.append(script.name)
     assert offenders == []
+
+
+def test_a_peer_run_sits_beside_the_bayesx_runs_of_its_sweep(sweep):
+    """experiments/peers.py: a peer's draws (here iid normal draws standing in for a sampler's output) are
+    summarized by bayesx's ESS code and logged as a child of the sweep, tagged peer=<name>; the sweep's
+    report then shows the peer beside bayesx's rows."""
+    import importlib.util
+
+    import numpy as np
+
+    from bayesx.tracking import Tracker
+
+    root, uri, runs = sweep
+    spec = importlib.util.spec_from_file_location("experiment_peers", REPO / "experiments" / "peers.py")
+    peers = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = peers  # dataclasses look their module up
+    spec.loader.exec_module(peers)
+    parent = runs["nuts"].data.tags["mlflow.parentRunId"]
+    post = peers.posterior_from(["model=logreg", "data=digits"])
+    draws = np.random.default_rng(0).normal(size=(2, 400, post.dim))
+    run_id = peers.log_peer(Tracker(uri, "bayesx"), parent, "numpyro-nuts", post,
+                            peers.PeerRun(2.0, draws, 8000.0, 3.0, 0.0), {"chains": 2, "warmup": 400, "draws": 400, "seed": 0})
+    run = next(r for r in all_runs(uri) if r.info.run_id == run_id)
+    assert run.data.tags["peer"] == "numpyro-nuts" and run.data.tags["mlflow.parentRunId"] == parent
+    ess = run.data.metrics["ess_bulk_min"]
+    assert 500 < ess < 1000 and run.data.metrics["ess_bulk_min_per_s"] == pytest.approx(ess / 2.0)
+    assert 0.0 <= run.data.metrics["test_accuracy"] <= 1.0
+    code, out, err = call(["report", "--parent", parent])
+    assert code == 0, err
+    rows = {r["method"]: r for r in table_rows(out)}
+    assert sorted(rows) == ["numpyro-nuts", "nuts", "vi"]
+    assert rows["numpyro-nuts"]["ess_bulk_min"] == format_number(ess) and rows["numpyro-nuts"]["data"] == "digits"
