@@ -35,7 +35,8 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
-	$(BIN)/python experiments/bench_samplers.py
+	$(BIN)/python experiments/peers.py --bayesx "method=nuts method.init=prior method.mass=diag,dense"
+	$(BIN)/bayesx report --experiment bench_samplers
 
 clean:
 	rm -rf $(VENV) outputs multirun mlflow.db mlartifacts .pytest_cache

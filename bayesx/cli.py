@@ -22,6 +22,7 @@ COMMANDS = {
     "ui": "start the MLflow UI on the configured store (localhost) and print its URL",
     "compare": "table of recorded runs with their key metrics (--experiment, --sort, --csv)",
     "server": "start an MLflow tracking server on PostgreSQL (a cluster it owns in --dir, or --backend-uri)",
+    "report": "markdown table (and plot) of one sweep's runs from the store, published numbers beside (--parent, --out)",
     "runs": "runs clean: mark RUNNING runs whose process is gone (or whose heartbeat is stale) KILLED",
     "data": "list the data sets (data list) or download one (data fetch NAME)",
 }
@@ -266,6 +267,23 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return 0
 
 
+# --- bayesx report --------------------------------------------------------------------------------
+def cmd_report(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bayesx.report import report
+
+    uri = ns.uri or str(_tracking(ns.overrides).uri)
+    out = Path(ns.out) if ns.out else None
+    text = report(uri, ns.experiment, ns.parent, Path(ns.published) if ns.published else None, out, not ns.no_plot,
+                  ns.note)
+    if out is None:
+        print(text)
+    else:
+        print(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if out.with_suffix(".png").exists() and not ns.no_plot else ""))
+    return 0
+
+
 # --- bayesx data ------------------------------------------------------------------------------------
 def cmd_data(ns: argparse.Namespace) -> int:
     from bayesx.data import registry
@@ -299,6 +317,7 @@ def help_text() -> str:
               "  bayesx run -m method=hmc,nuts seed=0,1,2",
               "  bayesx run --cfg job method=nuts method.mass=dense",
               "  bayesx compare --sort ess_bulk_min_per_s",
+              "  bayesx report --out results/digits.md   # the newest sweep as a markdown table and plot",
               "  bayesx runs clean",
               "  bayesx server --dir mlflow-server   # then: bayesx run tracking=server ...",
               "  bayesx ui",
@@ -308,7 +327,7 @@ def help_text() -> str:
 
 def _parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"bayesx {command}", description=COMMANDS[command])
-    if command in ("ui", "compare", "runs"):
+    if command in ("ui", "compare", "runs", "report"):
         parser.add_argument("--uri", help="tracking URI (default: the tracking config / MLFLOW_TRACKING_URI)")
         parser.add_argument("overrides", nargs="*", help="config overrides, e.g. tracking=server")
     if command == "ui":
@@ -320,6 +339,18 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--ascending", action="store_true", help="sort ascending instead")
         parser.add_argument("--limit", type=int, help="show at most this many runs")
         parser.add_argument("--csv", metavar="FILE", help="also write the table to a CSV file")
+    if command == "report":
+        parser.add_argument("--experiment", "--experiment-name", dest="experiment",
+                            help="only sweeps of this MLflow experiment (a preset's experiment_name)")
+        parser.add_argument("--parent", metavar="RUN_ID",
+                            help="the sweep's parent run id, 8 characters or more (default: the newest sweep)")
+        parser.add_argument("--published", metavar="FILE",
+                            help="published numbers to show beside ours (default: results/published/<preset>.yaml "
+                                 "for a sweep of `bayesx run experiment=<preset>`)")
+        parser.add_argument("--out", metavar="FILE.md",
+                            help="write the markdown here and its plot beside it as FILE.png (default: print the markdown)")
+        parser.add_argument("--no-plot", action="store_true", help="with --out: no plot")
+        parser.add_argument("--note", help="a line under the header, e.g. 'measured with other work on the machine'")
     if command == "server":
         parser.add_argument("--dir", default="mlflow-server",
                             help="folder of the PostgreSQL cluster (pgdata) and the artifacts (default: mlflow-server)")
@@ -354,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "run":
             return cmd_run(rest)
         ns = _parser(command).parse_args(rest)
-        return {"ui": cmd_ui, "compare": cmd_compare, "runs": cmd_runs, "server": cmd_server,
+        return {"ui": cmd_ui, "compare": cmd_compare, "runs": cmd_runs, "report": cmd_report, "server": cmd_server,
                 "data": cmd_data}[command](ns)
     except BayesxError as exc:
         fail(str(exc))
