@@ -155,6 +155,7 @@ class Sweep:
     parent: dict[str, object]
     runs: object  # pandas.DataFrame
     uri: str
+    references: object = None  # the reference posteriors' runs made in the sweep (bayesx.reference), not rows
 
     @property
     def parent_id(self) -> str:
@@ -192,10 +193,12 @@ def select_sweep(df, uri: str, parent: str | None = None, experiment: str | None
                               "`bayesx run experiment=NAME`, or name a parent with --parent")
         chosen = parents.sort_values("start_time", ascending=False).iloc[0]
     runs = df[child_of == chosen["run_id"]].sort_values("start_time")
+    is_reference = runs["tags.role"] == "reference" if "tags.role" in runs else runs["run_id"].map(lambda _: False)
+    references, runs = runs[is_reference], runs[~is_reference]
     if runs.empty:
         raise BayesxError(f"the sweep {chosen['run_id'][:ID_CHARS]} in {uri} has no runs (its jobs failed before "
                           f"recording one?); known sweeps: {known_sweeps(df)}")
-    return Sweep(chosen.to_dict(), runs.reset_index(drop=True), uri)
+    return Sweep(chosen.to_dict(), runs.reset_index(drop=True), uri, references.reset_index(drop=True))
 
 
 def known_sweeps(df, most: int = 5) -> str:
@@ -355,6 +358,15 @@ def machine_line(sweep: Sweep) -> str:
             f"(git {tag('git_commit')}), native kernels {tag('native_kernels')}")
 
 
+def reference_lines(sweep: Sweep) -> list[str]:
+    """Where the posterior errors come from: the NUTS reference runs the sweep made (its own runs, not rows)."""
+    if sweep.references is None or sweep.references.empty:
+        return []
+    made = ", ".join(f"{r['run_id'][:ID_CHARS]} ({r.get('metrics.wall_time_s', float('nan')):.0f} s)"
+                     for _, r in sweep.references.iterrows())
+    return [f"Reference posteriors made in this sweep (NUTS, their own runs): {made}"]
+
+
 def render(sweep: Sweep, published: Published | None, table, metrics: list[str], plot_name: str | None,
            note: str | None = None) -> str:
     started = sweep.parent.get("start_time")
@@ -364,7 +376,8 @@ def render(sweep: Sweep, published: Published | None, table, metrics: list[str],
     lines += [f"Made by: `bayesx run -m {sweep.overrides}`".rstrip() + f" (parent run {sweep.parent_id[:ID_CHARS]}, "
               f"{len(sweep.runs)} runs, started {str(started)[:19]} UTC; sweep status {sweep.parent.get('status')})",
               f"Table by: `bayesx report --parent {sweep.parent_id[:ID_CHARS]}` from {sweep.uri}",
-              f"Machine: {machine_line(sweep)}", *([f"Note: {note}"] if note else []), "", markdown_table(table), ""]
+              f"Machine: {machine_line(sweep)}", *([f"Note: {note}"] if note else []), *reference_lines(sweep), "",
+              markdown_table(table), ""]
     pooled = seed_means(table, metrics)
     if pooled is not None:
         lines += ["Mean ± sd over seeds:", "", markdown_table(pooled), ""]

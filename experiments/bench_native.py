@@ -79,7 +79,7 @@ def latent_trajectory(target, gen, spread: float):
     z = spread * torch.randn(CHAINS, d, generator=gen, dtype=torch.float64)
     p = torch.randn(CHAINS, d, generator=gen, dtype=torch.float64)
     potential, grad = space.potential_and_grad(z)
-    return space.restricted.logistic_form(), lambda: latent.latent_leapfrog(space, z, p, 1e-3, STEPS, potential,
+    return space.restricted.density_form(), lambda: latent.latent_leapfrog(space, z, p, 1e-3, STEPS, potential,
                                                                             grad)
 
 

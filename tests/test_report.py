@@ -203,3 +203,19 @@ def test_a_peer_run_sits_beside_the_bayesx_runs_of_its_sweep(sweep):
     rows = {r["method"]: r for r in table_rows(out)}
     assert sorted(rows) == ["numpyro-nuts", "nuts", "vi"]
     assert rows["numpyro-nuts"]["ess_bulk_min"] == format_number(ess) and rows["numpyro-nuts"]["data"] == "digits"
+
+
+def test_a_reference_posterior_made_in_a_sweep_is_named_not_tabulated():
+    """The NUTS reference (bayesx.reference) is a child of the sweep like its jobs, but not a row of it."""
+    import pandas as pd
+
+    from bayesx.report import reference_lines, select_sweep
+
+    df = pd.DataFrame({
+        "run_id": ["p" * 32, "a" * 32, "r" * 32], "start_time": pd.to_datetime([1, 3, 2], unit="s"),
+        "tags.sweep": ["parent", None, None], "tags.mlflow.parentRunId": [None, "p" * 32, "p" * 32],
+        "tags.role": [None, None, "reference"], "tags.method": [None, "vi", "nuts"],
+        "metrics.wall_time_s": [None, 3.0, 42.0]})
+    chosen = select_sweep(df, "sqlite:///x.db")
+    assert list(chosen.runs["run_id"]) == ["a" * 32]
+    assert reference_lines(chosen) == ["Reference posteriors made in this sweep (NUTS, their own runs): rrrrrrrr (42 s)"]
