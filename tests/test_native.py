@@ -16,7 +16,6 @@ import pytest
 import torch
 from method_helpers import logistic_2d
 
-from bayesx.methods.base import RunInputs
 from bayesx.data.digits import load_digits
 from bayesx.diagnostics.convergence import ess_per_coordinate
 from bayesx.kernels import backend
@@ -25,6 +24,7 @@ from bayesx.kernels import nuts
 from bayesx.kernels.hmc import HMCState
 from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
 from bayesx.kernels.metric import make_metric
+from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.hmc import HMC
 from bayesx.methods.mcmc.nuts import NUTS
 from bayesx.native import build, entry_points
@@ -516,8 +516,8 @@ def test_without_a_compiler_the_pytorch_backend_runs_with_one_warning(fresh_buil
     target, _ = logistic_2d()
     g = gen(3)
     with pytest.warns(build.NativeKernelWarning) as record:
-        result = NUTS(num_warmup=10, num_draws=5, init="prior").run(target, target.initial_point(2, g), g,
-                                                                      progress=False)
+        result = NUTS(num_warmup=10, num_draws=5, init="prior").infer(
+            target, RunInputs(target.initial_point(2, g), g, progress=False))
     warnings = [w for w in record if issubclass(w.category, build.NativeKernelWarning)]
     assert len(warnings) == 1 and "no C compiler found" in str(warnings[0].message)
     assert result.tags["kernels"] == "pytorch" and result.draws.shape == (2, 5, target.dim)
