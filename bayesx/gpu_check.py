@@ -13,8 +13,8 @@ The comparisons (the two runs' random numbers differ, so they can only agree in 
 
 * draws (MCMC, particles, a fitted q): for every coordinate i, the posterior mean's difference
   over its Monte Carlo standard error, z_i = |m_a - m_b| / sqrt(mcse_a^2 + mcse_b^2 + (c s_i)^2),
-  and the same for the posterior sd, with ArviZ's MCSE of the mean and of the sd (from the bulk
-  ESS, Vehtari et al. 2021, "Rank-normalization, folding, and localization"); s_i is the pooled
+  and the same for the posterior sd, with the MCSE of the mean and of the sd from ArviZ's ESS (the
+  sd's by the delta method; Vehtari et al. 2021, "Rank-normalization, folding, and localization"); s_i is the pooled
   posterior sd and c an allowance for methods whose draws depend on a fit as well as on Monte Carlo
   (a flow, a particle system; c = 0 for MCMC, which is exact). The check passes when every z_i is
   below the Bonferroni critical value for 2 x dim two-sided tests at family-wise level alpha
@@ -71,31 +71,36 @@ class Case:
 
 
 LOGREG = ("model=logreg", "data=digits")  # 64 coefficients, 2 classes: seconds per run, converges quickly
-# In order of priority: a check cut short by its time budget has run the first ones (1024 chains last).
+# The slowest first, so that cases running side by side (--jobs) finish together.
 CASES: tuple[Case, ...] = (
-    Case("logreg-nuts-4", "draws", (*LOGREG, "method=nuts", "n_chains=4", "method.num_warmup=300",
-                                    "method.num_draws=300")),
+    Case("logreg-nuts-1024", "draws", (*LOGREG, "method=nuts", "n_chains=1024", "method.num_warmup=100",
+                                       "method.num_draws=20")),
+    Case("logreg-chees-1024", "draws", (*LOGREG, "method=chees", "n_chains=1024", "method.init=laplace",
+                                        "method.num_warmup=300", "method.num_draws=20")),
+    Case("logreg-nuts-4", "draws", (*LOGREG, "method=nuts", "n_chains=4", "method.num_warmup=200",
+                                    "method.num_draws=200")),
+    Case("logreg-smc", "draws", (*LOGREG, "method=smc", "method.n_particles=1000", "method.n_steps=5"),
+         sd_allowance=0.2),
+    Case("elliptic-dense-pcn", "draws", ("model=elliptic", "model.mesh=10", "model.solver=dense", "method=pcn",
+                                         "n_chains=8", "method.num_warmup=200", "method.num_draws=200")),
+    Case("logreg-nuts-64", "draws", (*LOGREG, "method=nuts", "n_chains=64", "method.num_warmup=150",
+                                     "method.num_draws=100")),
     Case("logreg-chees-64", "draws", (*LOGREG, "method=chees", "n_chains=64", "method.init=laplace",
                                       "method.num_warmup=300", "method.num_draws=100")),
-    Case("elliptic-dense-pcn", "draws", ("model=elliptic", "model.mesh=10", "model.solver=dense", "method=pcn",
-                                         "n_chains=8", "method.num_warmup=300", "method.num_draws=300")),
+    Case("logreg-chees-4", "draws", (*LOGREG, "method=chees", "n_chains=4", "method.init=laplace",
+                                     "method.num_warmup=500", "method.num_draws=500")),
+    Case("gaussian-flowvi", "approximation", ("model=gaussian", "model.dim=10", "model.kind=scaled",
+                                              "model.condition=10", "method=flowvi", "method.iterations=3000",
+                                              "method.num_draws=2000"),
+         sd_allowance=0.1, evidence_allowance=0.02, elbo_allowance=0.1),
     Case("betabinomial-flowvi", "approximation", ("model=betabinomial", "method=flowvi", "method.iterations=3000",
                                                   "method.num_draws=2000"),
          sd_allowance=0.1, evidence_allowance=0.02, elbo_allowance=0.1),
-    Case("logreg-smc", "draws", (*LOGREG, "method=smc", "method.n_particles=1000"), sd_allowance=0.2),
     Case("vae-mnist", "trainer", ("model=vae", "method=vae", "method.epochs=2", "data.n_train=4000",
                                   "data.n_test=1000", "method.eval.k=100", "method.eval.n_test=500"),
          rel_tolerance=0.03),
-    Case("logreg-nuts-64", "draws", (*LOGREG, "method=nuts", "n_chains=64", "method.num_warmup=200",
-                                     "method.num_draws=100")),
-    Case("logreg-chees-4", "draws", (*LOGREG, "method=chees", "n_chains=4", "method.init=laplace",
-                                     "method.num_warmup=500", "method.num_draws=500")),
-    Case("logreg-chees-1024", "draws", (*LOGREG, "method=chees", "n_chains=1024", "method.init=laplace",
-                                        "method.num_warmup=300", "method.num_draws=20")),
-    Case("logreg-nuts-1024", "draws", (*LOGREG, "method=nuts", "n_chains=1024", "method.num_warmup=150",
-                                       "method.num_draws=20")),
 )
-COMMON = ("progress=false", "plots.n_coords=0", f"experiment_name={EXPERIMENT}")
+COMMON = ("progress=false", "plots.n_coords=0", "reference.enabled=false", f"experiment_name={EXPERIMENT}")
 
 
 def case_by_name(name: str) -> Case:
@@ -124,16 +129,21 @@ def bonferroni_z(n_tests: int, alpha: float = ALPHA) -> float:
 
 
 def draw_moments(draws: np.ndarray) -> dict[str, np.ndarray]:
-    """Per coordinate of draws (chains, draws, dim): mean, sd and ArviZ's MCSE of each."""
-    import arviz as az
+    """Per coordinate of draws (chains, draws, dim): mean, sd and their Monte Carlo standard errors.
+
+    mcse_mean = sd / sqrt(ESS(x)); mcse_sd by the delta method on s^2 = mean(y), y = (x - mean)^2:
+    sd(s^2) = sqrt(var(y) / ESS(y)) and mcse_sd = sd(s^2) / (2 sd). ESS is ArviZ's (method "mean").
+    """
+    from bayesx.diagnostics.convergence import ess_per_coordinate
 
     x = np.asarray(draws, dtype=np.float64)
     x = x.reshape(x.shape[0], x.shape[1], -1)
-    data = az.convert_to_dataset(x)  # one variable "x" of dims (chain, draw, x_dim_0)
-    mcse_mean = az.mcse(data, method="mean")["x"].values.reshape(-1)
-    mcse_sd = az.mcse(data, method="sd")["x"].values.reshape(-1)
     flat = x.reshape(-1, x.shape[-1])
-    return {"mean": flat.mean(0), "sd": flat.std(0, ddof=1), "mcse_mean": mcse_mean, "mcse_sd": mcse_sd}
+    mean, sd = flat.mean(0), flat.std(0, ddof=1)
+    squares = (x - mean) ** 2
+    sd_of_var = np.sqrt(squares.reshape(-1, x.shape[-1]).var(0, ddof=1) / ess_per_coordinate(squares, "mean"))
+    return {"mean": mean, "sd": sd, "mcse_mean": sd / np.sqrt(ess_per_coordinate(x, "mean")),
+            "mcse_sd": sd_of_var / (2 * sd)}
 
 
 def compare_draws(a: np.ndarray, b: np.ndarray, sd_allowance: float = 0.0, alpha: float = ALPHA) -> Comparison:
@@ -356,8 +366,8 @@ def report(results: list[PairResult], device: str, args, elapsed_s: float, skipp
     """results/gpu_check.md: verdicts and timings, the machine, and every command."""
     n_pass = sum(1 for r in results if r.comparison and r.comparison.passed)
     label = "CUDA" if device.startswith("cuda") else f"{device} (seed 1)"
-    mode = ("at the same time (the two runs of a case side by side)" if args.concurrent
-            else "one after the other")
+    mode = ("side by side" if args.concurrent else "one after the other") + (
+        f", {args.jobs} cases at a time (timings measured with that load on the machine)" if args.jobs > 1 else "")
     lines = [
         "# GPU check: each method family from the command line on CUDA and on the CPU",
         "",
@@ -372,7 +382,7 @@ def report(results: list[PairResult], device: str, args, elapsed_s: float, skipp
         + (f", the CPU run with device.num_threads={args.threads[1]}, the other with {args.threads[0]}"
            if args.threads[0] else "") + ".",
         "- Comparison (bayesx/gpu_check.py): posterior means and sds per coordinate within Monte Carlo error "
-        f"(ArviZ MCSE; plus c x sd for fitted approximations), max |z| against the Bonferroni limit at "
+        f"(MCSE from ArviZ ESS; plus c x sd for fitted approximations), max |z| against the Bonferroni limit at "
         f"family-wise alpha {ALPHA}; evidences and ELBOs within their SEs (+ allowance); the VAE's test ELBO "
         "and NLL within a relative tolerance. Wall s: the whole subprocess (imports, CUDA start, data, "
         "inference, diagnostics, MLflow); inference s: sampling / fit / training time as the run recorded it.",
@@ -420,13 +430,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="seconds for the whole check: a case that would start later is listed as not run")
     parser.add_argument("--sequential", dest="concurrent", action="store_false",
                         help="run a case's two runs one after the other (default: side by side)")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run at the same time (default 1)")
     parser.add_argument("--threads", type=int, nargs=2, default=None, metavar=("DEVICE", "CPU"),
                         help="device.num_threads of the device-under-test run and of the CPU run")
     parser.add_argument("--note", default="", help="a provenance note for the report (e.g. the commit)")
     args = parser.parse_args(argv)
     args.argv = argv
     if args.threads is None:  # side by side: the CUDA run needs few host threads, the CPU run gets the rest
-        cores = os.cpu_count() or 2
+        cores = (os.cpu_count() or 2) // max(1, args.jobs)
         args.threads = (2, max(1, cores - 2)) if args.concurrent and cores > 3 else (0, 0)
     return args
 
@@ -452,20 +463,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cases = [case_by_name(n) for n in args.only] if args.only else list(CASES)
     start = time.perf_counter()
-    results, skipped = [], []
-    with tempfile.TemporaryDirectory(prefix="bayesx-gpu-check-") as tmp:
-        for case in cases:
-            if results and time.perf_counter() - start > args.budget:
-                skipped.append(case.name)
-                continue
+    results, skipped, pending, lock = [], [], list(cases), threading.Lock()
+
+    def worker(tmp: Path):
+        while True:
+            with lock:
+                if not pending:
+                    return
+                case = pending.pop(0)
+                if time.perf_counter() - start > args.budget:
+                    skipped.append(case.name)
+                    continue
             print(f"[gpu check] {case.name} ...", flush=True)
-            pair = run_pair(case, args.device, Path(tmp), args.timeout, tuple(args.threads), args.concurrent)
+            pair = run_pair(case, args.device, tmp / case.name, args.timeout, tuple(args.threads), args.concurrent)
             c = pair.comparison
             print(f"[gpu check] {case.name}: wall {fmt_s(pair.a.wall_s)} s on {args.device}, {fmt_s(pair.b.wall_s)} s "
                   f"on cpu; " + (f"{'agree' if c.passed else 'DIFFER'} ({c.detail})" if c else
                                  f"not compared: {pair.a.error or pair.b.error}"), flush=True)
-            results.append(pair)
-            write_report(results, args, time.perf_counter() - start, skipped)  # a check cut short keeps what ran
+            with lock:
+                results.append(pair)
+                results.sort(key=lambda r: cases.index(r.case))
+                write_report(results, args, time.perf_counter() - start, skipped)  # a check cut short keeps what ran
+
+    with tempfile.TemporaryDirectory(prefix="bayesx-gpu-check-") as tmp:
+        workers = [threading.Thread(target=worker, args=(Path(tmp),)) for _ in range(max(1, args.jobs))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
     write_report(results, args, time.perf_counter() - start, skipped)
     print(f"[gpu check] wrote {args.out}")
     failed = [r.case.name for r in results if not (r.comparison and r.comparison.passed)]
