@@ -14,8 +14,8 @@ The comparisons (the two runs' random numbers differ, so they can only agree in 
 * draws (MCMC, particles, a fitted q): for every coordinate i, the posterior mean's difference
   over its Monte Carlo standard error, z_i = |m_a - m_b| / sqrt(mcse_a^2 + mcse_b^2 + (c s_i)^2),
   and the same for the posterior sd, with the MCSE of the mean and of the sd from ArviZ's ESS (the
-  sd's by the delta method; Vehtari et al. 2021, "Rank-normalization, folding, and localization"); s_i is the pooled
-  posterior sd and c an allowance for methods whose draws depend on a fit as well as on Monte Carlo
+  sd's by the delta method; Vehtari et al. 2021, "Rank-normalization, folding, and localization");
+  s_i is the pooled posterior sd and c an allowance for methods whose draws depend on a fit as well as on Monte Carlo
   (a flow, a particle system; c = 0 for MCMC, which is exact). The check passes when every z_i is
   below the Bonferroni critical value for 2 x dim two-sided tests at family-wise level alpha
   (default 0.01): one false alarm in a hundred checks, whatever the dimension.
@@ -310,7 +310,8 @@ def run_pair(case: Case, device: str, root: Path, timeout_s: float, threads: tup
              concurrent: bool) -> PairResult:
     """The case on ``device`` (seed 0; seed 1 when the device is the CPU too) and on the CPU (seed 0)."""
     seed_a = 1 if device == "cpu" else 0
-    jobs = {"a": (device, seed_a, root / f"{device}-seed{seed_a}", threads[0]), "b": ("cpu", 0, root / "cpu-seed0", threads[1])}
+    jobs = {"a": (device, seed_a, root / f"{device}-seed{seed_a}", threads[0]),
+            "b": ("cpu", 0, root / "cpu-seed0", threads[1])}
     records: dict[str, RunRecord] = {}
 
     def work(key):
@@ -371,7 +372,7 @@ def report(results: list[PairResult], device: str, args, elapsed_s: float, skipp
     lines = [
         "# GPU check: each method family from the command line on CUDA and on the CPU",
         "",
-        f"Command: `python -m bayesx.gpu_check {' '.join(args.argv)}`".rstrip() + (f" ({args.note})" if args.note else ""),
+        f"Command: `{shlex.join(['python', '-m', 'bayesx.gpu_check', *args.argv])}`",
         f"Result: {n_pass} of {len(results)} cases agree across devices"
         + (f"; not run (time budget): {', '.join(skipped)}" if skipped else "") + f"; {elapsed_s / 60:.1f} min in all.",
         "",
@@ -422,8 +423,10 @@ def write_report(results: list[PairResult], args, elapsed_s: float, skipped: lis
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bayesx.gpu_check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda", help="the device under test (cuda, cuda:1; cpu: a CPU-vs-CPU control)")
-    parser.add_argument("--only", nargs="+", metavar="CASE", help=f"run these cases: {', '.join(c.name for c in CASES)}")
+    parser.add_argument("--device", default="cuda",
+                        help="the device under test (cuda, cuda:1; cpu: a CPU-vs-CPU control)")
+    parser.add_argument("--only", nargs="+", metavar="CASE",
+                        help=f"run these cases: {', '.join(c.name for c in CASES)}")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the report (default results/gpu_check.md)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take (default 300)")
     parser.add_argument("--budget", type=float, default=540.0,
@@ -434,7 +437,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="cases run at the same time (default 2: the whole check in about 5 min on an H100 host)")
     parser.add_argument("--threads", type=int, nargs=2, default=None, metavar=("DEVICE", "CPU"),
                         help="device.num_threads of the device-under-test run and of the CPU run")
-    parser.add_argument("--note", default="", help="a provenance note for the report (e.g. the commit)")
+    parser.add_argument("--note", default="", help="a provenance note (e.g. the commit), shown in the report's command")
     args = parser.parse_args(argv)
     args.argv = argv
     if args.threads is None:  # side by side: the CUDA run needs few host threads, the CPU run gets the rest
