@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: install run test test-slow test-all bench clean
+.PHONY: install run test test-slow test-all bench check-gpu clean
 
 install: $(STAMP)
 
@@ -37,6 +37,11 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python experiments/peers.py --bayesx "method=nuts method.init=prior method.mass=diag,dense"
 	$(BIN)/bayesx report --experiment bench_samplers
+
+# every method family and the main models from the command line on device=cuda and on the CPU, compared
+# within Monte Carlo error, into results/gpu_check.md (bayesx/gpu_check.py); without a GPU: one line, exit 0
+check-gpu: $(STAMP)
+	$(BIN)/python -m bayesx.gpu_check
 
 clean:
 	rm -rf $(VENV) outputs multirun mlflow.db mlartifacts .pytest_cache
