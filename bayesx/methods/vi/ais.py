@@ -25,11 +25,10 @@ from typing import Annotated, Literal
 
 import torch
 
-from bayesx.errors import RunInterrupted
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit, Particles
 from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
-from bayesx.progress import progress_bar
+from bayesx.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Positive
 
 
@@ -50,15 +49,13 @@ class AIS(Approximation):
     compare_keys = ("log_evidence", "weights_ess", "fit_time_s")
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
-        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
-        out = Fit()
-        cfg = self.settings
-        base, z, mover = start_path(target, cfg, cfg.n_samples, initial, gen)
+        cfg, gen, out = self.settings, inputs.gen, Fit()
+        base, z, mover = start_path(target, cfg, cfg.n_samples, inputs.initial, gen)
         log_w = torch.zeros(cfg.n_samples, dtype=target.dtype, device=target.device)
         betas = torch.linspace(0.0, 1.0, cfg.n_temps + 1).tolist()
-        bar = progress_bar(cfg.n_temps, "ais temperatures", progress, "temp")
+        bar = progress_bar(cfg.n_temps, "ais temperatures", inputs.progress, "temp")
         accept_trace = []
-        try:
+        with interruptible(out, bar, lambda: "fit"):  # an unfinished path's particles are no draws
             for t in range(1, cfg.n_temps + 1):
                 with torch.no_grad():
                     log_w += (betas[t] - betas[t - 1]) * log_ratio(target, base, z)
@@ -67,11 +64,6 @@ class AIS(Approximation):
                 bar.update(1)
                 if t % 10 == 0:
                     bar.set_postfix(accept=f"{accept:.2f}", step=f"{mover.step_size:.3g}")
-        except (KeyboardInterrupt, RunInterrupted):  # an unfinished path's particles are no draws
-            out.interrupted = True
-            out.tags["stopped_during"] = "fit"
-        finally:
-            bar.close()
         out.traces["ais_accept_rate"] = accept_trace
         out.metrics["n_grad_evals"] = float(mover.grad_evals)
         out.metrics["final_step_size"] = mover.step_size

@@ -85,6 +85,7 @@ class Approximation(Method):
 
     @final
     def infer(self, target, inputs: RunInputs) -> Result:
+        self.check(target, 1)  # the runner checked already; a Python caller meets the same one-line errors
         start = time.perf_counter()
         try:
             fit = self.approximate(target, inputs)

@@ -78,7 +78,6 @@ class FlowVI(Approximation):
 
     def build(self, target, gen: torch.Generator) -> Flow:
         cfg = self.settings
-        self.check(target, 1)
         options = dict(dtype=target.dtype, device=target.device)
         mean = (torch.tensor(cfg.base_mean, **options) if isinstance(cfg.base_mean, tuple)
                 else torch.full((target.dim,), float(cfg.base_mean), **options))
@@ -90,7 +89,7 @@ class FlowVI(Approximation):
         return 1.0 - math.exp(-self.settings.anneal_rate * iteration) if self.settings.anneal == "exp" else 1.0
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
-        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
+        gen, progress = inputs.gen, inputs.progress
         out = Fit()
         cfg = self.settings
         flow = self.build(target, gen)

@@ -150,7 +150,6 @@ class GAP(Approximation):
         initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
         out = Fit()
         cfg = self.settings
-        self.check(target, 1)
         family = self.family_for(target)
         dim, dtype, device = target.dim, target.dtype, target.device
         mean = (torch.tensor(cfg.init_mean, dtype=dtype, device=device) if cfg.init_mean is not None

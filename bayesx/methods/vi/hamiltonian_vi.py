@@ -109,7 +109,6 @@ class HamiltonianVI(Approximation):
         initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
         out = Fit()
         cfg = self.settings
-        self.check(target, 1)
         chain = HamiltonianChain(initial.mean(0).detach(), cfg)
         optim = torch.optim.Adam(chain.parameters(), lr=cfg.lr)
         windows, iteration = ElboWindows(cfg.check_every), 0

@@ -41,10 +41,9 @@ class Laplace(Approximation):
     summary_keys = ("log_evidence_laplace", *Approximation.summary_keys)
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
-        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
         out = Fit()
         try:
-            laplace = fit_laplace(target, initial, self.settings.max_iter)
+            laplace = fit_laplace(target, inputs.initial, self.settings.max_iter)
             if laplace.jitter > 0:  # MCMC starts accept a regularized precision; an approximation may not
                 raise LaplaceFailed("the Hessian at the mode is not negative definite (a saddle or a flat direction)")
         except LaplaceFailed as exc:

@@ -44,13 +44,10 @@ class Pathfinder(Approximation):
         return target.initial_point(self.settings.n_paths, gen)
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
-        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
-        out = Fit()
-        cfg = self.settings
-        paths = []
-        bar = progress_bar(cfg.n_paths, "pathfinder paths", progress, "path")
+        cfg, gen, out, paths = self.settings, inputs.gen, Fit(), []
+        bar = progress_bar(cfg.n_paths, "pathfinder paths", inputs.progress, "path")
         try:
-            for start in initial:
+            for start in inputs.initial:
                 paths.append(single_path(target, start, gen, cfg.history, cfg.max_iter, cfg.elbo_draws))
                 bar.update(1)
         finally:

@@ -26,11 +26,11 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit, Particles
 from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
-from bayesx.progress import progress_bar
+from bayesx.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Between
 
 
@@ -69,13 +69,11 @@ class SMC(Approximation):
     compare_keys = ("log_evidence", "n_stages", "fit_time_s")
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
-        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
-        out = Fit()
-        cfg = self.settings
-        base, z, mover = start_path(target, cfg, cfg.n_particles, initial, gen)
+        cfg, gen, out = self.settings, inputs.gen, Fit()
+        base, z, mover = start_path(target, cfg, cfg.n_particles, inputs.initial, gen)
         beta, log_z, stages = 0.0, 0.0, []
-        bar = progress_bar(None, "smc stages", progress, "stage")
-        try:
+        bar = progress_bar(None, "smc stages", inputs.progress, "stage")
+        with interruptible(out, bar, lambda: "fit"):  # an unfinished path's particles are no draws
             while beta < 1.0:
                 if len(stages) >= cfg.max_stages:
                     raise BayesxError(f"SMC reached beta={beta:.3g} after method.max_stages={cfg.max_stages} stages; "
@@ -93,11 +91,6 @@ class SMC(Approximation):
                 stages.append((len(stages) + 1, beta))
                 bar.update(1)
                 bar.set_postfix(beta=f"{beta:.3g}", accept=f"{accept:.2f}")
-        except (KeyboardInterrupt, RunInterrupted):  # an unfinished path's particles are no draws
-            out.interrupted = True
-            out.tags["stopped_during"] = "fit"
-        finally:
-            bar.close()
         out.traces["smc_beta"] = stages
         out.metrics.update({"n_stages": float(len(stages)), "n_grad_evals": float(mover.grad_evals)})
         if out.interrupted:

@@ -71,12 +71,9 @@ class SVGD(Approximation):
         return target.initial_point(self.settings.n_particles, gen)
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
-        initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
-        out = Fit()
-        cfg = self.settings
-        x = initial.clone()
+        cfg, out, x = self.settings, Fit(), inputs.initial.clone()
         history = torch.zeros_like(x)
-        bar = progress_bar(cfg.num_steps, "svgd", progress, "step")
+        bar = progress_bar(cfg.num_steps, "svgd", inputs.progress, "step")
         step = 0
         with interruptible(out, bar, lambda: f"fit (step {step})"):
             for step in range(1, cfg.num_steps + 1):
