@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bayesx.record import RunRecord, RunStart, Summary
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLER_METRICS = ("ess_bulk_min", "ess_bulk_min_per_s", "ess_bulk_min_per_grad", "rhat_max", "n_grad_evals",
                    "n_divergent", "tree_depth_mean", "test_accuracy", "wall_time_s")
@@ -307,11 +309,12 @@ def log_peer(tracker, parent_id: str, name: str, post: Posterior, out: PeerRun, 
     metrics = peer_metrics(post, out)
     keys = SAMPLER_METRICS if out.draws is not None else SVI_METRICS
     tags = {"peer": name, "method": name, "model": post.model, "data": post.data, "seed": str(settings["seed"]),
-            "n_chains": str(settings["chains"]), "family": "peer", "peer_note": out.note,
-            "compare_metrics": ",".join(k for k in keys if k in metrics)}
-    with tracker.run(f"{name}-{post.model}-{post.data}-seed{settings['seed']}", tags, parent_id) as run:
-        run.log_params({"posterior": " ".join(post.overrides), **settings})
-        run.log_metrics(metrics)
+            "n_chains": str(settings["chains"]), "family": "peer", "peer_note": out.note}
+    params = {"posterior": " ".join(post.overrides), **settings}
+    start = RunStart(f"{name}-{post.model}-{post.data}-seed{settings['seed']}", tags, params,
+                     "".join(f"{k}: {v}\n" for k, v in params.items()), parent_id)
+    with tracker.run(start) as run:
+        run.store(RunRecord("FINISHED", metrics, summary=Summary(compared=tuple(k for k in keys if k in metrics))))
         return run.run_id
 
 
