@@ -75,6 +75,7 @@ def pairs(tmp_path_factory):
         yield out
 
 
+@pytest.mark.slow  # four real CLI runs: end to end, with the slow suite
 def test_a_cpu_pair_with_different_seeds_has_the_same_posterior(pairs):
     a, b = pairs["nuts", 0], pairs["nuts", 1]
     assert a.draws.shape == b.draws.shape == (4, 300, 5)
@@ -84,6 +85,7 @@ def test_a_cpu_pair_with_different_seeds_has_the_same_posterior(pairs):
     assert comparison.limit == pytest.approx(bonferroni_z(10))
 
 
+@pytest.mark.slow  # four real CLI runs: end to end, with the slow suite
 @pytest.mark.parametrize("shift", ["mean", "sd"])
 def test_a_shifted_posterior_fails_the_comparison(pairs, shift):
     """The negative control: one coordinate's mean moved by half a posterior sd, or its sd made 50% larger."""
@@ -98,6 +100,7 @@ def test_a_shifted_posterior_fails_the_comparison(pairs, shift):
     assert "coord 2" in comparison.detail
 
 
+@pytest.mark.slow  # four real CLI runs: end to end, with the slow suite
 def test_an_approximation_fitted_with_different_seeds_agrees_and_a_shifted_evidence_fails(pairs):
     case = gpu_check.case_by_name("betabinomial-flowvi")  # its allowances, on a fit the same family makes
     a, b = pairs["vi", 0], pairs["vi", 1]
