@@ -124,6 +124,7 @@ def test_subspace_proposal_samples_the_exact_posterior(toy):
     assert_exact(toy, result.draws)
 
 
+@pytest.mark.slow  # a statistical test of several seconds: with the slow suite (CI runs both)
 def test_subspace_proposal_with_three_levels_samples_the_exact_posterior(toy):
     """The middle level keeps its subchain's states with latent offsets not yet added (never formed)."""
     directions = torch.as_tensor(np.random.default_rng(5).normal(size=(4, 2)))

@@ -100,6 +100,7 @@ def exact_hellinger_variance() -> float:
     return 0.5 * (lo + hi)
 
 
+@pytest.mark.slow  # a statistical test of several seconds: with the slow suite (CI runs both)
 def test_t1_reaches_the_hellinger_optimum():
     exact = exact_hellinger_variance()
     assert exact == pytest.approx(3.771, abs=0.005)

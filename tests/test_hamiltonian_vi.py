@@ -42,6 +42,7 @@ def test_leapfrog_has_unit_jacobian_and_is_reversible(correlated):
     torch.testing.assert_close(back, torch.cat([state[:2], -state[2:]]))
 
 
+@pytest.mark.slow  # a statistical test of several seconds: with the slow suite (CI runs both)
 def test_transitions_raise_the_bound_towards_log_z(correlated):
     log_z = correlated.log_normalizer()
     options = dict(batch_size=128, iterations=1500, lr=0.01, num_draws=4000)
