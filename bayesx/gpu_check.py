@@ -190,7 +190,7 @@ def combine(comparisons: list[Comparison]) -> Comparison:
                       "; ".join(c.detail for c in comparisons))
 
 
-def compare_runs(case: Case, a: RunRecord, b: RunRecord, alpha: float = ALPHA) -> Comparison:
+def compare_runs(case: Case, a: CaseRun, b: CaseRun, alpha: float = ALPHA) -> Comparison:
     """The comparison the case's kind calls for, of two finished runs."""
     if case.kind == "trainer":
         return combine([compare_relative(k, a.metrics[k], b.metrics[k], case.rel_tolerance)
@@ -206,7 +206,7 @@ def compare_runs(case: Case, a: RunRecord, b: RunRecord, alpha: float = ALPHA) -
 
 # --- running the CLI -------------------------------------------------------------------------------
 @dataclass
-class RunRecord:
+class CaseRun:
     """One ``bayesx run`` subprocess: its command, exit status, wall time, and what its run recorded."""
 
     case: str
@@ -232,11 +232,11 @@ def command_for(case: Case, device: str, seed: int, store: Path, threads: int | 
     return argv
 
 
-def run_cli(case: Case, device: str, seed: int, store: Path, timeout_s: float, threads: int | None) -> RunRecord:
+def run_cli(case: Case, device: str, seed: int, store: Path, timeout_s: float, threads: int | None) -> CaseRun:
     """Run the case as a subprocess in ``store`` (its working directory, data cache and SQLite store)."""
     store.mkdir(parents=True, exist_ok=True)
     argv = command_for(case, device, seed, store, threads)
-    record = RunRecord(case.name, device, argv)
+    record = CaseRun(case.name, device, argv)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
            "BAYESX_DATA_DIR": str(store / "data")}
     start = time.perf_counter()
@@ -256,7 +256,7 @@ def run_cli(case: Case, device: str, seed: int, store: Path, timeout_s: float, t
     return record
 
 
-def load_run(record: RunRecord, uri: str, scratch: Path, run_name: str | None = None) -> RunRecord:
+def load_run(record: CaseRun, uri: str, scratch: Path, run_name: str | None = None) -> CaseRun:
     """Fill the record from the store: the run (by its name), its metrics and its draws (draws.nc)."""
     from mlflow.tracking import MlflowClient
 
@@ -302,8 +302,8 @@ def read_draws(path: str) -> np.ndarray:
 @dataclass
 class PairResult:
     case: Case
-    a: RunRecord   # the device under test
-    b: RunRecord   # the CPU reference
+    a: CaseRun   # the device under test
+    b: CaseRun   # the CPU reference
     comparison: Comparison | None
 
 
@@ -313,7 +313,7 @@ def run_pair(case: Case, device: str, root: Path, timeout_s: float, threads: tup
     seed_a = 1 if device == "cpu" else 0
     jobs = {"a": (device, seed_a, root / f"{device}-seed{seed_a}", threads[0]),
             "b": ("cpu", 0, root / "cpu-seed0", threads[1])}
-    records: dict[str, RunRecord] = {}
+    records: dict[str, CaseRun] = {}
 
     def work(key):
         dev, seed, store, n = jobs[key]
@@ -353,7 +353,7 @@ def machine_lines(device: str) -> list[str]:
 INFERENCE_TIME = ("sampling_time_s", "fit_time_s", "train_time_s")
 
 
-def inference_time(record: RunRecord) -> str:
+def inference_time(record: CaseRun) -> str:
     for key in INFERENCE_TIME:
         if key in record.metrics:
             return f"{record.metrics[key]:.1f}"

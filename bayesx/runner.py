@@ -336,7 +336,7 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
         remarks.append(reference_remark(reference))
     if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
         metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
-    artifacts = run_files(job, method, target, result, evaluation, tmp)
+    artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
     complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
     metrics["wall_time_s"] = wall_time()
     summary = Summary(summary_keys(method, evaluation, metrics), compared_keys(method, evaluation, metrics),
@@ -347,11 +347,10 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
                      summary, result.error, checkpoint.logged_until if checkpoint is not None else 0)
 
 
-def run_files(job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation,
+def run_files(job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation, has_draws: bool,
               tmp: Path) -> tuple[Artifact, ...]:
     """The run's files: its draws and plots, the target's own files (its data, fields), the method's,
     and its fitted quantities (e.g. the adapted inverse mass matrix)."""
-    has_draws = result.draws is not None and result.draws.shape[1] > 0
     out = list(draw_files(job, method, target, result, tmp)) if has_draws else []
     files = target.write_artifacts(tmp, result.draws if has_draws else None, evaluation)
     out += [Artifact(Path(path), folder) for folder, paths in [*files.items(), *result.artifacts.items()]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bayesx import gpu_check
-from bayesx.gpu_check import (Comparison, PairResult, RunRecord, bonferroni_z, compare_draws, compare_relative,
+from bayesx.gpu_check import (Comparison, PairResult, CaseRun, bonferroni_z, compare_draws, compare_relative,
                               compare_runs, compare_scalar, load_run)
 from cli_helpers import isolated_store, run_ok
 
@@ -70,7 +70,7 @@ def pairs(tmp_path_factory):
             for seed in (0, 1):
                 run_name = f"{name}-cpu-seed{seed}"
                 run_ok(uri, ["run", *overrides, f"seed={seed}", f"run_name={run_name}", *gpu_check.COMMON])
-                record = RunRecord(name, "cpu", [f"seed={seed}"])
+                record = CaseRun(name, "cpu", [f"seed={seed}"])
                 out[name, seed] = load_run(record, uri, root / run_name, run_name=run_name)
         yield out
 
@@ -107,7 +107,7 @@ def test_an_approximation_fitted_with_different_seeds_agrees_and_a_shifted_evide
     assert a.draws.shape == (1, 2000, 3)
     comparison = compare_runs(case, a, b)
     assert comparison.passed, comparison
-    shifted = RunRecord(b.case, b.device, b.command, 0, b.wall_s, b.run_id,
+    shifted = CaseRun(b.case, b.device, b.command, 0, b.wall_s, b.run_id,
                         {**b.metrics, "log_evidence": b.metrics["log_evidence"] + 0.5}, b.draws)
     control = compare_runs(case, a, shifted)
     assert not control.passed and "log_evidence" in control.detail, control
@@ -125,9 +125,9 @@ def test_scalar_and_relative_comparisons():
 
 def test_the_report_lists_a_failed_run_and_its_error(tmp_path):
     case = gpu_check.CASES[0]
-    good = RunRecord(case.name, "cpu", ["python", "-m", "bayesx.cli", "run", "seed=0"], 0, 3.0, "abc",
+    good = CaseRun(case.name, "cpu", ["python", "-m", "bayesx.cli", "run", "seed=0"], 0, 3.0, "abc",
                      {"sampling_time_s": 1.5})
-    bad = RunRecord(case.name, "cuda", ["python", "-m", "bayesx.cli", "run", "seed=0"], 2, 1.0,
+    bad = CaseRun(case.name, "cuda", ["python", "-m", "bayesx.cli", "run", "seed=0"], 2, 1.0,
                     error="bayesx: error: CUDA out of memory")
     ok = PairResult(case, good, good, Comparison(True, 1.0, 3.0, "fine"))
     failed = PairResult(case, bad, good, None)
