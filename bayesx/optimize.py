@@ -56,8 +56,9 @@ def hessian(target, q: Tensor) -> Tensor:
     closed_form = target.closed_form_hessian()
     if closed_form is not None:
         return closed_form(q)
-    if target.capabilities.differentiable:
-        return torch.autograd.functional.hessian(lambda x: target.log_prob(x), q, vectorize=True)
+    log_prob = target.autograd_log_prob()
+    if log_prob is not None:
+        return torch.autograd.functional.hessian(log_prob, q, vectorize=True)
     return gradient_difference_hessian(target, q)
 
 

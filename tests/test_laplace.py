@@ -149,3 +149,33 @@ def test_hessian_asks_the_typed_question(small_logreg, monkeypatch):
     monkeypatch.setattr(small_logreg, "closed_form_hessian", lambda: None)
     auto = optimize.hessian(small_logreg, q)
     assert len(calls) == 1 and not torch.equal(auto, torch.eye(small_logreg.dim))
+
+
+def test_hessian_without_an_autograd_density_takes_differences_of_the_gradient(small_logreg, monkeypatch):
+    """A target answering None to autograd_log_prob (its density is outside torch's graph) gets central differences
+    of its gradient, which agree with autograd's Hessian to second order in the step; a target answering with a
+    function gets that function differentiated (negative control: a different function gives a different Hessian)."""
+    from bayesx import optimize
+
+    q = 0.1 * torch.ones(small_logreg.dim, dtype=torch.float64)
+    monkeypatch.setattr(small_logreg, "closed_form_hessian", lambda: None)
+    auto = optimize.hessian(small_logreg, q)
+    monkeypatch.setattr(small_logreg, "autograd_log_prob", lambda: None)
+    differences = optimize.hessian(small_logreg, q)
+    assert float((differences - auto).abs().max()) < 1e-6 * float(auto.abs().max())
+    monkeypatch.setattr(small_logreg, "autograd_log_prob", lambda: lambda x: 2.0 * small_logreg.log_prob(x))
+    assert torch.allclose(optimize.hessian(small_logreg, q), 2.0 * auto)
+
+
+def test_views_of_a_target_answer_as_the_target_does(small_logreg, monkeypatch):
+    """A restriction and a tempered target are autograd-differentiable exactly when the target they view is."""
+    from bayesx.distributions import GaussianQ
+    from bayesx.methods.vi.tempering import Tempered
+
+    dim = small_logreg.dim
+    base = GaussianQ(torch.zeros(dim, dtype=torch.float64), torch.ones(dim, dtype=torch.float64))
+    views = [small_logreg.restrict(torch.zeros(dim, dtype=torch.float64), torch.eye(dim, 2, dtype=torch.float64)),
+             Tempered(small_logreg, base, 0.5)]
+    assert all(view.autograd_log_prob() is not None for view in views)
+    monkeypatch.setattr(small_logreg, "autograd_log_prob", lambda: None)
+    assert all(view.autograd_log_prob() is None for view in views)

@@ -28,7 +28,7 @@ class Capabilities:
     """What a target class can do, declared as a class attribute ``capabilities``: what the runner needs
     to know before it builds a target. Structure that a method relies on is asked by a typed question
     instead, answered by a typed view or None (TargetBase.gaussian_prior, coarse_levels, logistic_design,
-    closed_form_hessian).
+    closed_form_hessian, autograd_log_prob).
 
     posterior             it has a log density to sample or approximate (False: a model that is
                           trained, such as the VAE; only trainer methods take it)
@@ -41,9 +41,6 @@ class Capabilities:
                           draws are approximate
     exact_log_normalizer  ``log_normalizer()`` gives log Z of the unnormalized density exactly (closed
                           form or quadrature): runs that estimate the evidence report ``log_evidence_err``
-    differentiable        ``log_prob`` is written in differentiable torch, so autograd gives gradients of
-                          its gradient (what Hamiltonian VI's learned leapfrog needs); False for a
-                          density computed outside torch (the PDE solve)
     """
 
     posterior: bool = True
@@ -52,7 +49,6 @@ class Capabilities:
     exact_moments: bool = False
     reference_affordable: bool = True
     exact_log_normalizer: bool = False
-    differentiable: bool = True
 
 
 class GaussianPrior(Protocol):
@@ -235,6 +231,12 @@ class TargetBase(ModelBase):
     def logistic_design(self) -> LogisticDesign | None:
         """This target's logistic-regression design (the Jaakkola-Jordan bound), or None."""
         return None
+
+    def autograd_log_prob(self) -> Callable[[Tensor], Tensor] | None:
+        """log pi as a torch function that autograd differentiates to any order (q (..., dim) -> (...)): what
+        Hamiltonian VI's learned leapfrog and the autograd Hessian need; None where the density is computed
+        outside torch's graph (the PDE solve, whose gradient is an adjoint). Default: ``log_prob``."""
+        return self.log_prob
 
     def closed_form_hessian(self) -> Callable[[Tensor], Tensor] | None:
         """q (dim,) -> the Hessian of log pi at q in closed form (Laplace uses it instead of autograd's or

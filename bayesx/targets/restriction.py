@@ -31,6 +31,9 @@ class AffineRestriction(TargetBase):
         lp, grad = self.target.log_prob_and_grad(self.point(u))
         return lp, grad @ self.basis
 
+    def autograd_log_prob(self):
+        return self.log_prob if self.target.autograd_log_prob() is not None else None
+
     def potential_grad(self, u: Tensor) -> Tensor:
         """-grad_u log pi_r(u)."""
         return -self.log_prob_and_grad(u)[1]

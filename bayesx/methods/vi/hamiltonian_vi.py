@@ -11,7 +11,7 @@ model r_t(v | z) = N(a_t * z + b_t, diag(s_t^2)) for the momentum at the end of 
 the lecture's auxiliary-variable bound. Every parameter (mu, sigma, eps_t, m_t, a_t, b_t, s_t) is
 learned by Adam on ``batch_size`` draws per iteration; the gradient runs through the leapfrog
 (second derivatives of log p by autograd, so the target's density must be differentiable torch:
-``Capabilities.differentiable``). T = 0 is mean-field VI.
+``target.autograd_log_prob()``). T = 0 is mean-field VI.
 
 The fitted approximation's marginal of z_T has no closed form; its draws are z_T, and the weight
 of each draw is the bound's integrand (an unbiased estimate of p(z_T) / q(z_T) in expectation over
@@ -72,11 +72,12 @@ class HamiltonianChain(nn.Module):
         z, log_q = GaussianQ(self.mean, torch.exp(self.log_sd)).sample_and_log_prob(n, gen)
         log_w = -log_q
         steps = F.softplus(self.raw_step)
+        log_prob = target.autograd_log_prob() if self.cfg.n_transitions else target.log_prob
         for t in range(self.cfg.n_transitions):
             v0, log_q_momentum = GaussianQ(torch.zeros_like(self.mean), torch.exp(self.log_momentum_sd[t])) \
                 .sample_and_log_prob(n, gen)
             log_w = log_w - log_q_momentum
-            z, v = leapfrog(target.log_prob, z, v0, steps[t], self.cfg.n_leapfrog, create_graph)
+            z, v = leapfrog(log_prob, z, v0, steps[t], self.cfg.n_leapfrog, create_graph)
             reverse = GaussianQ(self.reverse_slope[t] * z + self.reverse_shift[t], torch.exp(self.reverse_log_sd[t]))
             log_w = log_w + reverse.log_prob(v)
         log_p = target.log_prob(z)
@@ -101,7 +102,7 @@ class HamiltonianVI(Approximation):
     name = "hamiltonian_vi"
 
     def check(self, target, n_chains: int) -> None:
-        if self.settings.n_transitions > 0 and not target.capabilities.differentiable:
+        if self.settings.n_transitions > 0 and target.autograd_log_prob() is None:
             raise InvalidSetting("n_transitions", f"> 0 needs second derivatives of the log density by autograd, and "
                                  f"{type(target).__name__}'s is not differentiable torch: use method=vi or flowvi")
 

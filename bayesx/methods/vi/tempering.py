@@ -63,6 +63,9 @@ class Tempered(TargetBase):
         b = self.beta
         return (1.0 - b) * self.base.log_prob(q) + b * lp, (1.0 - b) * self.base.grad_log_prob(q) + b * grad
 
+    def autograd_log_prob(self):
+        return self.log_prob if self.target.autograd_log_prob() is not None else None
+
 
 def base_for(target, cfg: TemperedSettings, initial: Tensor | None, gen: torch.Generator) -> tuple[GaussianQ, int]:
     """(q0, gradient evaluations spent on it): N(base_mean, base_scale^2 I), base_scale null meaning the

@@ -73,7 +73,7 @@ class EllipticInverse(TargetBase):
     # it makes its own observations; a NUTS reference costs up to a thousand PDE solves per draw (opt in
     # with reference.enabled=true)
     Settings = EllipticSettings
-    capabilities = Capabilities(uses_data=False, reference_affordable=False, differentiable=False)
+    capabilities = Capabilities(uses_data=False, reference_affordable=False)
     param_name = "u"
 
     def __init__(self, settings: EllipticSettings | None = None, data=None, device: str | torch.device = "cpu",
@@ -223,6 +223,11 @@ class EllipticInverse(TargetBase):
         if self.whiten:
             return torch.eye(self.dim, device=self.device, dtype=self.dtype)
         return self.prior.chol
+
+    def autograd_log_prob(self) -> None:
+        """None: the likelihood's gradient is an adjoint solve outside torch's graph, so autograd cannot
+        differentiate it twice (Laplace takes finite differences of the gradient instead)."""
+        return None
 
     def gaussian_prior(self) -> GaussianPrior:
         """The prior is the Gaussian field's (log_likelihood, sample_prior, prior_log_prob, prior_factor above)."""
