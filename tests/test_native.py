@@ -416,8 +416,8 @@ def test_no_compiler_falls_back_with_one_warning(fresh_build, monkeypatch):
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", str(fresh_build))  # neither cc, gcc nor clang on the path
     with pytest.warns(build.NativeKernelWarning, match="no C compiler found") as record:
-        assert build.load("logistic_leapfrog") is None
-        assert build.load("logistic_leapfrog") is None  # remembered: no second attempt, no second warning
+        assert build.load("kernels") is None
+        assert build.load("kernels") is None  # remembered: no second attempt, no second warning
     assert len(record) == 1
     q = torch.zeros(2, 3, dtype=torch.float64)
     assert not native.available()
@@ -429,7 +429,7 @@ def test_a_failing_build_falls_back(fresh_build, monkeypatch, tmp_path_factory):
     broken = tmp_path_factory.mktemp("src")
     (broken / "broken.c").write_text("this is not C\n")
     monkeypatch.setattr(build, "SOURCE_DIR", broken)
-    with pytest.warns(build.NativeKernelWarning, match="building or loading the native kernel broken failed"):
+    with pytest.warns(build.NativeKernelWarning, match="building or loading the native library broken failed"):
         assert build.load("broken") is None
     assert not list((fresh_build / "native").glob("broken-*.so"))
 
@@ -438,7 +438,7 @@ def test_a_failing_build_falls_back(fresh_build, monkeypatch, tmp_path_factory):
 def test_without_openmp_the_build_is_serial_with_a_warning(fresh_build, monkeypatch, digits, torch_threads):
     monkeypatch.setattr(build, "OPENMP_FLAGS", ("-fno-such-openmp-flag",))  # the compiler rejects it
     with pytest.warns(build.NativeKernelWarning, match="built without OpenMP"):
-        library = build.load("logistic_leapfrog")
+        library = build.load("kernels")
     assert library is not None and library.logistic_openmp() == 0
     torch_threads(2)
     assert native.kernel_threads(digits.density_form().design_t.dtype, 8) == 1
@@ -466,7 +466,7 @@ def test_an_openmp_library_that_does_not_load_falls_to_the_serial_build(fresh_bu
         return real_cdll(path)
     monkeypatch.setattr(build.ctypes, "CDLL", first_load_fails)
     with pytest.warns(build.NativeKernelWarning, match="built without OpenMP .libgomp.so.1: cannot open"):
-        library = build.load("logistic_leapfrog")
+        library = build.load("kernels")
     assert library is not None and library.logistic_openmp() == 0 and len(tried) == 2
 
 
@@ -532,8 +532,8 @@ def test_the_install_step_builds_what_the_first_run_loads(fresh_build, monkeypat
     env = {**os.environ, "BAYESX_CACHE_DIR": str(fresh_build), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     done = subprocess.run([sys.executable, "-m", "bayesx.native.build"], env=env, capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 0 and "native kernel logistic_leapfrog built" in done.stdout, done.stderr
-    built = list((fresh_build / "native").glob("logistic_leapfrog-*.so"))
+    assert done.returncode == 0 and "native library kernels built" in done.stdout, done.stderr
+    built = list((fresh_build / "native").glob("kernels-*.so"))
     assert len(built) == 1 and str(built[0]) in done.stdout
 
     def no_compiling(*args, **kwargs):

@@ -41,7 +41,7 @@ def _fall_back(message: str) -> None:
 
 
 SOURCE_DIR = Path(__file__).resolve().parent
-LIBRARIES = ("logistic_leapfrog",)  # the C sources (<name>.c) of this package
+LIBRARIES = ("kernels",)  # the C sources (<name>.c) of this package
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
 LINK_FLAGS = ("-shared",)
 OPENMP_FLAGS = ("-fopenmp",)  # both compiling and linking
@@ -104,10 +104,10 @@ def load(name: str) -> ctypes.CDLL | None:
             failures.append(detail.splitlines()[-1] if detail else type(exc).__name__)
             continue
         if failures:
-            warnings.warn(f"bayesx: the native kernel {name} was built without OpenMP ({failures[0]}); "
+            warnings.warn(f"bayesx: the native library {name} was built without OpenMP ({failures[0]}); "
                           "each native call runs on one thread", NativeKernelWarning, stacklevel=2)
         return library
-    _fall_back(f"building or loading the native kernel {name} failed ({failures[-1]})")
+    _fall_back(f"building or loading the native library {name} failed ({failures[-1]})")
     return None
 
 
@@ -134,7 +134,7 @@ def build_all() -> list[str]:
             library = load(name)
         lines += [str(w.message) for w in caught if issubclass(w.category, NativeKernelWarning)]
         if library is not None:
-            lines.append(f"bayesx: native kernel {name} built: {library._name}")
+            lines.append(f"bayesx: native library {name} built: {library._name}")
     return lines
 
 

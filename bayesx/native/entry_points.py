@@ -7,7 +7,7 @@ somewhere later. So the types are written once, in :data:`ENTRY_POINTS`, one let
     i  int        r  the library's real (double in the f64 functions, float in the f32 ones)
     p  pointer    v  (return only) nothing
 
-and the library states its own in the same letters (``bayesx_signature(name)`` in logistic_leapfrog.c,
+and the library states its own in the same letters (``bayesx_signature(name)`` in kernels.c,
 with d and f for the reals). :func:`bind` compares the two for every entry point before any is called,
 and a difference is a one-line :class:`NativeSignatureError` naming the function and both signatures.
 """

@@ -10,7 +10,7 @@ HMC on logistic regression with A = X, c = 0, P = I / s^2, b = 0, and AE-HMC's l
 A = X B, c = X a, P = B^T B / s^2, b = B^T a / s^2 (the decoder q = a + B u, Deep MCMC eq. 7). At the
 sizes of that table (n = 288, k = 6 to 64, four chains) a PyTorch step is a handful of tiny kernels
 whose dispatch costs more than their arithmetic, so :func:`trajectory` runs all L steps of every
-chain in one C call (logistic_leapfrog.h), and :func:`nuts` each chain's whole tree (nuts.h, which takes
+chain in one C call (leapfrog.h on the logistic form of logistic_form.h), and :func:`nuts` each chain's whole tree (nuts.h, which takes
 any density with a native gradient), with the same arithmetic as the PyTorch path up to rounding. The
 kernels choose this backend from a target's form (bayesx.kernels.backend): for CPU tensors of float64
 or float32 when the library builds (see build.py). Chains are independent, so one call splits them over
@@ -49,7 +49,7 @@ class _Kernels(NamedTuple):
 def kernels(dtype: torch.dtype) -> _Kernels | None:
     """The library's functions for one precision, typed and checked against the library's own signatures
     (bayesx.native.entry_points; a difference raises NativeSignatureError), or None where it cannot be built."""
-    library = load("logistic_leapfrog") if dtype in _SUFFIX else None
+    library = load("kernels") if dtype in _SUFFIX else None
     if library is None:
         return None
     functions = bind(library, _SUFFIX[dtype], library._name)

@@ -1,39 +1,12 @@
-/* NUTS: one transition of every chain, each chain on its own, for any density with a native gradient.
- * Included once per precision by logistic_leapfrog.c (REAL, SUFFIX, EXP, LOG as there), before the
- * densities that use it (logistic_leapfrog.h).
+/* NUTS: one transition of every chain, each chain on its own, for any density with a native gradient
+ * (a DENSITY, density.h). Included once per precision by kernels.c (REAL, SUFFIX, EXP, LOG as there),
+ * after density.h and before the densities that use it (logistic_form.h).
  *
  * The algorithm of bayesx/kernels/nuts.py (multinomial sampling, Betancourt's generalized U-turn
  * criterion checked on the whole trajectory after each doubling and on every balanced sub-subtree,
  * a subtree with a U-turn or a divergence discarded), but per chain: a chain whose tree stops early
  * frees its thread for the next chain (dynamic schedule) instead of waiting in lock-step. The
  * momentum comes from the caller; the uniforms (direction, progressive sampling) from nuts_rng. */
-
-/* out <- M u for M dense (k x k, row-major) or diagonal (k). */
-static void CAT(apply, SUFFIX)(int k, const REAL *restrict m, int dense, const REAL *restrict u, REAL *restrict out) {
-    if (dense) {
-        for (int j = 0; j < k; j++) {
-            const REAL *restrict row = m + (size_t)j * k;
-            REAL s = 0;
-            for (int i = 0; i < k; i++) s += row[i] * u[i];
-            out[j] = s;
-        }
-    } else {
-        for (int j = 0; j < k; j++) out[j] = m[j] * u[j];
-    }
-}
-
-/* A density NUTS can sample: log_prob_grad(model, k, u, g, scratch) sets g <- grad log pi(u) and returns
- * log pi(u) with its constant, using `scratch` numbers of scratch memory. log_prob_grad2 (or NULL) does
- * the same for two points at once (a, b; log pi(b) written to *lp_b, each with its own scratch): where
- * a density's gradient streams data from memory, two points in one pass cost much less than two passes. */
-typedef struct {
-    REAL (*log_prob_grad)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch);
-    REAL (*log_prob_grad2)(const void *model, int k, const REAL *ua, const REAL *ub, REAL *ga, REAL *gb, REAL *lp_b,
-                           REAL *scratch_a, REAL *scratch_b);
-    const void *model;
-    size_t scratch;
-} CAT(density, SUFFIX);
-#define DENSITY CAT(density, SUFFIX)
 
 #define NUTS_DIVERGENCE ((REAL)1000)
 #define NUTS_BIG ((REAL)1e30)  /* an energy error that is not finite: divergent, weight exp(-1e30) = 0 */
@@ -245,11 +218,11 @@ static void CAT(nuts_chains, SUFFIX)(int threads, int group, int chains, int k, 
         while (growing[0] || growing[1]) {
             if (growing[0] && growing[1]) {
                 PHASE *a = &trees[0].cur, *b = &trees[1].cur;
-                a->lp = density->log_prob_grad2(density->model, k, a->q, b->q, a->g, b->g, &b->lp, mem, mem + size);
+                a->lp = density->log_prob_grad2(density->model, k, a->q, b->q, a->g, b->g, &b->lp, mem, mem + size, 1);
             } else {
                 for (int m = 0; m < members; m++) {
                     PHASE *c = &trees[m].cur;
-                    if (growing[m]) c->lp = density->log_prob_grad(density->model, k, c->q, c->g, mem + size * (size_t)m);
+                    if (growing[m]) c->lp = density->log_prob_grad(density->model, k, c->q, c->g, mem + size * (size_t)m, 1);
                 }
             }
             for (int m = 0; m < members; m++)

@@ -1,13 +1,13 @@
-/* Body of the fused leapfrog trajectory for a Gaussian-prior logistic-regression density.
- * Included twice by logistic_leapfrog.c, with REAL = double / float and SUFFIX = f64 / f32, after nuts.h.
+/* The logistic form (bayesx.targets.forms.LogisticForm) as a native DENSITY (density.h), and its exported
+ * entry points: its density and gradient, leapfrog trajectories (leapfrog.h) and NUTS transitions (nuts.h)
+ * on it. Included once per precision by kernels.c (REAL = double / float, SUFFIX = f64 / f32), after the
+ * kernels. Nothing here moves a chain: the kernels do, on whatever DENSITY they are given.
  *
  * Density, for u in R^k (one chain):
  *     l       = c + A u                                  (n logits; A is n x k, given as A^T)
  *     log pi  = sum_i [y_i l_i - softplus(l_i)] - u^T P u / 2 - b^T u      (+ a constant)
  *     grad    = A^T (y - sigmoid(l)) - P u - b
- * Kinetic energy K(p) = p^T M^-1 p / 2.  P and M^-1 are dense (k x k) or diagonal (k).
- * One trajectory of L leapfrog steps of size eps, with the inner momentum half steps fused:
- *     p += eps/2 grad(u);  repeat L times { u += eps M^-1 p;  p += eps grad(u) }  (last: eps/2)
+ * P is dense (k x k) or diagonal (k).
  */
 
 /* The two products with A take four rows of A^T at a time, on whole 32-byte SIMD vectors (GCC/Clang
@@ -223,83 +223,7 @@ void CAT(logistic_density, SUFFIX)(int threads, int chains, int n, int k, const 
     }
 }
 
-/* K(p) = p^T M^-1 p / 2, with v = M^-1 p written to v. */
-static REAL CAT(kinetic, SUFFIX)(int k, const REAL *restrict inv_mass, int mass_dense, const REAL *restrict p,
-                                 REAL *restrict v) {
-    CAT(apply, SUFFIX)(k, inv_mass, mass_dense, p, v);
-    REAL s = 0;
-    for (int j = 0; j < k; j++) s += p[j] * v[j];
-    return (REAL)0.5 * s;
-}
-
-/* Runs every chain's trajectory in place, the chains split over `threads` OpenMP threads, one chain per
- * task or (pairs) two in lock-step, their gradients evaluated together (gradient2: all chains take the
- * same number of steps, so a pair loses nothing). u, p (chains x k) hold the start point and momentum
- * and on return the end point and momentum; g (chains x k) holds grad log pi at the start when
- * start_known (else it is computed first) and on return the gradient at the end. out (4 x chains)
- * receives, per chain, log pi at the start and at the end (constant included) and the Hamiltonian
- * H = -log pi + K at the start and at the end; with start_known the first row must already hold log pi
- * at the start. eps holds one step size per chain. work must hold threads x 2 x logistic_work_size(n, k)
- * numbers. */
-void CAT(logistic_leapfrog, SUFFIX)(int threads, int pairs, int chains, int n, int k, int steps, const REAL *At,
-                                    const REAL *c, const REAL *y, const REAL *prec, int prec_dense,
-                                    const REAL *shift, REAL constant, const REAL *inv_mass, int mass_dense,
-                                    const REAL *eps, REAL *u_all, REAL *p_all, REAL *g_all, int start_known,
-                                    REAL *out, REAL *work) {
-    const int group = pairs ? 2 : 1, tasks = (chains + group - 1) / group;
-    const size_t size = (size_t)logistic_work_size(n, k);
-    #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int task = 0; task < tasks; task++) {
-        const int first = task * group, members = first + group <= chains ? group : chains - first;
-        REAL *w = work + (size_t)THREAD_ID * 2 * size;
-        REAL *r[2], *v[2], *pu[2], *u[2], *p[2], *g[2], e[2], lp[2] = {0, 0};
-        for (int m = 0; m < members; m++) {
-            const int ch = first + m;
-            r[m] = w + m * size;
-            v[m] = r[m] + n;
-            pu[m] = v[m] + k;
-            u[m] = u_all + (size_t)ch * k;
-            p[m] = p_all + (size_t)ch * k;
-            g[m] = g_all + (size_t)ch * k;
-            e[m] = eps[ch];
-        }
-        /* log pi and its gradient at every member's u (without the constant when want) into lp */
-        #define GRADIENTS(want)                                                                                   \
-            if (members == 2)                                                                                     \
-                lp[0] = CAT(gradient2, SUFFIX)(n, k, At, c, y, prec, prec_dense, shift, u[0], u[1], g[0], g[1],   \
-                                               r[0], r[1], pu[0], pu[1], want, &lp[1]);                            \
-            else                                                                                                  \
-                lp[0] = CAT(gradient, SUFFIX)(n, k, At, c, y, prec, prec_dense, shift, u[0], g[0], r[0], pu[0], want)
-        if (!start_known) {
-            GRADIENTS(1);
-            for (int m = 0; m < members; m++) out[first + m] = constant + lp[m];
-        }
-        for (int m = 0; m < members; m++) {
-            out[2 * chains + first + m] = CAT(kinetic, SUFFIX)(k, inv_mass, mass_dense, p[m], v[m]) - out[first + m];
-            for (int j = 0; j < k; j++) p[m][j] += (REAL)0.5 * e[m] * g[m][j];
-        }
-        for (int s = 0; s < steps; s++) {
-            for (int m = 0; m < members; m++) {
-                CAT(apply, SUFFIX)(k, inv_mass, mass_dense, p[m], v[m]);
-                for (int j = 0; j < k; j++) u[m][j] += e[m] * v[m][j];
-            }
-            const int final_step = s == steps - 1;
-            GRADIENTS(final_step);
-            for (int m = 0; m < members; m++) {
-                const REAL h = final_step ? (REAL)0.5 * e[m] : e[m];
-                for (int j = 0; j < k; j++) p[m][j] += h * g[m][j];
-            }
-        }
-        #undef GRADIENTS
-        for (int m = 0; m < members; m++) {
-            const int ch = first + m;
-            out[chains + ch] = constant + lp[m];
-            out[3 * chains + ch] = CAT(kinetic, SUFFIX)(k, inv_mass, mass_dense, p[m], v[m]) - out[chains + ch];
-        }
-    }
-}
-
-/* The logistic form as a density for the NUTS kernel (nuts.h); scratch: r (n) and P u (k). */
+/* The logistic form as a DENSITY; scratch: r (n) and P u (k). */
 typedef struct {
     int n;
     const REAL *At, *c, *y, *prec;
@@ -308,20 +232,41 @@ typedef struct {
     REAL constant;
 } CAT(logistic_model, SUFFIX);
 
-static REAL CAT(logistic_log_prob_grad, SUFFIX)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch) {
+static REAL CAT(logistic_log_prob_grad, SUFFIX)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch,
+                                                int want_log_prob) {
     const CAT(logistic_model, SUFFIX) *m = model;
     return m->constant + CAT(gradient, SUFFIX)(m->n, k, m->At, m->c, m->y, m->prec, m->prec_dense, m->shift, u, g,
-                                               scratch, scratch + m->n, 1);
+                                               scratch, scratch + m->n, want_log_prob);
 }
 
 /* Two points' log pi and gradients, the design read once per product (gradient2). */
 static REAL CAT(logistic_log_prob_grad2, SUFFIX)(const void *model, int k, const REAL *ua, const REAL *ub, REAL *ga,
-                                                 REAL *gb, REAL *lp_b, REAL *scratch_a, REAL *scratch_b) {
+                                                 REAL *gb, REAL *lp_b, REAL *scratch_a, REAL *scratch_b,
+                                                 int want_log_prob) {
     const CAT(logistic_model, SUFFIX) *m = model;
     const REAL lp_a = CAT(gradient2, SUFFIX)(m->n, k, m->At, m->c, m->y, m->prec, m->prec_dense, m->shift, ua, ub, ga, gb,
-                                             scratch_a, scratch_b, scratch_a + m->n, scratch_b + m->n, 1, lp_b);
+                                             scratch_a, scratch_b, scratch_a + m->n, scratch_b + m->n, want_log_prob,
+                                             lp_b);
     *lp_b += m->constant;
     return m->constant + lp_a;
+}
+
+/* The logistic form's model and DENSITY, built on the caller's stack. */
+#define LOGISTIC_DENSITY(model, density)                                                                          \
+    const CAT(logistic_model, SUFFIX) model = {n, At, c, y, prec, prec_dense, shift, constant};                   \
+    const DENSITY density = {CAT(logistic_log_prob_grad, SUFFIX), CAT(logistic_log_prob_grad2, SUFFIX), &model,   \
+                             (size_t)n + (size_t)k}
+
+/* Leapfrog trajectories of every chain on the logistic form (leapfrog.h's leapfrog_chains; pairs: two chains
+ * in lock-step per task). work must hold threads x 2 x logistic_work_size(n, k) numbers. */
+void CAT(logistic_leapfrog, SUFFIX)(int threads, int pairs, int chains, int n, int k, int steps, const REAL *At,
+                                    const REAL *c, const REAL *y, const REAL *prec, int prec_dense,
+                                    const REAL *shift, REAL constant, const REAL *inv_mass, int mass_dense,
+                                    const REAL *eps, REAL *u_all, REAL *p_all, REAL *g_all, int start_known,
+                                    REAL *out, REAL *work) {
+    LOGISTIC_DENSITY(model, density);
+    CAT(leapfrog_chains, SUFFIX)(threads, pairs ? 2 : 1, chains, k, &density, steps, inv_mass, mass_dense, eps, u_all,
+                                 p_all, g_all, start_known, out, work);
 }
 
 /* One NUTS transition of every chain (nuts.h; pairs: grow two chains' trees in lock-step per task, their
@@ -334,12 +279,11 @@ void CAT(logistic_nuts, SUFFIX)(int threads, int pairs, int chains, int n, int k
                                 const REAL *y, const REAL *prec, int prec_dense, const REAL *shift, REAL constant,
                                 const REAL *inv_mass, int mass_dense, REAL eps, int max_depth, const uint64_t *seeds,
                                 REAL *u_all, const REAL *p_all, REAL *g_all, REAL *lp_all, REAL *info, int *failed) {
-    const CAT(logistic_model, SUFFIX) model = {n, At, c, y, prec, prec_dense, shift, constant};
-    const DENSITY density = {CAT(logistic_log_prob_grad, SUFFIX), CAT(logistic_log_prob_grad2, SUFFIX), &model,
-                             (size_t)n + (size_t)k};
+    LOGISTIC_DENSITY(model, density);
     CAT(nuts_chains, SUFFIX)(threads, pairs ? 2 : 1, chains, k, &density, inv_mass, mass_dense, eps, max_depth, seeds,
                              u_all, p_all, g_all, lp_all, info, failed);
 }
 
+#undef LOGISTIC_DENSITY
 #undef VEC
 #undef LANES

@@ -1,0 +1,55 @@
+/* What every native kernel's translation unit needs before density.h: the C headers, the thread id, name
+ * pasting for the per-precision copies (CAT(name, SUFFIX)), NUTS's random numbers, and finiteness tests
+ * that survive -ffast-math. Included once, by kernels.c (or by any C file that compiles the kernels
+ * against a density of its own). */
+#ifndef BAYESX_COMMON_H
+#define BAYESX_COMMON_H
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#define THREAD_ID omp_get_thread_num()
+#else
+#define THREAD_ID 0   /* built without OpenMP: the pragmas are ignored and one thread runs */
+#endif
+
+/* The uniforms of one chain's NUTS tree: xoshiro256+ (Blackman and Vigna 2018) seeded through
+ * splitmix64 from one 64-bit seed per chain and transition, drawn by the caller from its generator. */
+typedef struct { uint64_t s[4]; } nuts_rng;
+
+static inline uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static inline void nuts_rng_seed(nuts_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+/* uniform on [0, 1) with 53 random bits */
+static inline double nuts_uniform(nuts_rng *r) {
+    const uint64_t out = r->s[0] + r->s[3], t = r->s[1] << 17;
+    r->s[2] ^= r->s[0];
+    r->s[3] ^= r->s[1];
+    r->s[1] ^= r->s[2];
+    r->s[0] ^= r->s[3];
+    r->s[2] ^= t;
+    r->s[3] = (r->s[3] << 45) | (r->s[3] >> 19);
+    return (double)(out >> 11) * 0x1.0p-53;
+}
+
+/* Whether x is finite, read from its bits: -ffast-math lets the compiler assume that isnan and
+ * isinf are false, so they cannot be trusted here. */
+static inline int finite_f64(double x) { uint64_t b; memcpy(&b, &x, sizeof b); return (b & 0x7ff0000000000000ULL) != 0x7ff0000000000000ULL; }
+static inline int finite_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); return (b & 0x7f800000U) != 0x7f800000U; }
+
+#define CAT_(a, b) a##_##b
+#define CAT(a, b) CAT_(a, b)
+
+#endif
