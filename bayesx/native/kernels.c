@@ -1,7 +1,8 @@
 /* The native kernels, in double and single precision: NUTS transitions (nuts.h) and leapfrog trajectories
- * (leapfrog.h) for any density with a native gradient (density.h), and the one density written in C, the
- * logistic form with its entry points (logistic_form.h; bayesx.targets.forms: Gaussian-prior logistic
- * regression, its restriction to a subspace, and with no rows a Gaussian). Built by
+ * (leapfrog.h) for any density with a native gradient (density.h), on the one density written in C, the
+ * logistic form (logistic_form.h; bayesx.targets.forms: Gaussian-prior logistic regression, its
+ * restriction to a subspace, and with no rows a Gaussian), and on densities compiled from PyTorch code
+ * (compiled_density.h). Built by
  * bayesx/native/build.py (at install, else at first use); bayesx_signature at the end states every
  * exported function's parameter types. */
 #include "common.h"
@@ -28,6 +29,7 @@ int logistic_openmp(void) {
 #include "nuts.h"
 #include "leapfrog.h"
 #include "logistic_form.h"
+#include "compiled_density.h"
 #undef DENSITY
 #undef PHASE
 #undef NUTS_DIVERGENCE
@@ -47,6 +49,7 @@ int logistic_openmp(void) {
 #include "nuts.h"
 #include "leapfrog.h"
 #include "logistic_form.h"
+#include "compiled_density.h"
 
 /* Every exported function's parameter types, one letter each (i int, p pointer, d double, f float), then
  * "->" and its return type (v nothing, i int). bayesx/native/entry_points.py declares the same and checks
@@ -56,7 +59,10 @@ int logistic_openmp(void) {
 #define SIGNATURES(suffix, real) \
     {"logistic_density_" suffix, "iiii" FORM(real) "pppp->v"}, \
     {"logistic_leapfrog_" suffix, "iiiiii" FORM(real) "pippppipp->v"}, \
-    {"logistic_nuts_" suffix, "iiiii" FORM(real) "pi" real "ippppppp->v"},
+    {"logistic_nuts_" suffix, "iiiii" FORM(real) "pi" real "ippppppp->v"}, \
+    {"compiled_density_" suffix, "iiipppp->v"}, \
+    {"compiled_leapfrog_" suffix, "iiiippippppipp->v"}, \
+    {"compiled_nuts_" suffix, "iiippi" real "ippppppp->v"},
 static const char *const signatures[][2] = {
     SIGNATURES("f64", "d")
     SIGNATURES("f32", "f")
