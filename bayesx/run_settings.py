@@ -54,6 +54,9 @@ class DeviceSettings(Settings):
     name: str = "cpu"  # cpu | cuda | cuda:N
     dtype: Literal["float32", "float64"] = "float64"
     num_threads: Annotated[int | None, AtLeast(1)] = None  # torch intra-op threads; null: torch's default
+    # compile densities without a hand-written native form for the C kernels (bayesx.kernels.backend):
+    # auto (runs long enough to repay it), always, never; null: $BAYESX_COMPILE, else auto
+    compile: Literal["auto", "always", "never"] | None = None
 
 
 @dataclass(frozen=True)

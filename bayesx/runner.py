@@ -8,6 +8,7 @@ run_job(cfg):  validate -> build data, target, method -> seed -> (the reference 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import tempfile
 import threading
@@ -48,6 +49,8 @@ def resolve_device(device: DeviceSettings) -> tuple[torch.device, torch.dtype]:
         raise BayesxError(f"unknown device '{name}'; use device=cpu or device=cuda") from exc
     if device.num_threads:
         torch.set_num_threads(device.num_threads)
+    if device.compile is not None:
+        os.environ["BAYESX_COMPILE"] = device.compile  # read by bayesx.kernels.backend.prepare
     return resolved, DTYPES[device.dtype]
 
 

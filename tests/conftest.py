@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from cli_helpers import empty_store
@@ -27,3 +29,8 @@ def bad_env(bad_store, monkeypatch):
     """Point the CLI at the bad-input store for one test."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", bad_store)
     return bad_store
+
+
+# Sampler runs in the tests stay on the PyTorch path unless a test asks for compiled densities (a compile
+# costs 10-40 s; tests/test_compiled.py sets BAYESX_COMPILE itself): ``auto`` would compile every default run.
+os.environ.setdefault("BAYESX_COMPILE", "never")

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from bayesx.native.build import cache_dir, enabled, load
+from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
 from bayesx.native.entry_points import bind
 
 SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
@@ -81,6 +82,24 @@ class CompiledDensity:
         self.functions["compiled_density"](self.threads_for(u.shape[0]), u.shape[0], self.dim, self.model,
                                            u.data_ptr(), grad.data_ptr(), lp.data_ptr())
         return lp, grad
+
+    def trajectory(self, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
+                   grad: Tensor | None = None, log_prob: Tensor | None = None) -> Trajectory:
+        """``num_steps`` leapfrog steps of every chain in one native call (as bayesx.native.logistic.trajectory)."""
+        chains, k = position.shape
+        threads = self.threads_for(chains)
+        work = torch.empty(threads * 2 * k, dtype=self.dtype)  # held here: a pointer does not keep its tensor alive
+        run = self.functions["compiled_leapfrog"]
+        return leapfrog(lambda steps, *tail: run(threads, chains, k, steps, self.model, *tail, ptr(work)),
+                        position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
+
+    def nuts(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
+             inv_mass: Tensor, max_depth: int, seeds: Tensor) -> NUTSTransition:
+        """One NUTS transition of every chain in one native call, each chain's tree on its own (nuts.h)."""
+        chains, k = position.shape
+        run = self.functions["compiled_nuts"]
+        return transition(lambda *tail: run(self.threads_for(chains), chains, k, self.model, *tail), position,
+                          momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
 
     def threads_for(self, chains: int) -> int:
         """Threads one call splits its chains over: torch's thread count, at most one per chain and at

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from bayesx.native.build import enabled, load
 from bayesx.native.entry_points import bind
-from bayesx.native.nuts import NUTSTransition, ptr, transition
+from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
 
 if TYPE_CHECKING:
     from bayesx.targets.forms import LogisticForm
@@ -127,18 +127,6 @@ def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Ten
     return log_prob, grad
 
 
-class Trajectory(NamedTuple):
-    """The end of a leapfrog trajectory and the Hamiltonian H = -log pi + p^T M^-1 p / 2 at both ends."""
-
-    position: Tensor  # (chains, k)
-    momentum: Tensor
-    grad: Tensor  # grad log pi at the end
-    log_prob: Tensor  # (chains,) at the end
-    start_log_prob: Tensor
-    start_energy: Tensor
-    end_energy: Tensor
-
-
 def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size, num_steps: int,
                inv_mass: Tensor, grad: Tensor | None = None, log_prob: Tensor | None = None,
                pairs: bool | None = None) -> Trajectory:
@@ -148,29 +136,14 @@ def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size
     kernel evaluates them first. ``pairs``: run the chains two at a time per thread (None:
     :func:`pairs_pay`). The inputs are not modified; the caller has checked :func:`supports`.
     """
-    if num_steps < 1:
-        raise ValueError("num_steps must be >= 1")
     library = kernels(position.dtype)
-    u, p = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum))
-    chains, k = u.shape
-    out = torch.empty(4, chains, dtype=u.dtype)  # log pi start, end; H start, end
-    start_known = grad is not None
-    if start_known:
-        g = grad.detach().clone(memory_format=torch.contiguous_format)
-        out[0] = log_prob
-    else:
-        g = torch.empty_like(u)
-    if isinstance(step_size, Tensor):
-        eps = step_size.detach().to(u.dtype).reshape(-1).expand(chains).contiguous()
-    else:
-        eps = torch.full((chains,), float(step_size), dtype=u.dtype)
-    inv_mass = inv_mass.detach().contiguous()
-    threads = kernel_threads(u.dtype, chains)
-    work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
+    chains, k = position.shape
+    threads = kernel_threads(position.dtype, chains)
     paired = pairs_pay(chains, threads) if pairs is None else pairs
-    library.leapfrog(threads, paired, chains, form.rows, k, num_steps, *_form_args(form), ptr(inv_mass),
-                     inv_mass.dim() == 2, ptr(eps), ptr(u), ptr(p), ptr(g), start_known, ptr(out), ptr(work))
-    return Trajectory(u, p, g, out[1], out[0], out[2], out[3])
+    work = _work(library, form, position, threads)  # held here: a pointer does not keep its tensor alive
+    return leapfrog(lambda steps, *tail: library.leapfrog(threads, paired, chains, form.rows, k, steps,
+                                                          *_form_args(form), *tail, ptr(work)),
+                    position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
 
 
 PAIR_COST = 1.5

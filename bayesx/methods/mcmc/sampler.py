@@ -117,18 +117,29 @@ class MCMCMethod(Sampler):
         """Which backend runs the density this kernel moves on (the ``kernels`` tag; bayesx.kernels.backend)."""
         return backend.name(target, position)
 
+    def prepare_backend(self, target, position: torch.Tensor, out: Draws) -> None:
+        """Let the kernels' backend compile the density for this run's length (bayesx.kernels.backend.prepare);
+        the compile's time and whether it came from the cache go into the run's record."""
+        cfg = self.settings
+        start = time.perf_counter()
+        prepared = backend.prepare(target, position, position.shape[0] * (cfg.num_warmup + cfg.num_draws * cfg.thin))
+        out.tags.update(prepared.tags())
+        if prepared.kernels == backend.COMPILED:
+            out.timings["compile_time_s"] = time.perf_counter() - start
+
     # --- the driver ------------------------------------------------------------------------------
     def sample(self, target, inputs: RunInputs) -> Draws:
         """Warm up and sample all chains from ``inputs.initial`` (chains, dim); the retained draws go to
         ``inputs.checkpoint`` as they gather. With ``inputs.resume`` (a killed run's checkpoint), skip the
         warm-up and continue its sampling where it stopped, with its generator state."""
         initial_position, gen, progress, checkpoint = inputs.initial, inputs.gen, inputs.progress, inputs.checkpoint
-        if inputs.resume is not None:
-            return self._sample(target, gen, progress, checkpoint, inputs.resume)
         cfg = self.settings
         n_chains, dim = initial_position.shape
-        dense = cfg.mass in DENSE_FORMS
         out = Draws()
+        self.prepare_backend(target, initial_position, out)
+        if inputs.resume is not None:
+            return self._sample(target, gen, progress, checkpoint, inputs.resume, out=out)
+        dense = cfg.mass in DENSE_FORMS
         out.tags["kernels"] = self.kernel_name(target, initial_position)
         start = time.perf_counter()
         metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)

@@ -1,7 +1,8 @@
-"""The Python side of the native NUTS kernel (nuts.h): one transition of every chain in one C call, each
-chain's tree built on its own thread slot (or two chains' trees in lock-step, where the density evaluates
-two gradients in one pass), for any density the library has a gradient for (today the logistic form,
-:mod:`bayesx.native.logistic`)."""
+"""The Python side of the native kernels' calls, whatever the density (the logistic form,
+:mod:`bayesx.native.logistic`; a compiled density, :mod:`bayesx.native.compiled`): the arguments every
+density's NUTS transition (nuts.h: each chain's tree on its own thread slot, or two chains' trees in
+lock-step where the density evaluates two gradients in one pass) and leapfrog trajectory (leapfrog.h)
+share, and what the calls return."""
 
 from __future__ import annotations
 
@@ -48,6 +49,44 @@ def transition(run: Callable, position: Tensor, momentum: Tensor, log_prob: Tens
     if failed.value:
         raise MemoryError("the native NUTS kernel could not allocate its scratch memory")
     return NUTSTransition(u, lp, g, info[0], info[1] > 0, info[2], info[3] > 0, info[4].long(), info[5].long())
+
+
+class Trajectory(NamedTuple):
+    """The end of a leapfrog trajectory and the Hamiltonian H = -log pi + p^T M^-1 p / 2 at both ends."""
+
+    position: Tensor  # (chains, k)
+    momentum: Tensor
+    grad: Tensor  # grad log pi at the end
+    log_prob: Tensor  # (chains,) at the end
+    start_log_prob: Tensor
+    start_energy: Tensor
+    end_energy: Tensor
+
+
+def leapfrog(run: Callable, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
+             grad: Tensor | None, log_prob: Tensor | None) -> Trajectory:
+    """Call ``run`` (a density's leapfrog function with its leading arguments bound, taking the number of steps
+    first) with the arguments every density shares: M^-1 and whether it is dense, one step size per chain,
+    the point, momentum and gradient (copied: the inputs are not modified), whether log pi and its gradient
+    at the start are known (else the kernel evaluates them first) and the output rows."""
+    if num_steps < 1:
+        raise ValueError("num_steps must be >= 1")
+    u, p = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum))
+    chains = u.shape[0]
+    out = torch.empty(4, chains, dtype=u.dtype)  # log pi start, end; H start, end
+    start_known = grad is not None
+    if start_known:
+        g = grad.detach().clone(memory_format=torch.contiguous_format)
+        out[0] = log_prob
+    else:
+        g = torch.empty_like(u)
+    if isinstance(step_size, Tensor):
+        eps = step_size.detach().to(u.dtype).reshape(-1).expand(chains).contiguous()
+    else:
+        eps = torch.full((chains,), float(step_size), dtype=u.dtype)
+    inv_mass = inv_mass.detach().contiguous()
+    run(num_steps, ptr(inv_mass), inv_mass.dim() == 2, ptr(eps), ptr(u), ptr(p), ptr(g), start_known, ptr(out))
+    return Trajectory(u, p, g, out[1], out[0], out[2], out[3])
 
 
 def chain_seeds(n_chains: int, gen: torch.Generator) -> Tensor:
