@@ -29,8 +29,8 @@ compile policy: ``auto`` (the default: compile for runs of at least COMPILE_FROM
 
 from __future__ import annotations
 
-import logging
 import os
+import sys
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -52,7 +52,6 @@ COMPILE_FROM = 2000
 """Chain-transitions from which ``compile=auto`` compiles a density that is not cached yet: a compile costs
 10-40 s on this project's 2 cores, a PyTorch NUTS leaf about 300 us more than a compiled one, and a
 default NUTS run (4 chains, 300 + 450 transitions of ~10 leaves) is 3,000."""
-log = logging.getLogger("bayesx")
 _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> CompiledDensity
 
 
@@ -94,12 +93,17 @@ def prepare(target, position: Tensor, transitions: int) -> Preparation:
         else:
             _compiled[target] = density
             if not density.cached:
-                log.info("bayesx: compiled the density in %.1f s (cached for later runs: %s)", density.compile_s,
-                         density.library_path)
+                _say(f"bayesx: compiled the density for the native kernels in {density.compile_s:.1f} s (cached: "
+                     f"{density.library_path})")
             return Preparation(COMPILED, density.compile_s, density.cached)
     if reason and not reason.startswith("-"):
-        log.warning("bayesx: the density runs on PyTorch: %s", reason)
+        _say(f"bayesx: the density runs on PyTorch, not compiled: {reason}")
     return Preparation(PYTORCH, reason=reason.lstrip("-") if reason else "")
+
+
+def _say(line: str) -> None:
+    """One line on stderr for the person running bayesx (the run's tags record the same)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _why_not_compiled(target, position: Tensor, transitions: int) -> str | None:

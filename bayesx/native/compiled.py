@@ -161,8 +161,10 @@ def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
 
 
 def _first_line(exc: Exception) -> str:
+    """The first sentence of an exception's message, at most 120 characters."""
     text = str(exc).strip().splitlines()
-    return text[0][:200] if text else ""
+    first = text[0].split(". ")[0] if text else ""
+    return first if len(first) <= 120 else first[:117] + "..."
 
 
 def _constants(graph: torch.fx.GraphModule) -> list[Tensor]:
