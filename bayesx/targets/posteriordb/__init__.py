@@ -1,0 +1,82 @@
+"""The posteriordb suite, built in: posteriors with gold-standard reference draws.
+
+posteriordb (Magnusson, Bürkner and Vehtari, "posteriordb: a set of posteriors for Bayesian inference
+and probabilistic programming"; github.com/stan-dev/posteriordb, BSD-3) pairs Stan programs and data
+with reference draws from long Stan runs (10 chains x 1,000 draws). bayesx carries a subset
+(bayesx/targets/posteriordb/suite.py), each posterior written twice: a batched torch density on Stan's
+unconstrained space (torch_models.py, what bayesx samples) and an independent one-point transcription
+for any array namespace (xp_models.py: numpy for the tests, jax.numpy for the peers' benchmark).
+
+    post = load("eight_schools_noncentered")
+    post.log_density(np, q, post.data)      # the xp transcription at one point q (dim,)
+    post.constrain(np, q, post.data)        # the constrained parameters, named post.param_names
+    post.reference                          # (n, p) gold-standard draws of those parameters
+    post.torch_model(torch.float64, "cpu").log_prob(q)  # the torch density, q (..., dim)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bayesx.settings import InvalidSetting
+from bayesx.targets.posteriordb.suite import NAMES, SUITE, SuiteEntry
+from bayesx.targets.posteriordb.torch_models import TORCH_MODELS, TorchModel
+from bayesx.targets.posteriordb.xp_models import XP_MODELS, XPModel
+
+DATA = Path(str(resources.files("bayesx.targets.posteriordb") / "data"))
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """One posterior of the suite: its data, its reference draws and its two transcriptions."""
+
+    name: str
+    entry: SuiteEntry
+    data: dict[str, np.ndarray]
+    reference: np.ndarray  # (n, p) gold-standard draws of the constrained parameters
+    param_names: tuple[str, ...]  # Stan's names, theta[1], ...
+    xp_model: XPModel
+
+    @property
+    def dim(self) -> int:
+        return self.entry.dim
+
+    def log_density(self, xp, q, data):
+        """The xp transcription's log density at one unconstrained point q (dim,)."""
+        return self.xp_model.log_density(xp, q, data)
+
+    def constrain(self, xp, q, data):
+        """The xp transcription's constrained parameters (p,) at one unconstrained point q (dim,)."""
+        return self.xp_model.constrain(xp, q, data)
+
+    def unconstrain(self, params: np.ndarray) -> np.ndarray:
+        """Constrained draws (n, p) mapped to the unconstrained space (n, dim), in numpy."""
+        return self.xp_model.unconstrain(np.asarray(params, dtype=np.float64), self.data)
+
+    def torch_model(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> TorchModel:
+        return TORCH_MODELS[self.name](self.data, dtype, torch.device(device))
+
+
+def check_name(name: str, key: str = "name") -> None:
+    if name not in SUITE:
+        raise InvalidSetting(key, f"is {name!r}, not a posterior of the suite; choose one of {', '.join(NAMES)}")
+
+
+@cache
+def load(name: str) -> Posterior:
+    """The suite's posterior ``name`` (see suite.py); InvalidSetting naming model.name otherwise."""
+    check_name(name)
+    entry = SUITE[name]
+    with np.load(DATA / f"{entry.file}.npz") as saved:
+        data = {k[len("data."):]: saved[k] for k in saved.files if k.startswith("data.")}
+        reference, names = saved["reference"], tuple(str(n) for n in saved["param_names"])
+    return Posterior(name, entry, data, reference, names, XP_MODELS[name])
+
+
+__all__ = ["NAMES", "Posterior", "load"]
