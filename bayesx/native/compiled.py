@@ -102,19 +102,21 @@ class CompiledDensity:
                           momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
 
     def threads_for(self, chains: int) -> int:
-        """Threads one call splits its chains over: torch's thread count, at most one per chain and at
-        most the container's models."""
-        return max(1, min(torch.get_num_threads(), chains, self.threads))
+        """Threads one call splits its chains over: one. The compiled code links torch's own OpenMP runtime,
+        and its evaluations on the kernels' OpenMP threads (another runtime) were 20-300x slower per gradient
+        than on one thread (eight schools, 4 chains, 2 threads: 110 against 6 us per NUTS leaf, measured
+        2026-11-25), so the chains take turns on the calling thread."""
+        return 1
 
 
 class NotCompiled(Exception):
     """Why a density was not compiled (one line, for the run's log)."""
 
 
-def compiled_density(log_prob, dim: int, dtype: torch.dtype, threads: int = 0) -> CompiledDensity:
+def compiled_density(log_prob, dim: int, dtype: torch.dtype, threads: int = 1) -> CompiledDensity:
     """The compiled density and gradient of ``log_prob`` (q (..., dim) -> (...)) in ``dtype``; raises
-    NotCompiled with the reason where it cannot be had. ``threads``: models in the container (0: torch's
-    thread count)."""
+    NotCompiled with the reason where it cannot be had. ``threads``: models in the container (how many
+    evaluations may run at once; see CompiledDensity.threads_for)."""
     if dtype not in SUFFIX:
         raise NotCompiled(f"dtype {dtype} is not compiled (float64 or float32 only)")
     if not enabled():
@@ -130,7 +132,6 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, threads: int = 0) -
     if not cached:
         _compile(graph, dim, dtype, path)
     compile_s = 0.0 if cached else time.perf_counter() - started
-    threads = threads or max(1, torch.get_num_threads())
     density = _load(path, dim, dtype, threads, compile_s, cached, functions)
     _check(density, log_prob, dim, dtype)
     return density
@@ -175,7 +176,7 @@ def _digest(graph: torch.fx.GraphModule, dtype: torch.dtype) -> str:
     """What identifies the compiled library: the graph's code, its constants' values, the dtype, torch's
     version, the CPU and the compiler settings."""
     digest = hashlib.sha256()
-    for part in (graph.code, str(dtype), torch.__version__, platform.machine(), _cpu_flags()):
+    for part in (graph.code, str(dtype), torch.__version__, platform.machine(), _cpu_flags(), "serial kernels"):
         digest.update(part.encode())
     for constant in _constants(graph):
         if isinstance(constant, Tensor):
@@ -211,7 +212,11 @@ def _compile(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, path: Pa
         warnings.simplefilter("ignore")
         try:
             exported = torch.export.export(_Graph(graph), (point,))
-            package = torch._inductor.aoti_compile_and_package(exported, package_path=str(Path(tmp) / "density.pt2"))
+            # serial kernels: the C kernels run the chains in parallel, and an OpenMP region inside each
+            # evaluation (torch's own OpenMP runtime, not the kernels') cost 300x per gradient on 2 threads
+            with torch._inductor.config.patch({"cpp.threads": 1}):
+                package = torch._inductor.aoti_compile_and_package(exported,
+                                                                   package_path=str(Path(tmp) / "density.pt2"))
         except Exception as exc:  # a missing C++ compiler, an operator AOTInductor lacks
             raise NotCompiled(f"AOTInductor could not compile it ({type(exc).__name__}: {_first_line(exc)})") from None
         with zipfile.ZipFile(package) as archive:

@@ -1,0 +1,181 @@
+"""Benchmark: bayesx against NumPyro on the posteriordb suite, one posterior after the other, in one run.
+
+For each posterior of ``model=posteriordb`` (bayesx/targets/posteriordb), side by side on this machine:
+
+    bayesx NUTS     ``bayesx run model=posteriordb model.name=<name> method=nuts``: its defaults (4 chains,
+                    float64, 300 + 450 transitions, diagonal metric, the density compiled on first use)
+    bayesx best     the other bayesx samplers given by --best (default: NUTS with 8 chains and with a dense
+                    metric, ChEES with 64 chains), the best of them and of NUTS by min-ESS per second
+    NumPyro NUTS    its defaults (diagonal metric, target 0.8), 4 chains run one after the other (its
+                    choice on one CPU device), float64, --numpyro-warmup + --numpyro-draws (1000 + 1000),
+                    started uniformly in (-2, 2) as Stan; the density is the suite's second transcription
+                    (xp_models.py) in jax.numpy, so NumPyro and bayesx sample the same posterior from
+                    independently written code
+
+Rates are min bulk ESS (ArviZ, as bayesx reports it) per second of **total** wall time: bayesx's
+``wall_time_s`` (compiling the density included, on a cold cache: --cold, the default, empties it first;
+also reported without the compile), NumPyro's ``mcmc.run`` (its JIT compile included). Every draw set is
+also scored against posteriordb's gold-standard draws (ref_mean_err_max: worst |mean error| in reference
+sds). bayesx's runs go to an MLflow store (--tracking-uri; NumPyro's numbers are in the table only).
+
+    pip install -e ".[bench]"      # NumPyro and JAX
+    python experiments/bench_posteriordb.py --out results/bench_posteriordb.md
+    python experiments/bench_posteriordb.py --posteriors diamonds eight_schools_noncentered --best ""
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_BEST = ["method=nuts n_chains=8", "method=nuts method.mass=dense", "method=chees n_chains=64"]
+
+
+def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: dict) -> dict:
+    """One ``bayesx run`` in a subprocess; its metrics and tags from the store."""
+    from mlflow.tracking import MlflowClient
+
+    command = [sys.executable, "-m", "bayesx", "run", "model=posteriordb", f"model.name={name}", *overrides,
+               f"experiment_name={experiment}", f"tracking.uri={uri}", "save_draws=false", "progress=false",
+               "plots.n_coords=0", "seed=0"]
+    print("$ " + shlex.join(command[3:]), flush=True)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(done.stderr[-2000:], file=sys.stderr)
+        return {"failed": True}
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    run = runs[0]
+    metrics, tags = dict(run.data.metrics), dict(run.data.tags)
+    grads = metrics.get("n_grad_evals", 0.0) + metrics.get("n_grad_evals_warmup", 0.0)
+    wall = metrics["wall_time_s"]
+    return {"label": " ".join(overrides), "ess": metrics.get("ess_bulk_min"), "wall": wall,
+            "compile": metrics.get("compile_time_s", 0.0), "rhat": metrics.get("rhat_max"), "grads": grads,
+            "ref_err": metrics.get("ref_mean_err_max"), "kernels": tags.get("kernels", "?")}
+
+
+def numpyro_run(name: str, warmup: int, draws: int, chains: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    from numpyro.infer import MCMC, NUTS
+
+    from bayesx.diagnostics.convergence import summarize
+    from bayesx.targets.posteriordb import load
+    from bayesx.targets.posteriordb.target import PosteriorDB
+
+    jax.config.update("jax_enable_x64", True)
+    post = load(name)
+    data = {k: jnp.asarray(v) for k, v in post.data.items()}
+    mcmc = MCMC(NUTS(potential_fn=lambda q: -post.log_density(jnp, q, data)), num_warmup=warmup, num_samples=draws,
+                num_chains=chains, chain_method="sequential", progress_bar=False)
+    init = np.random.default_rng(0).uniform(-2, 2, (chains, post.dim))
+    start = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(0), init_params=init, extra_fields=("num_steps",))
+    wall = time.perf_counter() - start
+    samples = np.asarray(mcmc.get_samples(group_by_chain=True), np.float64)
+    steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
+    summary = summarize(samples)
+    target = PosteriorDB(name=name)
+    ref_err = target.evaluate(torch.as_tensor(samples)).metrics.get("ref_mean_err_max")
+    # NumPyro counts the gradients of sampling only; its warm-up took about as many per transition
+    grads = float(steps.sum()) * (warmup + draws) / draws
+    return {"label": "numpyro", "ess": summary["ess_bulk_min"], "wall": wall, "compile": None,
+            "rhat": summary["rhat_max"], "grads": grads, "ref_err": ref_err, "kernels": "jax"}
+
+
+def rate(run: dict, with_compile: bool = True) -> float | None:
+    if run.get("failed") or not run.get("ess"):
+        return None
+    wall = run["wall"] - (0.0 if with_compile else (run.get("compile") or 0.0))
+    return run["ess"] / wall
+
+
+def fmt(x, digits=3) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = ["| posterior | dim | bayesx NUTS min-ESS/s | (no compile) | compile s | R-hat | grads | ref err | "
+             "bayesx best | best min-ESS/s | best R-hat | NumPyro min-ESS/s | NumPyro R-hat | NumPyro grads | "
+             "NumPyro ref err | NUTS / NumPyro | best / NumPyro |",
+             "|" + "---|" * 17]
+    for row in rows:
+        nuts, best, peer = row["nuts"], row["best"], row["numpyro"]
+        r_nuts, r_best, r_peer = rate(nuts), rate(best), rate(peer)
+        lines.append("| " + " | ".join([
+            row["name"], str(row["dim"]), fmt(r_nuts), fmt(rate(nuts, False)), fmt(nuts.get("compile"), 2),
+            fmt(nuts.get("rhat")), fmt(nuts.get("grads"), 2), fmt(nuts.get("ref_err"), 2), best.get("label", "-"),
+            fmt(r_best), fmt(best.get("rhat")), fmt(r_peer), fmt(peer.get("rhat")), fmt(peer.get("grads"), 2),
+            fmt(peer.get("ref_err"), 2),
+            fmt(r_nuts / r_peer if r_nuts and r_peer else None),
+            fmt(r_best / r_peer if r_best and r_peer else None)]) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bayesx.targets.posteriordb import NAMES, SUITE
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--posteriors", nargs="*", default=list(NAMES), choices=list(NAMES))
+    parser.add_argument("--best", nargs="*", default=DEFAULT_BEST, help="other bayesx samplers, overrides each")
+    parser.add_argument("--numpyro-warmup", type=int, default=1000)
+    parser.add_argument("--numpyro-draws", type=int, default=1000)
+    parser.add_argument("--no-numpyro", action="store_true")
+    parser.add_argument("--warm", action="store_true", help="keep bayesx's compiled-density cache (default: cold)")
+    parser.add_argument("--tracking-uri", default=None, help="default: a temporary SQLite store")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_pdb_"))
+    uri = args.tracking_uri or f"sqlite:///{tmp}/mlflow.db"
+    env = {**os.environ, "BAYESX_COMPILE": "auto"}
+    if not args.warm:
+        env["BAYESX_CACHE_DIR"] = str(tmp / "cache")  # cold: every density compiles in the NUTS run
+        native = Path(os.environ.get("BAYESX_CACHE_DIR", Path.home() / ".cache" / "bayesx")) / "native"
+        if native.exists():  # the C kernels themselves are built at install time: keep them
+            shutil.copytree(native, tmp / "cache" / "native")
+    rows = []
+    for name in args.posteriors:
+        nuts = bayesx_run(name, ["method=nuts"], uri, "bench_posteriordb", env)
+        candidates = [nuts] + [bayesx_run(name, shlex.split(b), uri, "bench_posteriordb", env) for b in args.best]
+        best = max(candidates, key=lambda r: rate(r) or 0.0)
+        peer = {} if args.no_numpyro else numpyro_run(name, args.numpyro_warmup, args.numpyro_draws, 4)
+        rows.append({"name": name, "dim": SUITE[name].dim, "nuts": nuts, "best": best, "numpyro": peer})
+        print("\n".join(table(rows)[-1:]), flush=True)
+    header = [
+        "# bayesx against NumPyro on the posteriordb suite",
+        "",
+        f"Command: `python experiments/bench_posteriordb.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
+        f"{'warm' if args.warm else 'cold'} compiled-density cache; one run each, seed 0, one after the other.",
+        "",
+        "min-ESS/s: min bulk ESS over the parameters per second of total wall time (bayesx: the run's "
+        "wall_time_s, compiling the density included; '(no compile)' without it, as a second run with the cache "
+        "finds it; NumPyro: mcmc.run, JIT included). ref err: worst |mean - gold-standard mean| in gold-standard "
+        "sds. grads: gradient evaluations, warm-up included.",
+        "",
+    ]
+    text = "\n".join(header + table(rows)) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
