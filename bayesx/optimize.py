@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
+from bayesx.kernels import backend
 
 
 class LaplaceFailed(BayesxError):
@@ -41,7 +42,7 @@ def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> 
         nonlocal calls
         calls += 1
         opt.zero_grad()
-        lp, grad = target.log_prob_and_grad(q.detach())
+        lp, grad = backend.density_and_grad(target, q.detach())
         q.grad = -grad
         return -lp.sum()
 

@@ -20,6 +20,8 @@ slot, never returning to Python) run instead on two kinds of density:
     nuts_transition(target, ...)    one NUTS transition of every chain, each chain's tree in C, or None
     log_prob_and_grad(form, q)      log pi and its gradient in one C call, or None (the target's own
                                     analytic PyTorch formula)
+    density_and_grad(target, q)     log pi and its gradient by the compiled density where one was
+                                    prepared, else by the target
 
 Never for one point or under autograd (a caller differentiating through the density needs PyTorch).
 ``BAYESX_NATIVE=0`` turns the native backend off; without a C compiler it is off with one warning
@@ -159,6 +161,16 @@ def log_prob_and_grad(form: LogisticForm | None, position: Tensor) -> tuple[Tens
     """log pi and grad log pi at each row of position in one native call, where the native kernels run for
     this form (a target's ``log_prob_and_grad`` tries this before its own PyTorch formula); else None."""
     return native.log_prob_and_grad(form, position) if runs_natively(form, position) else None
+
+
+def density_and_grad(target, position: Tensor) -> tuple[Tensor, Tensor]:
+    """log pi and its gradient at each row of position (chains, dim): the compiled density's where one was
+    prepared for these chains (not under autograd), else the target's own ``log_prob_and_grad`` (which tries
+    the hand-written native form itself). What optimisers and samplers call outside a trajectory."""
+    density = compiled_for(target, position)
+    if density is not None:
+        return density.log_prob_and_grad(position)
+    return target.log_prob_and_grad(position)
 
 
 def trajectory(target, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
