@@ -121,6 +121,8 @@ class MCMCMethod(Sampler):
         """Let the kernels' backend compile the density for this run's length (bayesx.kernels.backend.prepare);
         the compile's time and whether it came from the cache go into the run's record."""
         cfg = self.settings
+        if not self.uses_gradients:  # a random walk evaluates log pi alone, in large batches: PyTorch serves it
+            return
         start = time.perf_counter()
         prepared = backend.prepare(target, position, position.shape[0] * (cfg.num_warmup + cfg.num_draws * cfg.thin))
         out.tags.update(prepared.tags())
