@@ -67,9 +67,79 @@ def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: 
             "ref_err": metrics.get("ref_mean_err_max"), "kernels": tags.get("kernels", "?")}
 
 
+def _normal(jnp, x, loc, scale):
+    return -0.5 * ((x - loc) / scale) ** 2 - jnp.log(scale)
+
+
+def jax_scan_densities():
+    """The three recursive posteriors as a NumPyro user writes them, with ``lax.scan``: the suite's one-point
+    transcriptions loop in Python over the series, which XLA unrolls (200 steps: minutes of compiling).
+    The same mathematics as xp_models.py, term for term."""
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.nn import sigmoid
+
+    def arma11(q, d):
+        y = d["y"]
+        mu, phi, theta, sigma = q[0], q[1], q[2], jnp.exp(q[3])
+        lp = -0.5 * (mu / 10.0) ** 2 - 0.5 * (phi / 2.0) ** 2 - 0.5 * (theta / 2.0) ** 2 \
+            - jnp.log(1.0 + (sigma / 2.5) ** 2)
+        err0 = y[0] - (mu + phi * mu)
+
+        def step(err, pair):
+            previous, current = pair
+            err = current - (mu + phi * previous + theta * err)
+            return err, _normal(jnp, err, 0.0, sigma)
+        _, terms = lax.scan(step, err0, (y[:-1], y[1:]))
+        return lp + _normal(jnp, err0, 0.0, sigma) + terms.sum() + q[3]
+
+    def garch11(q, d):
+        y = d["y"]
+        mu, alpha0, alpha1, beta_unit = q[0], jnp.exp(q[1]), sigmoid(q[2]), sigmoid(q[3])
+        beta1 = (1.0 - alpha1) * beta_unit
+        sigma0 = d["sigma1"] + 0.0 * mu
+
+        def step(sigma, pair):
+            previous, current = pair
+            sigma = jnp.sqrt(alpha0 + alpha1 * (previous - mu) ** 2 + beta1 * sigma * sigma)
+            return sigma, _normal(jnp, current, mu, sigma)
+        _, terms = lax.scan(step, sigma0, (y[:-1], y[1:]))
+        log_jacobian = (q[1] + jnp.log(alpha1) + 2.0 * jnp.log(1.0 - alpha1) + jnp.log(beta_unit)
+                        + jnp.log(1.0 - beta_unit))
+        return _normal(jnp, y[0], mu, sigma0) + terms.sum() + log_jacobian
+
+    def hmm_example(q, d):
+        z1, z2 = sigmoid(q[0]), sigmoid(q[1])
+        mu = jnp.stack([jnp.exp(q[2]), jnp.exp(q[2]) + jnp.exp(q[3])])
+        log_theta = jnp.log(jnp.array([[z1, 1.0 - z1], [z2, 1.0 - z2]]))
+        y = d["y"]
+
+        def step(gamma, y_t):
+            gamma = jnp.logaddexp(gamma[0] + log_theta[0], gamma[1] + log_theta[1]) - 0.5 * (y_t - mu) ** 2
+            return gamma, None
+        gamma, _ = lax.scan(step, -0.5 * (y[0] - mu) ** 2, y[1:])
+        lp = -0.5 * (mu[0] - 3.0) ** 2 - 0.5 * (mu[1] - 10.0) ** 2 + jnp.logaddexp(gamma[0], gamma[1])
+        return lp + jnp.log(z1) + jnp.log(1.0 - z1) + jnp.log(z2) + jnp.log(1.0 - z2) + q[2] + q[3]
+
+    return {"arma11": arma11, "garch11": garch11, "hmm_example": hmm_example}
+
+
+def jax_log_density(name: str):
+    """NumPyro's density: the suite's transcription in jax.numpy, or its lax.scan form for the recursions."""
+    import jax.numpy as jnp
+
+    from bayesx.targets.posteriordb import load
+
+    post = load(name)
+    data = {k: jnp.asarray(v) for k, v in post.data.items()}
+    scans = jax_scan_densities()
+    if name in scans:
+        return lambda q: scans[name](q, data)
+    return lambda q: post.log_density(jnp, q, data)
+
+
 def numpyro_run(name: str, warmup: int, draws: int, chains: int) -> dict:
     import jax
-    import jax.numpy as jnp
     from numpyro.infer import MCMC, NUTS
 
     from bayesx.diagnostics.convergence import summarize
@@ -78,8 +148,8 @@ def numpyro_run(name: str, warmup: int, draws: int, chains: int) -> dict:
 
     jax.config.update("jax_enable_x64", True)
     post = load(name)
-    data = {k: jnp.asarray(v) for k, v in post.data.items()}
-    mcmc = MCMC(NUTS(potential_fn=lambda q: -post.log_density(jnp, q, data)), num_warmup=warmup, num_samples=draws,
+    log_density = jax_log_density(name)
+    mcmc = MCMC(NUTS(potential_fn=lambda q: -log_density(q)), num_warmup=warmup, num_samples=draws,
                 num_chains=chains, chain_method="sequential", progress_bar=False)
     init = np.random.default_rng(0).uniform(-2, 2, (chains, post.dim))
     start = time.perf_counter()

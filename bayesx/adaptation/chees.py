@@ -43,6 +43,7 @@ LEARNING_RATE, BETA_2 = 0.025, 0.95
 METRIC_DECAY = 0.95
 WINDOW, REFRESH = 50, 10  # iterations of states and gradients behind a diag_grad / lowrank estimate; how often
 FIRST_UPDATE = 10  # iterations of spread before the metric first changes
+GRADIENT_CAP = 1e100  # |d criterion / d log T| beyond this is treated as this (its square must stay finite)
 
 
 def whiten(metric: Metric, q):
@@ -92,7 +93,9 @@ class CheesAdaptation:
             finite = torch.isfinite(per_chain)
             if float(weights[finite].sum()) > 0:
                 grad = float((weights[finite] * per_chain[finite]).sum() / weights[finite].sum())
-                grad_log_t = grad * math.exp(log_t)  # ascent on log T
+                # ascent on log T; Adam's step depends on the gradient's sign and its size relative to its
+                # running rms, so capping a huge one (chains far out early in warm-up) keeps its square finite
+                grad_log_t = max(-GRADIENT_CAP, min(GRADIENT_CAP, grad * math.exp(log_t)))
                 second_moment = BETA_2 * second_moment + (1 - BETA_2) * grad_log_t**2
                 corrected = second_moment / (1 - BETA_2 ** (it + 1))
                 log_t += LEARNING_RATE * grad_log_t / (math.sqrt(corrected) + 1e-8)

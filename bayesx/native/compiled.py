@@ -214,7 +214,9 @@ def _compile(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, path: Pa
             exported = torch.export.export(_Graph(graph), (point,))
             # serial kernels: the C kernels run the chains in parallel, and an OpenMP region inside each
             # evaluation (torch's own OpenMP runtime, not the kernels') cost 300x per gradient on 2 threads
-            with torch._inductor.config.patch({"cpp.threads": 1}):
+            # vec_isa_ok: trust the CPU flags for the vector ISA instead of test-compiling and loading one
+            # library per ISA in subprocesses (seconds per process)
+            with torch._inductor.config.patch({"cpp.threads": 1, "cpp.vec_isa_ok": True}):
                 package = torch._inductor.aoti_compile_and_package(exported,
                                                                    package_path=str(Path(tmp) / "density.pt2"))
         except Exception as exc:  # a missing C++ compiler, an operator AOTInductor lacks

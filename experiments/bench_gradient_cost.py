@@ -1,0 +1,108 @@
+"""Benchmark: what one gradient of log pi costs on each path, on the same densities (the posteriordb suite).
+
+For each posterior, microseconds per (log pi, gradient) evaluation at one point, float64, one thread:
+
+    pytorch, 1 point      ``target.log_prob_and_grad`` on a (1, dim) batch: what a PyTorch NUTS leaf pays
+                          (autograd and a dozen small operations dispatched from Python)
+    pytorch, 64 points    the same on a (64, dim) batch, per point: chains in lock-step amortize the dispatch
+    compiled (C)          the AOTInductor-compiled density called from C, per point: 2,000 points in one
+                          native call, as the C NUTS tree calls it (bayesx.native.compiled)
+    jax, 1 point          NumPyro's density (the suite's second transcription in jax.numpy) under
+                          ``jax.jit(jax.value_and_grad)``, called from Python (dispatch included: an upper
+                          bound of what NumPyro's compiled tree pays; NumPyro's own cost per gradient is
+                          wall time / gradients in bench_posteriordb.md)
+
+The median of --repeats timings is reported.
+
+    python experiments/bench_gradient_cost.py --out results/bench_gradient_cost.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def median_us(fn, calls: int, repeats: int, per: int = 1) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / (calls * per))
+    return 1e6 * float(np.median(times))
+
+
+def jax_cost(name: str, q: np.ndarray, repeats: int) -> float | None:
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    from bayesx.targets.posteriordb import load
+
+    jax.config.update("jax_enable_x64", True)
+    post = load(name)
+    data = {k: jnp.asarray(v) for k, v in post.data.items()}
+    grad = jax.jit(jax.value_and_grad(lambda x: post.log_density(jnp, x, data)))
+    point = jnp.asarray(q)
+    return median_us(lambda: jax.block_until_ready(grad(point)), 200, repeats)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bayesx.native import compiled
+    from bayesx.targets.posteriordb import NAMES
+    from bayesx.targets.posteriordb.target import PosteriorDB
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--posteriors", nargs="*", default=list(NAMES), choices=list(NAMES))
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = ["| posterior | dim | pytorch, 1 point | pytorch, 64 points (per point) | compiled (C) | jax, 1 point | "
+            "pytorch / compiled |", "|---|---|---|---|---|---|---|"]
+    for name in args.posteriors:
+        target = PosteriorDB(name=name)
+        gen = torch.Generator().manual_seed(0)
+        one = 0.1 * torch.randn(1, target.dim, generator=gen, dtype=torch.float64)
+        batch = 0.1 * torch.randn(64, target.dim, generator=gen, dtype=torch.float64)
+        many = 0.1 * torch.randn(2000, target.dim, generator=gen, dtype=torch.float64)
+        torch_one = median_us(lambda: target.log_prob_and_grad(one), 200, args.repeats)
+        torch_batch = median_us(lambda: target.log_prob_and_grad(batch), 50, args.repeats, per=64)
+        try:
+            density = compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
+            native = median_us(lambda: density.log_prob_and_grad(many), 5, args.repeats, per=2000)
+        except compiled.NotCompiled as exc:
+            print(f"{name}: not compiled ({exc})", file=sys.stderr)
+            native = None
+        jax_one = jax_cost(name, one[0].numpy(), args.repeats)
+        cells = [name, str(target.dim), f"{torch_one:.1f}", f"{torch_batch:.2f}",
+                 f"{native:.2f}" if native else "-", f"{jax_one:.1f}" if jax_one else "-",
+                 f"{torch_one / native:.0f}x" if native else "-"]
+        rows.append("| " + " | ".join(cells) + " |")
+        print(rows[-1], flush=True)
+    text = "\n".join([
+        "# What one gradient costs: PyTorch, compiled C, JAX",
+        "",
+        f"Command: `python experiments/bench_gradient_cost.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+        "",
+        f"Machine: {platform.machine()}, torch {torch.__version__}, one thread, float64; microseconds per "
+        f"(log pi, gradient) at one point, median of {args.repeats}.",
+        "",
+        *rows, ""])
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
