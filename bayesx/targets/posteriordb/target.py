@@ -29,7 +29,7 @@ from bayesx.settings import Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase
 from bayesx.targets.posteriordb import NAMES, check_name, load
 
-CHUNK = 256  # draws constrained at a time (the ARMA and GARCH densities build (T, T) matrices per draw)
+CHUNK = 4096  # draws constrained at a time
 
 
 @dataclass(frozen=True)
