@@ -189,3 +189,17 @@ def test_nuts_agrees_with_the_reference_and_a_wrong_jacobian_does_not(name, bloc
     reference = target.posterior.reference.astype(np.float64)
     assert worst_z(nuts_constrained(target, seed=3), reference) < Z_LIMIT
     assert worst_z(nuts_constrained(target, seed=3, twice=block), reference) > Z_LIMIT
+
+
+def test_the_suite_preset_sweeps_every_posterior_and_the_report_names_them():
+    """experiment=posteriordb sweeps model.name over the suite; `bayesx report` shows that key as a column
+    (read from the preset, since the command line names none)."""
+    import yaml
+
+    from bayesx.config import conf_dir
+    from bayesx.report import preset_swept_keys
+
+    preset = yaml.safe_load((conf_dir() / "experiment" / "posteriordb.yaml").read_text())
+    assert preset["hydra"]["sweeper"]["params"]["model.name"].split(",") == list(NAMES)
+    assert preset_swept_keys("posteriordb") == ["model.name"]
+    assert preset_swept_keys("vi_comparison") == [] and preset_swept_keys(None) == []
