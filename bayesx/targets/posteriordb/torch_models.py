@@ -176,24 +176,25 @@ class EightSchoolsCentered(TorchModel):
 
 
 class Diamonds(ScaleLast):
-    """Y ~ N(a + Xc b, sigma) through sufficient statistics: |Y - a - Xc b|^2 = Y'Y - 2 a 1'Y - 2 b'Xc'Y
-    + n a^2 + 2 a b'Xc'1 + b'Xc'Xc b (Xc the centred predictors)."""
+    """Y ~ N(a + Xc b, sigma), Xc the centred predictors, through sufficient statistics expanded around the
+    least-squares fit (b_ls, mean(Y)): |Y - a - Xc b|^2 = S_min + (b - b_ls)' Xc'Xc (b - b_ls) + n (a - mean(Y))^2
+    (Xc'1 = 0), computed once in float64, so it keeps its precision in float32 too."""
 
     dim = 26
 
     def prepare(self, data):
-        x = data["X"][:, 1:]
+        x, y = data["X"][:, 1:].double(), data["Y"].double()
         xc = x - x.mean(0)
-        y = data["Y"]
+        gram = xc.T @ xc
+        b_ls = torch.linalg.solve(gram, xc.T @ (y - y.mean()))
         self.n = int(y.shape[0])
-        self.gram, self.xty, self.x_sum = xc.T @ xc, xc.T @ y, xc.sum(0)
-        self.yty, self.y_sum = y @ y, y.sum()
+        self.min_sum_sq = float(((y - y.mean() - xc @ b_ls) ** 2).sum())
+        self.gram, self.b_ls, self.y_mean = gram.to(self.dtype), b_ls.to(self.dtype), float(y.mean())
 
     def log_density(self, p):
         b, a = p["beta"][..., :24], p["beta"][..., 24]
-        quadratic = ((b @ self.gram) * b).sum(-1)
-        sum_sq = (self.yty - 2.0 * a * self.y_sum - 2.0 * b @ self.xty + self.n * a**2
-                  + 2.0 * a * (b @ self.x_sum) + quadratic)
+        d = b - self.b_ls
+        sum_sq = self.min_sum_sq + ((d @ self.gram) * d).sum(-1) + self.n * (a - self.y_mean) ** 2
         return (-0.5 * (b**2).sum(-1) + student_t_lpdf(a, 3.0, 8.0, 10.0) + student_t_lpdf(p["sigma"], 3.0, 0.0, 10.0)
                 + gaussian_sum(sum_sq, self.n, p["sigma"]))
 
