@@ -64,6 +64,7 @@ def test_torch_gradient_matches_finite_differences_of_the_numpy_transcription(na
 def test_unconstraining_inverts_constraining():
     for name in NAMES:
         post = load(name)
+        assert len(post.coordinates) == post.dim and len(set(post.coordinates)) == post.dim, name
         rows = post.reference[:20].astype(np.float64)
         back = post.torch_model().constrain(torch.tensor(post.unconstrain(rows))).numpy()
         np.testing.assert_allclose(back, rows, rtol=1e-6, atol=1e-8, err_msg=name)

@@ -74,6 +74,9 @@ class PosteriorDB(TargetBase):
     def log_prob(self, q: Tensor) -> Tensor:
         return self.model.log_prob(q)
 
+    def coordinate_names(self) -> list[str]:
+        return list(self.posterior.coordinates)
+
     def constrain(self, q: Tensor) -> Tensor:
         """The constrained parameters (..., p), named ``self.posterior.param_names``."""
         flat = q.reshape(-1, self.dim)
