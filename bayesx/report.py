@@ -147,6 +147,20 @@ def preset_name(overrides: str) -> str | None:
     return found.group(1) if found else None
 
 
+def preset_swept_keys(name: str | None) -> list[str]:
+    """The config keys the preset ``name`` sweeps itself (its ``hydra.sweeper.params``, rows aside): they say
+    what each run is even when the command line names none of them (``experiment=posteriordb`` sweeps model.name)."""
+    from bayesx.config import conf_dir
+
+    path = conf_dir() / "experiment" / f"{name}.yaml" if name else None
+    if path is None or not path.is_file():
+        return []
+    import yaml
+
+    params = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params") or {}
+    return [str(k).lstrip("+~") for k in params if "/" not in str(k)]
+
+
 # --- reading the sweep from the store -------------------------------------------------------------
 @dataclass
 class Sweep:
@@ -228,7 +242,8 @@ def metric_columns(sweep: Sweep, published: Published | None) -> list[str]:
 
 def key_columns(sweep: Sweep, published: Published | None) -> list[str]:
     """The columns that say what each run is: method/model/data/seed and the file's key (or, without
-    a file, the plain ``key=values`` sweeps of the command), if their values differ between runs."""
+    a file, the plain ``key=values`` sweeps of the command and of its preset), if their values differ
+    between runs."""
     keys = list(published.key) if published else []
     if "params.row" in sweep.runs and "row" not in keys:  # a preset's named rows (conf/experiment/rows/<preset>/)
         keys.insert(0, "row")
@@ -236,6 +251,7 @@ def key_columns(sweep: Sweep, published: Published | None) -> list[str]:
         key, _, values = override.lstrip("+~").partition("=")
         if "," in values and key not in keys and not key.startswith(("hydra", "tracking")):
             keys.append(key)
+    keys += [k for k in preset_swept_keys(preset_name(sweep.overrides)) if k not in keys]
     out = []
     for key in keys:
         if key in RUN_COLUMNS or key in out:

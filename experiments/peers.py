@@ -39,7 +39,8 @@ from bayesx.record import RunRecord, RunStart, Summary
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLER_METRICS = ("ess_bulk_min", "ess_bulk_min_per_s", "ess_bulk_min_per_grad", "rhat_max", "n_grad_evals",
-                   "n_divergent", "tree_depth_mean", "test_accuracy", "wall_time_s")
+                   "n_divergent", "tree_depth_mean", "test_accuracy", "ref_mean_err_max", "ref_sd_err_max",
+                   "ref_w1_mean", "wall_time_s")
 SVI_METRICS = ("elbo_final", "n_steps", "wall_time_s")
 
 
@@ -56,11 +57,21 @@ class Posterior:
     prior_scale: float = 10.0
     cov: np.ndarray | None = None
     funnel_dim: int | None = None
+    posteriordb: str | None = None  # a posterior of bayesx's posteriordb suite, by name
+
+    @property
+    def suite(self):
+        """The posteriordb posterior (bayesx.targets.posteriordb), or None."""
+        from bayesx.targets.posteriordb import load
+
+        return load(self.posteriordb) if self.posteriordb else None
 
     @property
     def dim(self) -> int:
         if self.logistic is not None:
             return self.logistic[0].shape[1]
+        if self.posteriordb:
+            return self.suite.dim
         return self.cov.shape[0] if self.cov is not None else int(self.funnel_dim)
 
     def test_accuracy(self, draws: np.ndarray) -> float | None:
@@ -71,6 +82,17 @@ class Posterior:
         flat = draws.reshape(-1, draws.shape[-1])
         p = (1.0 / (1.0 + np.exp(-(x_test @ flat.T)))).mean(1)
         return float(((p > 0.5) == (y_test > 0.5)).mean())
+
+    def reference_errors(self, draws: np.ndarray) -> dict[str, float]:
+        """posteriordb posteriors: the gold-standard errors of (unconstrained) draws, as bayesx's runs log them."""
+        if not self.posteriordb:
+            return {}
+        from bayesx.targets.posteriordb.target import reference_errors
+
+        suite = self.suite
+        flat = draws.reshape(-1, draws.shape[-1])
+        params = np.array([suite.constrain(np, q, suite.data) for q in flat])
+        return reference_errors(params, suite.reference.astype(np.float64))
 
 
 def posterior_from(overrides: list[str]) -> Posterior:
@@ -95,8 +117,10 @@ def posterior_from(overrides: list[str]) -> Posterior:
         return Posterior(overrides, "gaussian", "none", cov=Gaussian(**options).cov.double().numpy())
     if model == "Density" and cfg.model.name == "funnel":
         return Posterior(overrides, "density", "none", funnel_dim=10)
-    raise BayesxError(f"peers.py: no peer writes {overrides}; use model=logreg (any data), model=gaussian or "
-                      "model=density model.name=funnel")
+    if model == "PosteriorDB":
+        return Posterior(overrides, "posteriordb", str(cfg.model.name), posteriordb=str(cfg.model.name))
+    raise BayesxError(f"peers.py: no peer writes {overrides}; use model=logreg (any data), model=gaussian, "
+                      "model=density model.name=funnel or model=posteriordb model.name=<posterior>")
 
 
 # --- the peers ------------------------------------------------------------------------------------
@@ -124,6 +148,12 @@ def jax_logdensity(post: Posterior):
         def logdensity(theta):
             logits = x @ theta
             return jnp.sum(y * logits - jnp.logaddexp(0.0, logits)) - 0.5 * jnp.sum(theta**2) / scale**2
+    elif post.posteriordb:  # the suite's xp transcription, written for numpy and jax.numpy alike
+        suite = post.suite
+        data = {k: jnp.asarray(v) for k, v in suite.data.items()}
+
+        def logdensity(theta):
+            return suite.log_density(jnp, theta, data)
     elif post.cov is not None:
         precision = jnp.asarray(np.linalg.inv(post.cov))
 
@@ -159,6 +189,8 @@ def nutpie_sampler(post: Posterior, args) -> PeerRun:
     import nutpie
     import pymc as pm
 
+    if post.posteriordb:
+        raise NotImplementedError("no PyMC model is written for the posteriordb suite yet")
     with pm.Model() as model:
         if post.logistic is not None:
             x, y = post.logistic[:2]
@@ -300,7 +332,7 @@ def peer_metrics(post: Posterior, out: PeerRun) -> dict[str, float]:
         metrics.update({"ess_bulk_min_per_s": ess / out.wall if ess is not None else None,
                         "ess_bulk_min_per_grad": ess / out.grads if ess is not None and out.grads else None,
                         "n_grad_evals": out.grads, "n_divergent": out.divergent, "tree_depth_mean": out.depth,
-                        "test_accuracy": post.test_accuracy(out.draws)})
+                        "test_accuracy": post.test_accuracy(out.draws), **post.reference_errors(out.draws)})
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 

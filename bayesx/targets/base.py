@@ -35,8 +35,8 @@ class Capabilities:
     uses_data             it is built from the ``data`` group (False: it makes its own observations)
     default_data          the ``data`` choice used when neither the command line nor an experiment
                           names one (None: the global default)
-    exact_moments         ``evaluate`` reports errors against exactly known moments, so no reference
-                          posterior run is needed
+    exact_moments         ``evaluate`` reports errors against exactly known moments (or against gold-standard
+                          reference draws, model=posteriordb), so no reference posterior run is needed
     reference_affordable  a NUTS reference run is cheap enough to make by default for methods whose
                           draws are approximate
     exact_log_normalizer  ``log_normalizer()`` gives log Z of the unnormalized density exactly (closed

@@ -47,6 +47,13 @@ class Posterior:
     def dim(self) -> int:
         return self.entry.dim
 
+    @property
+    def coordinates(self) -> tuple[str, ...]:
+        """Names of the unconstrained coordinates (log(sigma), logit(theta), ...)."""
+        if self.entry.coordinates is not None:
+            return self.entry.coordinates
+        return (*self.param_names[:-1], f"log({self.param_names[-1]})")
+
     def log_density(self, xp, q, data):
         """The xp transcription's log density at one unconstrained point q (dim,)."""
         return self.xp_model.log_density(xp, q, data)

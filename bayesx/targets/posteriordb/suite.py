@@ -20,22 +20,33 @@ class SuiteEntry:
     shape: str  # what makes it hard, in a few words
     max_draws: int = 10_000  # reference draws kept (of posteriordb's 10,000)
     float64: bool = False  # keep the reference draws in float64 (where unconstraining them is ill-conditioned)
+    coordinates: tuple[str, ...] | None = None  # names of the unconstrained coordinates; None: the constrained
+    # names with the last (a positive scale) as log(...)
+
+
+def _indexed(name: str, n: int) -> tuple[str, ...]:
+    return tuple(f"{name}[{i}]" for i in range(1, n + 1))
 
 
 SUITE: dict[str, SuiteEntry] = {
     "eight_schools_noncentered": SuiteEntry("eight_schools-eight_schools_noncentered", "eight_schools", 10,
-                                            "hierarchical, non-centred"),
+                                            "hierarchical, non-centred",
+                                            coordinates=(*_indexed("theta_trans", 8), "mu", "log(tau)")),
     "eight_schools_centered": SuiteEntry("eight_schools-eight_schools_noncentered", "eight_schools", 10,
                                          "hierarchical, centred: a funnel in (theta, log tau)"),
     "diamonds": SuiteEntry("diamonds-diamonds", "diamonds", 26, "regression, 24 strongly correlated predictors, N=5000",
                            max_draws=4_000),
     "arK": SuiteEntry("arK-arK", "arK", 7, "AR(5) time series, positive scale"),
     "arma11": SuiteEntry("arma-arma11", "arma11", 4, "ARMA(1,1) time series, recursive errors"),
-    "garch11": SuiteEntry("garch-garch11", "garch11", 4, "GARCH(1,1), bounds depending on another parameter"),
+    "garch11": SuiteEntry("garch-garch11", "garch11", 4, "GARCH(1,1), bounds depending on another parameter",
+                          coordinates=("mu", "log(alpha0)", "logit(alpha1)", "logit(beta1/(1-alpha1))")),
     "gp_pois_regr": SuiteEntry("gp_pois_regr-gp_pois_regr", "gp_pois_regr", 13,
-                               "Gaussian process, Poisson likelihood, Cholesky of the kernel", float64=True),
+                               "Gaussian process, Poisson likelihood, Cholesky of the kernel", float64=True,
+                               coordinates=("log(rho)", "log(alpha)", *_indexed("f_tilde", 11))),
     "low_dim_gauss_mix": SuiteEntry("low_dim_gauss_mix-low_dim_gauss_mix", "low_dim_gauss_mix", 5,
-                                    "two-component normal mixture, ordered means"),
+                                    "two-component normal mixture, ordered means",
+                                    coordinates=("mu[1]", "log(mu[2]-mu[1])", "log(sigma[1])", "log(sigma[2])",
+                                                 "logit(theta)")),
     "kidscore_interaction": SuiteEntry("kidiq-kidscore_interaction", "kidscore_interaction", 5,
                                        "regression with an interaction, strongly correlated"),
     "logmesquite_logvas": SuiteEntry("mesquite-logmesquite_logvas", "logmesquite_logvas", 8,
@@ -44,7 +55,8 @@ SUITE: dict[str, SuiteEntry] = {
     "kilpisjarvi": SuiteEntry("kilpisjarvi_mod-kilpisjarvi", "kilpisjarvi", 3,
                               "linear trend on uncentred years: intercept and slope correlated near -1"),
     "hmm_example": SuiteEntry("hmm_example-hmm_example", "hmm_example", 4,
-                              "two-state hidden Markov model, simplexes and positive ordered means"),
+                              "two-state hidden Markov model, simplexes and positive ordered means",
+                              coordinates=("logit(theta1[1])", "logit(theta2[1])", "log(mu[1])", "log(mu[2]-mu[1])")),
 }
 
 NAMES = tuple(SUITE)

@@ -29,7 +29,7 @@ from bayesx.settings import Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase
 from bayesx.targets.posteriordb import NAMES, check_name, load
 
-CHUNK = 256  # draws constrained at a time (the ARMA and GARCH densities build (T, T) matrices per draw)
+CHUNK = 4096  # draws constrained at a time
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,9 @@ class PosteriorDB(TargetBase):
 
     def log_prob(self, q: Tensor) -> Tensor:
         return self.model.log_prob(q)
+
+    def coordinate_names(self) -> list[str]:
+        return list(self.posterior.coordinates)
 
     def constrain(self, q: Tensor) -> Tensor:
         """The constrained parameters (..., p), named ``self.posterior.param_names``."""

@@ -6,7 +6,7 @@ positive-ordered vectors by cumulative sums of exponentials, a simplex by stick 
 log absolute Jacobian determinant of each block, and evaluates the Stan program's log density on the
 constrained parameters (constants dropped). The densities are vectorized over the leading batch
 dimensions: the regressions through matrix products or sufficient statistics (diamonds: X'X, X'y),
-the ARMA and GARCH recursions through their closed forms as lower-triangular Toeplitz sums. A second,
+the ARMA and GARCH recursions as scans of linear recurrences (log2 T vector steps). A second,
 independent transcription (bayesx/targets/posteriordb/xp_models.py) follows the Stan programs line by
 line; the tests compare the two.
 
@@ -30,9 +30,10 @@ def positive(u: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def unit_interval(u: Tensor, upper: Tensor | float = 1.0) -> tuple[Tensor, Tensor]:
-    """x = upper * logistic(u) in (0, upper)."""
+    """x = upper * logistic(u) in (0, upper); log J = log upper + log logistic(u) + log logistic(-u), with
+    log logistic(u) = -softplus(-u) (F.logsigmoid takes milliseconds on a strided view, torch 2.x)."""
     log_upper = torch.log(upper) if isinstance(upper, Tensor) else math.log(upper)
-    return upper * torch.sigmoid(u), log_upper + F.logsigmoid(u) + F.logsigmoid(-u)
+    return upper * torch.sigmoid(u), log_upper - F.softplus(-u) - F.softplus(u)
 
 
 def ordered(u: Tensor, first_positive: bool = False) -> tuple[Tensor, Tensor]:
@@ -66,13 +67,28 @@ def gaussian_sum(sum_sq: Tensor, n: int, sigma: Tensor) -> Tensor:
     return -0.5 * sum_sq / sigma**2 - n * torch.log(sigma)
 
 
-def lower_toeplitz(powers: Tensor) -> Tensor:
-    """M[..., t, s] = powers[..., t - s] for t >= s, 0 above the diagonal: (..., T) -> (..., T, T)."""
-    n = powers.shape[-1]
-    lag = torch.arange(n, device=powers.device)
-    lag = lag[:, None] - lag[None, :]
-    full = powers[..., lag.clamp(min=0)]
-    return torch.where(lag >= 0, full, torch.zeros((), dtype=powers.dtype, device=powers.device))
+def linear_recurrence(a: Tensor, c: Tensor) -> Tensor:
+    """x_t = a x_{t-1} + c_t, x_1 = c_1, along the last axis of c (..., T), a (..., 1): a Hillis-Steele
+    scan, after step j x_t = sum over the last 2^(j+1) s <= t of a^(t-s) c_s; log2(T) vector steps."""
+    x, power, shift = c, a, 1
+    while shift < c.shape[-1]:
+        x = x + power * F.pad(x[..., :-shift], (shift, 0))
+        power, shift = power * power, 2 * shift
+    return x
+
+
+def log_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """The matrix product in log space: log(exp(a) @ exp(b)), batched."""
+    return torch.logsumexp(a[..., :, :, None] + b[..., None, :, :], -2)
+
+
+def log_matrix_chain(m: Tensor) -> Tensor:
+    """log(exp(m_1) @ exp(m_2) @ ... @ exp(m_n)) for m (..., n, K, K), by pairwise products (log2 n steps)."""
+    while m.shape[-3] > 1:
+        odd = m.shape[-3] % 2
+        pairs = log_matmul(m[..., 0:m.shape[-3] - odd:2, :, :], m[..., 1::2, :, :])
+        m = torch.cat([pairs, m[..., m.shape[-3] - 1:, :, :]], -3) if odd else pairs
+    return m[..., 0, :, :]
 
 
 class TorchModel:
@@ -160,24 +176,25 @@ class EightSchoolsCentered(TorchModel):
 
 
 class Diamonds(ScaleLast):
-    """Y ~ N(a + Xc b, sigma) through sufficient statistics: |Y - a - Xc b|^2 = Y'Y - 2 a 1'Y - 2 b'Xc'Y
-    + n a^2 + 2 a b'Xc'1 + b'Xc'Xc b (Xc the centred predictors)."""
+    """Y ~ N(a + Xc b, sigma), Xc the centred predictors, through sufficient statistics expanded around the
+    least-squares fit (b_ls, mean(Y)): |Y - a - Xc b|^2 = S_min + (b - b_ls)' Xc'Xc (b - b_ls) + n (a - mean(Y))^2
+    (Xc'1 = 0), computed once in float64, so it keeps its precision in float32 too."""
 
     dim = 26
 
     def prepare(self, data):
-        x = data["X"][:, 1:]
+        x, y = data["X"][:, 1:].double(), data["Y"].double()
         xc = x - x.mean(0)
-        y = data["Y"]
+        gram = xc.T @ xc
+        b_ls = torch.linalg.solve(gram, xc.T @ (y - y.mean()))
         self.n = int(y.shape[0])
-        self.gram, self.xty, self.x_sum = xc.T @ xc, xc.T @ y, xc.sum(0)
-        self.yty, self.y_sum = y @ y, y.sum()
+        self.min_sum_sq = float(((y - y.mean() - xc @ b_ls) ** 2).sum())
+        self.gram, self.b_ls, self.y_mean = gram.to(self.dtype), b_ls.to(self.dtype), float(y.mean())
 
     def log_density(self, p):
         b, a = p["beta"][..., :24], p["beta"][..., 24]
-        quadratic = ((b @ self.gram) * b).sum(-1)
-        sum_sq = (self.yty - 2.0 * a * self.y_sum - 2.0 * b @ self.xty + self.n * a**2
-                  + 2.0 * a * (b @ self.x_sum) + quadratic)
+        d = b - self.b_ls
+        sum_sq = self.min_sum_sq + ((d @ self.gram) * d).sum(-1) + self.n * (a - self.y_mean) ** 2
         return (-0.5 * (b**2).sum(-1) + student_t_lpdf(a, 3.0, 8.0, 10.0) + student_t_lpdf(p["sigma"], 3.0, 0.0, 10.0)
                 + gaussian_sum(sum_sq, self.n, p["sigma"]))
 
@@ -250,8 +267,8 @@ class ArK(LinearRegression):
 
 
 class Arma11(ScaleLast):
-    """err_t = c_t - theta err_{t-1} with c_1 = y_1 - mu (1 + phi), c_t = y_t - mu - phi y_{t-1}; so
-    err = M c with M[t, s] = (-theta)^(t - s), t >= s."""
+    """err_t = c_t - theta err_{t-1} with c_1 = y_1 - mu (1 + phi), c_t = y_t - mu - phi y_{t-1}: a linear
+    recurrence, evaluated as a scan."""
 
     dim = 4
 
@@ -259,16 +276,14 @@ class Arma11(ScaleLast):
         mu, phi, theta = (p["beta"][..., i, None] for i in range(3))
         y = self.data["y"]
         c = torch.cat([y[:1] - mu * (1.0 + phi), y[1:] - mu - phi * y[:-1]], -1)
-        steps = (-theta).expand(*theta.shape[:-1], len(y) - 1)
-        powers = torch.cat([torch.ones_like(theta), torch.cumprod(steps, -1)], -1)
-        err = (lower_toeplitz(powers) @ c[..., None])[..., 0]
+        err = linear_recurrence(-theta, c)
         prior = -0.5 * (mu[..., 0] / 10.0) ** 2 - 0.5 * (phi[..., 0] / 2.0) ** 2 - 0.5 * (theta[..., 0] / 2.0) ** 2
         return prior + cauchy_lpdf(p["sigma"], 2.5) + gaussian_sum((err**2).sum(-1), len(y), p["sigma"])
 
 
 class Garch11(TorchModel):
-    """sigma_t^2 = alpha0 + alpha1 (y_{t-1} - mu)^2 + beta1 sigma_{t-1}^2 is linear in sigma^2:
-    sigma_t^2 = beta1^(t-1) sigma_1^2 + sum_{s=2..t} beta1^(t-s) (alpha0 + alpha1 (y_{s-1} - mu)^2)."""
+    """sigma_t^2 = alpha0 + alpha1 (y_{t-1} - mu)^2 + beta1 sigma_{t-1}^2 is a linear recurrence in sigma^2,
+    evaluated as a scan."""
 
     dim = 4
 
@@ -281,14 +296,11 @@ class Garch11(TorchModel):
 
     def log_density(self, p):
         y = self.data["y"]
-        n = len(y)
         mu, alpha0, alpha1, beta1 = (p[k][..., None] for k in ("mu", "alpha0", "alpha1", "beta1"))
         shocks = alpha0 + alpha1 * (y[:-1] - mu) ** 2  # t = 2..T
-        lag = torch.arange(n - 1, dtype=y.dtype, device=y.device)
-        powers = torch.exp(lag * torch.log(beta1))  # beta1^0 .. beta1^(T-2)
-        var = (lower_toeplitz(powers) @ shocks[..., None])[..., 0] + beta1 * powers * self.data["sigma1"] ** 2
-        first = normal_lpdf(y[0], mu[..., 0], self.data["sigma1"])
-        return first + (-0.5 * (y[1:] - mu) ** 2 / var - 0.5 * torch.log(var)).sum(-1)
+        first = (self.data["sigma1"] ** 2).expand_as(mu)
+        var = linear_recurrence(beta1, torch.cat([first, shocks], -1))  # sigma_t^2, t = 1..T
+        return (-0.5 * (y - mu) ** 2 / var - 0.5 * torch.log(var)).sum(-1)
 
     def outputs(self, p):
         return torch.stack([p["mu"], p["alpha0"], p["alpha1"], p["beta1"]], -1)
@@ -345,7 +357,8 @@ class LowDimGaussMix(TorchModel):
 
 
 class HmmExample(TorchModel):
-    """Forward algorithm: gamma_t = logsumexp_j(gamma_{t-1, j} + log Theta[j, :]) + log N(y_t; mu, 1)."""
+    """The forward algorithm, gamma_t = logsumexp_j(gamma_{t-1, j} + log Theta[j, :]) + log N(y_t; mu, 1), as one
+    chain of log-space matrix products: p(y) = e_1' M_2 ... M_N 1 with M_t[j, k] = Theta[j, k] N(y_t; mu_k, 1)."""
 
     dim = 4
 
@@ -359,9 +372,9 @@ class HmmExample(TorchModel):
         y = self.data["y"]
         log_transition = torch.log(torch.stack([p["theta1"], p["theta2"]], -2))  # (..., from, to)
         emission = -0.5 * (y[:, None] - p["mu"][..., None, :]) ** 2  # (..., N, K)
-        gamma = emission[..., 0, :]
-        for t in range(1, len(y)):
-            gamma = torch.logsumexp(gamma[..., :, None] + log_transition, -2) + emission[..., t, :]
+        steps = log_transition[..., None, :, :] + emission[..., 1:, None, :]  # (..., N - 1, from, to)
+        chain = log_matrix_chain(steps)
+        gamma = torch.logsumexp(emission[..., 0, :, None] + chain, -2)  # gamma_N
         prior = normal_lpdf(p["mu"][..., 0], 3.0, 1.0) + normal_lpdf(p["mu"][..., 1], 10.0, 1.0)
         return prior + torch.logsumexp(gamma, -1)
 
