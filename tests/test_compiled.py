@@ -175,3 +175,21 @@ def test_the_mode_search_runs_on_the_compiled_density(gaussian, monkeypatch):
         gaussian, q))
     modes, _ = find_mode(gaussian, torch.full((2, 3), 1.5, dtype=torch.float64))
     assert not calls and float(modes.abs().max()) < 1e-5
+
+
+def test_a_density_aotinductor_cannot_compile_is_remembered(cache, monkeypatch):
+    """A failed compile (garch11 of the posteriordb suite hits a lowering error in this torch) is written beside
+    the cache, so later runs fall back at once with the same reason instead of failing again."""
+    attempts = []
+
+    def failing(*args):
+        attempts.append(args)
+        raise compiled.NotCompiled("AOTInductor could not compile it (InductorError: LoweringException)")
+    monkeypatch.setattr(compiled, "_compile", failing)
+    target = UserGaussian(3.0 * COV)  # a density not compiled before
+    for _ in range(2):
+        with pytest.raises(compiled.NotCompiled, match="LoweringException"):
+            compiled.compiled_density(target.log_prob, 3, torch.float64)
+    assert len(attempts) == 1
+    with pytest.raises(compiled.NotCompiled, match="remembered: delete"):
+        compiled.compiled_density(target.log_prob, 3, torch.float64)

@@ -128,9 +128,17 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, threads: int = 1) -
     started = time.perf_counter()
     graph = _trace(log_prob, dim, dtype)
     path = cache_dir().parent / "compiled" / f"density-{_digest(graph, dtype)}.so"
+    failed = path.with_suffix(".failed")  # a density AOTInductor could not compile is not tried again
+    if failed.exists():
+        raise NotCompiled(failed.read_text().strip() + f" (remembered: delete {failed} to try again)")
     cached = path.exists()
     if not cached:
-        _compile(graph, dim, dtype, path)
+        try:
+            _compile(graph, dim, dtype, path)
+        except NotCompiled as exc:
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            failed.write_text(str(exc) + "\n")
+            raise
     compile_s = 0.0 if cached else time.perf_counter() - started
     density = _load(path, dim, dtype, threads, compile_s, cached, functions)
     _check(density, log_prob, dim, dtype)
