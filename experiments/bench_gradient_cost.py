@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--posteriors", nargs="*", default=list(NAMES), choices=list(NAMES))
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--no-jax", action="store_true",
+                        help="skip the JAX column (JAX imported after torch stalled for minutes here; time it alone)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         except compiled.NotCompiled as exc:
             print(f"{name}: not compiled ({exc})", file=sys.stderr)
             native = None
-        jax_one = jax_cost(name, one[0].numpy(), args.repeats)
+        jax_one = None if args.no_jax else jax_cost(name, one[0].numpy(), args.repeats)
         cells = [name, str(target.dim), f"{torch_one:.1f}", f"{torch_batch:.2f}",
                  f"{native:.2f}" if native else "-", f"{jax_one:.1f}" if jax_one else "-",
                  f"{torch_one / native:.0f}x" if native else "-"]
