@@ -193,3 +193,15 @@ def test_a_density_aotinductor_cannot_compile_is_remembered(cache, monkeypatch):
     assert len(attempts) == 1
     with pytest.raises(compiled.NotCompiled, match="remembered: delete"):
         compiled.compiled_density(target.log_prob, 3, torch.float64)
+
+
+@pytest.mark.slow
+def test_a_density_needing_aotinductors_proxy_executor_is_refused_in_one_line(cache):
+    """gp_pois_regr factorizes its kernel matrix (linalg_cholesky_ex, a triangular solve): AOTInductor runs those
+    through a proxy executor the C kernels do not provide, so the compile is refused with the reason (before, the
+    compiled density returned NaN and only the check against autograd caught it)."""
+    from bayesx.targets.posteriordb.target import PosteriorDB
+
+    target = PosteriorDB(name="gp_pois_regr")
+    with pytest.raises(compiled.NotCompiled, match="proxy executor"):
+        compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)

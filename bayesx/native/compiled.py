@@ -22,8 +22,10 @@ reason once and runs the PyTorch path.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
+import logging
 import os
 import platform
 import tempfile
@@ -224,17 +226,36 @@ def _compile(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, path: Pa
             # evaluation (torch's own OpenMP runtime, not the kernels') cost 300x per gradient on 2 threads
             # vec_isa_ok: trust the CPU flags for the vector ISA instead of test-compiling and loading one
             # library per ISA in subprocesses (seconds per process)
-            with torch._inductor.config.patch({"cpp.threads": 1, "cpp.vec_isa_ok": True}):
+            with torch._inductor.config.patch({"cpp.threads": 1, "cpp.vec_isa_ok": True}), _quiet("torch._inductor"):
                 package = torch._inductor.aoti_compile_and_package(exported,
                                                                    package_path=str(Path(tmp) / "density.pt2"))
         except Exception as exc:  # a missing C++ compiler, an operator AOTInductor lacks
             raise NotCompiled(f"AOTInductor could not compile it ({type(exc).__name__}: {_first_line(exc)})") from None
         with zipfile.ZipFile(package) as archive:
+            wrappers = [archive.read(n) for n in archive.namelist() if n.endswith("wrapper.cpp")]
+            if any(b"proxy_executor_call_function" in text for text in wrappers):
+                # operators without a C shim (linalg_cholesky_ex, for one) are run by AOTInductor's proxy
+                # executor, which only its C++ package loader provides; the C kernels pass none
+                raise NotCompiled("it uses an operator AOTInductor runs through its proxy executor (a Cholesky "
+                                  "factorization, for one), which the native kernels cannot call")
             names = [n for n in archive.namelist() if n.endswith(".so")]
             if len(names) != 1:
                 raise NotCompiled(f"the compiled package holds {len(names)} libraries, expected one")
             extracted = Path(archive.extract(names[0], tmp))
         os.replace(extracted, path)
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    """Inductor's warnings (an operator without a C shim, ...) stay out of the user's terminal: what matters
+    reaches the run as NotCompiled's one line."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _torch_shim() -> ctypes.CDLL:
