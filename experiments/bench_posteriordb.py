@@ -67,10 +67,6 @@ def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: 
             "ref_err": metrics.get("ref_mean_err_max"), "kernels": tags.get("kernels", "?")}
 
 
-def _normal(jnp, x, loc, scale):
-    return -0.5 * ((x - loc) / scale) ** 2 - jnp.log(scale)
-
-
 def jax_scan_densities():
     """The three recursive posteriors as a NumPyro user writes them, with ``lax.scan``: the suite's one-point
     transcriptions loop in Python over the series, which XLA unrolls (200 steps: minutes of compiling).
@@ -78,6 +74,8 @@ def jax_scan_densities():
     import jax.numpy as jnp
     from jax import lax
     from jax.nn import sigmoid
+
+    from bayesx.targets.posteriordb.xp_models import _normal
 
     def arma11(q, d):
         y = d["y"]

@@ -38,12 +38,17 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from bayesx.native.build import cache_dir, enabled, load
+from bayesx.native.build import _cpu_signature, cache_dir, enabled, load
 from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
 from bayesx.native.entry_points import bind
 
 SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
 CHECK_TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-3}
+THREADS = 1
+"""Threads a call splits its chains over, and models in the container: one. The compiled code links torch's own
+OpenMP runtime, and its evaluations on the kernels' OpenMP threads (another runtime) were 20-300x slower per
+gradient than on one thread (eight schools, 4 chains, 2 threads: 110 against 6 us per NUTS leaf, measured
+2026-11-25), so the chains take turns on the calling thread."""
 
 
 class _Model(ctypes.Structure):
@@ -58,13 +63,11 @@ class _Model(ctypes.Structure):
 class CompiledDensity:
     """A target's density and gradient as a compiled library, ready for the C kernels.
 
-    ``model`` is what the C functions receive (its container holds ``threads`` models, so that many chains
-    can evaluate at once); ``compile_s`` is the time this process spent tracing and compiling (0 when the
+    ``model`` is what the C functions receive (its container holds THREADS models); ``compile_s`` is the time this process spent tracing and compiling (0 when the
     library came from the cache); ``cached`` says whether it did."""
 
     dim: int
     dtype: torch.dtype
-    threads: int
     library_path: Path
     compile_s: float
     cached: bool
@@ -81,7 +84,7 @@ class CompiledDensity:
         u = position.detach().to(self.dtype).contiguous()
         grad = torch.empty_like(u)
         lp = torch.empty(u.shape[0], dtype=self.dtype)
-        self.functions["compiled_density"](self.threads_for(u.shape[0]), u.shape[0], self.dim, self.model,
+        self.functions["compiled_density"](THREADS, u.shape[0], self.dim, self.model,
                                            u.data_ptr(), grad.data_ptr(), lp.data_ptr())
         return lp, grad
 
@@ -89,10 +92,9 @@ class CompiledDensity:
                    grad: Tensor | None = None, log_prob: Tensor | None = None) -> Trajectory:
         """``num_steps`` leapfrog steps of every chain in one native call (as bayesx.native.logistic.trajectory)."""
         chains, k = position.shape
-        threads = self.threads_for(chains)
-        work = torch.empty(threads * 2 * k, dtype=self.dtype)  # held here: a pointer does not keep its tensor alive
+        work = torch.empty(THREADS * 2 * k, dtype=self.dtype)  # held here: a pointer does not keep its tensor alive
         run = self.functions["compiled_leapfrog"]
-        return leapfrog(lambda steps, *tail: run(threads, chains, k, steps, self.model, *tail, ptr(work)),
+        return leapfrog(lambda steps, *tail: run(THREADS, chains, k, steps, self.model, *tail, ptr(work)),
                         position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
 
     def nuts(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
@@ -100,25 +102,18 @@ class CompiledDensity:
         """One NUTS transition of every chain in one native call, each chain's tree on its own (nuts.h)."""
         chains, k = position.shape
         run = self.functions["compiled_nuts"]
-        return transition(lambda *tail: run(self.threads_for(chains), chains, k, self.model, *tail), position,
+        return transition(lambda *tail: run(THREADS, chains, k, self.model, *tail), position,
                           momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
 
-    def threads_for(self, chains: int) -> int:
-        """Threads one call splits its chains over: one. The compiled code links torch's own OpenMP runtime,
-        and its evaluations on the kernels' OpenMP threads (another runtime) were 20-300x slower per gradient
-        than on one thread (eight schools, 4 chains, 2 threads: 110 against 6 us per NUTS leaf, measured
-        2026-11-25), so the chains take turns on the calling thread."""
-        return 1
 
 
 class NotCompiled(Exception):
     """Why a density was not compiled (one line, for the run's log)."""
 
 
-def compiled_density(log_prob, dim: int, dtype: torch.dtype, threads: int = 1) -> CompiledDensity:
+def compiled_density(log_prob, dim: int, dtype: torch.dtype) -> CompiledDensity:
     """The compiled density and gradient of ``log_prob`` (q (..., dim) -> (...)) in ``dtype``; raises
-    NotCompiled with the reason where it cannot be had. ``threads``: models in the container (how many
-    evaluations may run at once; see CompiledDensity.threads_for)."""
+    NotCompiled with the reason where it cannot be had."""
     if dtype not in SUFFIX:
         raise NotCompiled(f"dtype {dtype} is not compiled (float64 or float32 only)")
     if not enabled():
@@ -142,7 +137,7 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, threads: int = 1) -
             failed.write_text(str(exc) + "\n")
             raise
     compile_s = 0.0 if cached else time.perf_counter() - started
-    density = _load(path, dim, dtype, threads, compile_s, cached, functions)
+    density = _load(path, dim, dtype, compile_s, cached, functions)
     _check(density, log_prob, dim, dtype)
     return density
 
@@ -186,7 +181,7 @@ def _digest(graph: torch.fx.GraphModule, dtype: torch.dtype) -> str:
     """What identifies the compiled library: the graph's code, its constants' values, the dtype, torch's
     version, the CPU and the compiler settings."""
     digest = hashlib.sha256()
-    for part in (graph.code, str(dtype), torch.__version__, platform.machine(), _cpu_flags(), "serial kernels"):
+    for part in (graph.code, str(dtype), torch.__version__, platform.machine(), _cpu_signature(), "serial kernels"):
         digest.update(part.encode())
     for constant in _constants(graph):
         if isinstance(constant, Tensor):
@@ -195,14 +190,6 @@ def _digest(graph: torch.fx.GraphModule, dtype: torch.dtype) -> str:
         else:
             digest.update(repr(constant).encode())
     return digest.hexdigest()[:20]
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            return next((line for line in fh if line.startswith("flags")), "")
-    except OSError:
-        return platform.processor()
 
 
 class _Graph(torch.nn.Module):
@@ -262,7 +249,7 @@ def _torch_shim() -> ctypes.CDLL:
     return ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
 
 
-def _load(path: Path, dim: int, dtype: torch.dtype, threads: int, compile_s: float, cached: bool,
+def _load(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,
           functions: dict) -> CompiledDensity:
     try:
         library = ctypes.CDLL(str(path))
@@ -272,14 +259,14 @@ def _load(path: Path, dim: int, dtype: torch.dtype, threads: int, compile_s: flo
     container = ctypes.c_void_p()
     create = library.AOTInductorModelContainerCreateWithDevice
     create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p]
-    if create(ctypes.byref(container), threads, b"cpu", None) != 0:
+    if create(ctypes.byref(container), THREADS, b"cpu", None) != 0:
         raise NotCompiled(f"the compiled library {path} could not create its model; delete it to recompile")
     dtype_code = {torch.float64: shim.aoti_torch_dtype_float64, torch.float32: shim.aoti_torch_dtype_float32}[dtype]()
     address = lambda function: ctypes.cast(function, ctypes.c_void_p).value  # noqa: E731
     model = _Model(container.value, address(library.AOTInductorModelContainerRun),
                    address(shim.aoti_torch_create_tensor_from_blob), address(shim.aoti_torch_get_data_ptr),
                    address(shim.aoti_torch_delete_tensor_object), dtype_code, shim.aoti_torch_device_type_cpu())
-    return CompiledDensity(dim, dtype, threads, path, compile_s, cached, functions, library, model)
+    return CompiledDensity(dim, dtype, path, compile_s, cached, functions, library, model)
 
 
 def _check(density: CompiledDensity, log_prob, dim: int, dtype: torch.dtype) -> None:
