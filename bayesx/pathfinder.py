@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
+from bayesx.kernels import backend
 from bayesx.optimize import gaussian_start
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -70,7 +71,7 @@ def single_path(target, start: Tensor, gen: torch.Generator, history: int = 6, m
 
     def value_and_grad(x: np.ndarray):
         q = torch.as_tensor(x, dtype=dtype, device=device)[None]
-        lp, grad = target.log_prob_and_grad(q)
+        lp, grad = backend.density_and_grad(target, q)
         lp, grad = float(lp[0]), grad[0].cpu().numpy().astype(np.float64)
         evaluations[x.tobytes()] = (lp, grad)
         if not math.isfinite(lp):

@@ -8,6 +8,7 @@ run_job(cfg):  validate -> build data, target, method -> seed -> (the reference 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import tempfile
@@ -24,6 +25,7 @@ from bayesx.checkpoint import FOLDER as CHECKPOINT
 from bayesx.checkpoint import RunCheckpoint, Resume, load_resume
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.kernels import backend
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.provenance import provenance_tags
 from bayesx.record import Artifact, RunRecord, RunStart, Summary
@@ -50,7 +52,7 @@ def resolve_device(device: DeviceSettings) -> tuple[torch.device, torch.dtype]:
     if device.num_threads:
         torch.set_num_threads(device.num_threads)
     if device.compile is not None:
-        os.environ["BAYESX_COMPILE"] = device.compile  # read by bayesx.kernels.backend.prepare
+        os.environ["BAYESX_COMPILE"] = device.compile  # read by bayesx.kernels.backend
     return resolved, DTYPES[device.dtype]
 
 
@@ -289,6 +291,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         raise exc.as_error("method") from None
     gen = torch.Generator(device=device).manual_seed(job.seed)
     initial = method.initial_points(target, job.n_chains, gen)
+    backend.identify(target, json.dumps(posterior_identity(cfg, target), sort_keys=True, default=str))
 
     tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
     params = flatten(cfg)

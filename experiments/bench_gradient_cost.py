@@ -12,9 +12,14 @@ For each posterior, microseconds per (log pi, gradient) evaluation at one point,
                           bound of what NumPyro's compiled tree pays; NumPyro's own cost per gradient is
                           wall time / gradients in bench_posteriordb.md)
 
+With --logistic DATA..., logistic regression on those data sets too, with one more column: the hand-written
+C logistic form (bayesx.native.logistic, what model=logreg runs), against the same density compiled by
+AOTInductor from the target's torch code: whether the hand-written kernel is still worth its code.
+
 The median of --repeats timings is reported.
 
     python experiments/bench_gradient_cost.py --out results/bench_gradient_cost.md
+    python experiments/bench_gradient_cost.py --posteriors --logistic digits synthetic --no-jax
 """
 
 from __future__ import annotations
@@ -56,8 +61,19 @@ def jax_cost(name: str, q: np.ndarray, repeats: int) -> float | None:
     return median_us(lambda: jax.block_until_ready(grad(point)), 200, repeats)
 
 
+def logistic_target(data: str):
+    """model=logreg on ``data=<data>`` with the configuration's defaults, float64."""
+    from hydra.utils import instantiate
+
+    from bayesx.config import compose
+
+    cfg = compose(["model=logreg", f"data={data}"])
+    return instantiate(cfg.model, data=instantiate(cfg.data, _convert_="all"), dtype=torch.float64)
+
+
 def main(argv: list[str] | None = None) -> int:
     from bayesx.native import compiled
+    from bayesx.native import logistic
     from bayesx.targets.posteriordb import NAMES
     from bayesx.targets.posteriordb.target import PosteriorDB
 
@@ -66,13 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--no-jax", action="store_true",
                         help="skip the JAX column (JAX imported after torch stalled for minutes here; time it alone)")
+    parser.add_argument("--logistic", nargs="*", default=[], metavar="DATA",
+                        help="logistic regression on these data sets (digits, synthetic, ...), with the hand-written C")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    rows = ["| posterior | dim | pytorch, 1 point | pytorch, 64 points (per point) | compiled (C) | jax, 1 point | "
-            "pytorch / compiled |", "|---|---|---|---|---|---|---|"]
-    for name in args.posteriors:
-        target = PosteriorDB(name=name)
+    rows = ["| posterior | dim | pytorch, 1 point | pytorch, 64 points (per point) | compiled (C) | hand-written C | "
+            "jax, 1 point | pytorch / compiled |", "|---|---|---|---|---|---|---|---|"]
+    targets = [(name, PosteriorDB(name=name)) for name in args.posteriors]
+    targets += [(f"logreg {data}", logistic_target(data)) for data in args.logistic]
+    for name, target in targets:
         gen = torch.Generator().manual_seed(0)
         one = 0.1 * torch.randn(1, target.dim, generator=gen, dtype=torch.float64)
         batch = 0.1 * torch.randn(64, target.dim, generator=gen, dtype=torch.float64)
@@ -85,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         except compiled.NotCompiled as exc:
             print(f"{name}: not compiled ({exc})", file=sys.stderr)
             native = None
-        jax_one = None if args.no_jax else jax_cost(name, one[0].numpy(), args.repeats)
+        form = target.density_form()
+        hand = median_us(lambda: logistic.log_prob_and_grad(form, many), 5, args.repeats, per=2000) if form else None
+        jax_one = None if args.no_jax or form is not None else jax_cost(name, one[0].numpy(), args.repeats)
         cells = [name, str(target.dim), f"{torch_one:.1f}", f"{torch_batch:.2f}",
-                 f"{native:.2f}" if native else "-", f"{jax_one:.1f}" if jax_one else "-",
+                 f"{native:.2f}" if native else "-", f"{hand:.2f}" if hand else "-", f"{jax_one:.1f}" if jax_one else "-",
                  f"{torch_one / native:.0f}x" if native else "-"]
         rows.append("| " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)

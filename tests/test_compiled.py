@@ -1,4 +1,4 @@
-"""Compiled densities (bayesx.native.compiled, bayesx.kernels.backend.prepare): any torch log density,
+"""Compiled densities (bayesx.native.compiled, bayesx.kernels.backend.prepare_sampler): any torch log density,
 traced and compiled by AOTInductor, driven by the C NUTS and leapfrog without returning to Python.
 
 - The compiled (log pi, grad) equals autograd's; a density with different data compiles to a different
@@ -56,7 +56,7 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def gaussian(cache):
     target = UserGaussian()
-    prepared = backend.prepare(target, torch.zeros(4, 3, dtype=torch.float64), 10)
+    prepared = backend.prepare_sampler(target, torch.zeros(4, 3, dtype=torch.float64), 10)
     assert prepared.kernels == backend.COMPILED and not prepared.cached and prepared.compile_s > 0
     return target
 
@@ -113,12 +113,12 @@ def test_nuts_on_a_compiled_density_has_the_known_moments(gaussian):
 def test_the_policy_compiles_only_where_it_pays(cache, monkeypatch):
     position = torch.zeros(4, 3, dtype=torch.float64)
     monkeypatch.setenv("BAYESX_COMPILE", "auto")
-    short = backend.prepare(UserGaussian(), position, backend.COMPILE_FROM - 1)
+    short = backend.prepare_sampler(UserGaussian(), position, backend.COMPILE_FROM - 1)
     assert short.kernels == backend.PYTORCH and "does not repay" in short.reason
     monkeypatch.setenv("BAYESX_COMPILE", "never")
-    assert backend.prepare(UserGaussian(), position, 10**6).kernels == backend.PYTORCH
+    assert backend.prepare_sampler(UserGaussian(), position, 10**6).kernels == backend.PYTORCH
     monkeypatch.setenv("BAYESX_COMPILE", "sometimes")
-    refused = backend.prepare(UserGaussian(), position, 10**6)
+    refused = backend.prepare_sampler(UserGaussian(), position, 10**6)
     assert refused.kernels == backend.PYTORCH and "BAYESX_COMPILE=sometimes" in refused.reason
 
 
@@ -130,7 +130,7 @@ class Branchy(UserGaussian):
 
 
 def test_a_density_that_cannot_be_traced_runs_on_pytorch_with_one_line(cache, capsys):
-    prepared = backend.prepare(Branchy(), torch.zeros(4, 3, dtype=torch.float64), 10**6)
+    prepared = backend.prepare_sampler(Branchy(), torch.zeros(4, 3, dtype=torch.float64), 10**6)
     assert prepared.kernels == backend.PYTORCH and "could not be traced" in prepared.reason
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bayesx: the density runs on PyTorch")
@@ -193,6 +193,96 @@ def test_a_density_aotinductor_cannot_compile_is_remembered(cache, monkeypatch):
     assert len(attempts) == 1
     with pytest.raises(compiled.NotCompiled, match="remembered: delete"):
         compiled.compiled_density(target.log_prob, 3, torch.float64)
+
+
+def test_a_known_identity_finds_its_library_without_tracing_and_a_stale_one_is_traced(gaussian, monkeypatch):
+    """The runner's posterior identity indexes the cache: the second lookup of the same identity loads the
+    library without tracing the density; an identity whose library no longer agrees with the density (the
+    user's file changed behind a stale index) is traced and compiled afresh, never used."""
+    traced = []
+    real_trace = compiled._trace
+    monkeypatch.setattr(compiled, "_trace", lambda *args: traced.append(args) or real_trace(*args))
+    first = compiled.compiled_density(gaussian.log_prob, 3, torch.float64, identity="model=user-gaussian")
+    assert first.cached and len(traced) == 1
+    again = compiled.compiled_density(gaussian.log_prob, 3, torch.float64, identity="model=user-gaussian")
+    assert again.cached and again.library_path == first.library_path and len(traced) == 1
+    changed = UserGaussian(4.0 * COV)  # same identity, other density: the index is stale
+    fresh = compiled.compiled_density(changed.log_prob, 3, torch.float64, identity="model=user-gaussian")
+    assert len(traced) == 2 and fresh.library_path != first.library_path
+    lp, _ = fresh.log_prob_and_grad(torch.ones(1, 3, dtype=torch.float64))
+    torch.testing.assert_close(lp, changed.log_prob(torch.ones(1, 3, dtype=torch.float64)))
+
+
+def test_approximations_use_a_cached_density_only_where_it_is_faster(gaussian, monkeypatch):
+    """prepare_batches under auto: a density not in the cache is not compiled for a fit (no line on stderr); a
+    cached one is used at the fit's batch where it was timed faster than PyTorch, and not where it was slower
+    (a large batch of a vectorized density), with the timings in the reason."""
+    monkeypatch.setenv("BAYESX_COMPILE", "auto")
+    fresh = UserGaussian(5.0 * COV)  # never compiled
+    assert backend.prepare_batches(fresh, torch.zeros(8, 3, dtype=torch.float64)) == backend.Preparation(backend.PYTORCH)
+    target = UserGaussian()  # the same content as the fixture's: in the cache
+    times = {}
+    monkeypatch.setattr(backend, "_best_time", lambda function, batch: times[getattr(function, "__self__", None)
+                                                                             is not target])
+    times.update({True: 1e-5, False: 3e-4})  # compiled (a bound method of the CompiledDensity) faster
+    small = torch.zeros(8, 3, dtype=torch.float64)
+    assert backend.prepare_batches(target, small) == backend.Preparation(backend.COMPILED, 0.0, True)
+    assert backend.compiled_for(target, small) is not None
+    times.update({True: 2e-3, False: 4e-4})  # PyTorch faster at 4,096 points
+    large = torch.zeros(4096, 3, dtype=torch.float64)
+    slower = backend.prepare_batches(target, large)
+    assert slower.kernels == backend.PYTORCH and "PyTorch is faster at 4096 points per call (400 against 2000 us)" \
+        in slower.reason
+    assert backend.compiled_for(target, large) is None and backend.compiled_for(target, small) is not None
+
+
+def test_vi_pathfinder_and_the_latent_chain_run_on_the_compiled_density(gaussian, monkeypatch):
+    """With compile=always, Gaussian VI's gradients, Pathfinder's L-BFGS and AE-HMC's latent trajectories go
+    through the compiled density and never call the target's PyTorch gradient; VI's fit equals the PyTorch
+    path's up to rounding, and the latent chain (an invertible linear auto-encoder: exact) has the moments."""
+    from bayesx.kernels import latent_hmc as latent
+    from bayesx.methods.mcmc.aehmc import LatentSampler
+    from bayesx.methods.vi.gaussian import GaussianVI
+    from bayesx.methods.vi.pathfinder import Pathfinder
+    from bayesx.nn.autoencoder import AutoEncoder
+
+    def fit(target, method):
+        g = torch.Generator().manual_seed(4)
+        return method.infer(target, RunInputs(target.initial_point(1, g), g, progress=False))
+
+    calls = []
+    target = UserGaussian()
+    monkeypatch.setattr(target, "log_prob_and_grad", lambda q: calls.append(q) or TargetBase.log_prob_and_grad(
+        target, q))
+    vi = fit(target, GaussianVI(family="fullrank", num_steps=300, num_draws=50))
+    assert vi.tags["kernels"] == backend.COMPILED and not calls
+    path = fit(target, Pathfinder(num_draws=50, max_iter=50))
+    assert path.tags["kernels"] == backend.COMPILED and not calls
+    monkeypatch.setenv("BAYESX_COMPILE", "never")
+    plain = fit(UserGaussian(), GaussianVI(family="fullrank", num_steps=300, num_draws=50))
+    assert plain.tags["kernels"] == backend.PYTORCH
+    torch.testing.assert_close(vi.fitted["q_mean"], plain.fitted["q_mean"], rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(vi.fitted["q_scale"], plain.fitted["q_scale"], rtol=1e-6, atol=1e-8)
+
+    monkeypatch.setenv("BAYESX_COMPILE", "always")
+    g = torch.Generator().manual_seed(5)
+    a = torch.eye(3, dtype=torch.float64) + 0.3 * torch.randn(3, 3, generator=g, dtype=torch.float64)
+    ae = AutoEncoder(3, 3, "linear").double()
+    with torch.no_grad():
+        ae.enc_in.weight.copy_(a)
+        ae.dec_out.weight.copy_(torch.linalg.inv(a))
+    scale = torch.tensor([1.0, 1.2, 1.4], dtype=torch.float64)
+    space = latent.LatentSpace(target, ae.requires_grad_(False), torch.zeros(3, dtype=torch.float64), scale)
+    sampler = LatentSampler(space, latent.LatentParams(0.0, 8, True, "original"), num_warmup=200, num_draws=1500)
+    result = sampler.sample(target, RunInputs(target.initial_point(4, g), g, progress=False))
+    assert result.tags["kernels"] == backend.COMPILED and not calls
+    draws = torch.as_tensor(result.draws).reshape(-1, 3).numpy()
+    from bayesx.diagnostics.convergence import ess_per_coordinate
+
+    ess = ess_per_coordinate(torch.as_tensor(result.draws))
+    var = COV.diagonal().numpy()
+    assert np.abs(draws.mean(0) / np.sqrt(var / ess)).max() < 4.5
+    assert np.abs((draws.var(0) - var) / np.sqrt(2 * var**2 / ess)).max() < 4.5
 
 
 @pytest.mark.slow

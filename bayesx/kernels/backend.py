@@ -9,30 +9,34 @@ slot, never returning to Python) run instead on two kinds of density:
   bayesx.native.logistic.supports the chains (CPU tensors of float64/32, the library built, not many
   chains on a large design);
 - any other density whose log_prob autograd differentiates (``autograd_log_prob()``), compiled ahead of
-  time (bayesx.native.compiled: traced, compiled by AOTInductor, cached by content) when a sampler
-  announces a run long enough to repay the compile (:func:`prepare`; the ``compile`` setting).
+  time (bayesx.native.compiled: traced, compiled by AOTInductor, cached by content) when a method announces
+  work enough to repay the compile (:func:`prepare_sampler`, :func:`prepare_batches`; the ``compile`` setting).
 
-    prepare(target, position, n)    before a sampler's run of n chain-transitions: compile the density
-                                    where the policy says so; what happened, for the run's record
-    name(target, position)          "native", "compiled" or "pytorch", the run's ``kernels`` tag
-    native_available(dtype)         whether the native backend is on and built at all
-    trajectory(target, ...)         a whole leapfrog trajectory in one C call, or None (PyTorch's loop)
-    nuts_transition(target, ...)    one NUTS transition of every chain, each chain's tree in C, or None
-    log_prob_and_grad(form, q)      log pi and its gradient in one C call, or None (the target's own
-                                    analytic PyTorch formula)
-    density_and_grad(target, q)     log pi and its gradient by the compiled density where one was
-                                    prepared, else by the target
+    prepare_sampler(target, q, calls)   before a sampler's run that would make ``calls`` PyTorch calls of the
+                                        density (transitions x gradients per transition): compile it where
+                                        the policy says so; what happened, for the run's record
+    identify(target, identity)          what defines the target's density, for the compiled cache (the runner)
+    prepare_batches(target, batch)      before an approximation's fit that evaluates the density's gradient
+                                        at batches like ``batch``: a compiled density where one is cached (or
+                                        ``compile=always``) and faster than PyTorch at that batch (measured)
+    name(target, q)                     "native", "compiled" or "pytorch", the run's ``kernels`` tag
+    native_available(dtype)             whether the native backend is on and built at all
+    density_and_grad(target, q)         log pi and its gradient at each row of q by the fastest backend
+                                        prepared for it (what methods call in their loops)
+    trajectory(target, ...)             a whole leapfrog trajectory in one C call, or None (PyTorch's loop)
+    nuts_transition(target, ...)        one NUTS transition of every chain, each chain's tree in C, or None
 
-Never for one point or under autograd (a caller differentiating through the density needs PyTorch).
+Never for one point (dim,) or under autograd (a caller differentiating through the density needs PyTorch).
 ``BAYESX_NATIVE=0`` turns the native backend off; without a C compiler it is off with one warning
 (bayesx.native.build). ``BAYESX_COMPILE`` (the runner sets it from the ``compile`` setting) is the
-compile policy: ``auto`` (the default: compile for runs of at least COMPILE_FROM chain-transitions), ``always`` or ``never``.
+compile policy: ``auto`` (the default), ``always`` or ``never``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -50,17 +54,22 @@ if TYPE_CHECKING:
 
 NATIVE, COMPILED, PYTORCH = "native", "compiled", "pytorch"
 POLICIES = ("auto", "always", "never")
-COMPILE_FROM = 2000
-"""Chain-transitions from which ``compile=auto`` compiles a density that is not cached yet: a compile costs
-10-40 s on this project's 2 cores, a PyTorch NUTS leaf about 300 us more than a compiled one, and a
-default NUTS run (4 chains, 300 + 450 transitions of ~10 leaves) is 3,000."""
+COMPILE_FROM = 5000
+"""PyTorch calls of the density from which ``compile=auto`` compiles a density for a sampler: a cold compile
+costs about 8 s on this project's 2 cores (AOTInductor, measured 2026-11-25), a PyTorch call about 300 us
+more than the compiled path's, so 5,000 calls (a default NUTS run of 750 transitions with trees of 8 leaves,
+its shallowest usual depth) lose at most a few seconds once per density and machine, and a hard posterior
+(trees of 256 leaves) saves minutes."""
+TIMING_REPEATS = 5
 _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> CompiledDensity
+_batch_limit: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> largest batch it is used for
+_identities: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> what defines its density
 
 
 @dataclass(frozen=True)
 class Preparation:
-    """What :func:`prepare` did: ``kernels`` as :func:`name`, the compile's seconds in this process (0: it
-    came from the cache), whether it came from the cache, and why a density was not compiled."""
+    """What a prepare function did: ``kernels`` as :func:`name`, the compile's seconds in this process (0: it
+    came from the cache), whether it came from the cache, and why a density was not compiled or not used."""
 
     kernels: str
     compile_s: float = 0.0
@@ -73,23 +82,70 @@ class Preparation:
         return {"compiled_density": f"not compiled: {self.reason}"} if self.reason else {}
 
 
+def identify(target, identity: str) -> None:
+    """Tell the backend what defines the target's density (the runner's posterior identity: the model's
+    options, the digests of a user's files, the data's options, the dtype): its compiled library is then found
+    in the cache without tracing the density again (bayesx.native.compiled.compiled_density)."""
+    _identities[target] = identity
+
+
 def compile_policy() -> str:
     policy = os.environ.get("BAYESX_COMPILE", "auto").strip().lower() or "auto"
     return {"1": "always", "true": "always", "0": "never", "false": "never"}.get(policy, policy)
 
 
-def prepare(target, position: Tensor, transitions: int) -> Preparation:
-    """Before a sampler runs ``transitions`` chain-transitions from ``position`` (chains, dim): compile the
-    target's density for the native kernels where it has no hand-written form and the policy says so. A
-    density that cannot be compiled runs on PyTorch, with the reason logged once."""
+def prepare_sampler(target, position: Tensor, calls: int) -> Preparation:
+    """Before a sampler's run from ``position`` (chains, dim) that would make about ``calls`` PyTorch calls
+    of the density: compile the target's density for the native kernels where it has no hand-written form
+    and the policy says so (``auto``: from COMPILE_FROM calls). A density that cannot be compiled runs on
+    PyTorch, with the reason logged once. The choice depends on counts alone, never on timing or on the
+    cache, so a seed gives the same draws on every run."""
     if native_form(target, position) is not None:
         return Preparation(NATIVE)
+    policy = compile_policy()
+    if policy == "auto" and calls < COMPILE_FROM and target not in _compiled:
+        return Preparation(PYTORCH, reason=f"a run of about {calls} density calls does not repay a compile (auto "
+                                           f"compiles from {COMPILE_FROM})")
+    density, reason = _obtain(target, position, policy)
+    if density is None:
+        return Preparation(PYTORCH, reason=reason)
+    _batch_limit.pop(target, None)
+    return Preparation(COMPILED, density.compile_s, density.cached)
+
+
+def prepare_batches(target, batch: Tensor) -> Preparation:
+    """Before an approximation's fit that evaluates log pi and its gradient at batches like ``batch``
+    (points, dim), through :func:`density_and_grad`: its compiled density where one is in the cache (``auto``:
+    a fit's few thousand calls rarely repay a cold compile) or ``compile=always`` compiles one, used where it
+    is faster than the target's PyTorch code at that batch (timed here, best of TIMING_REPEATS; a vectorized
+    density at a batch of hundreds runs faster in PyTorch than point by point). The choice changes the
+    gradients only by rounding."""
+    if native_form(target, batch) is not None:
+        return Preparation(NATIVE)
+    policy = compile_policy()
+    density, reason = _obtain(target, batch, policy, cached_only=policy == "auto")
+    if density is None:
+        return Preparation(PYTORCH, reason=reason)
+    if policy == "auto":
+        compiled_s, pytorch_s = _best_time(density.log_prob_and_grad, batch), _best_time(target.log_prob_and_grad, batch)
+        if compiled_s >= pytorch_s:
+            _batch_limit[target] = min(_batch_limit.get(target, batch.shape[0]), batch.shape[0] - 1)
+            return Preparation(PYTORCH, reason=f"PyTorch is faster at {batch.shape[0]} points per call "
+                                               f"({pytorch_s * 1e6:.0f} against {compiled_s * 1e6:.0f} us)")
+    _batch_limit[target] = max(_batch_limit.get(target, 0), batch.shape[0])
+    return Preparation(COMPILED, density.compile_s, density.cached)
+
+
+def _obtain(target, position: Tensor, policy: str, cached_only: bool = False):
+    """(the target's compiled density, "") or (None, why not); a reason worth telling the user is said once on
+    stderr. ``cached_only``: a density not compiled yet is not compiled now (and no reason is given)."""
     if target in _compiled:
-        return Preparation(COMPILED, 0.0, True)
-    reason = _why_not_compiled(target, position, transitions)
+        return _compiled[target], ""
+    reason = _why_not_compiled(target, position, policy)
     if reason is None:
         try:
-            density = compiler.compiled_density(target.autograd_log_prob(), target.dim, position.dtype)
+            density = compiler.compiled_density(target.autograd_log_prob(), target.dim, position.dtype, cached_only,
+                                                _identities.get(target))
         except compiler.NotCompiled as exc:
             reason = str(exc)
         else:
@@ -97,10 +153,20 @@ def prepare(target, position: Tensor, transitions: int) -> Preparation:
             if not density.cached:
                 _say(f"bayesx: compiled the density for the native kernels in {density.compile_s:.1f} s (cached: "
                      f"{density.library_path})")
-            return Preparation(COMPILED, density.compile_s, density.cached)
-    if reason and not reason.startswith("-"):
+            return density, ""
+    if not reason.startswith("-"):
         _say(f"bayesx: the density runs on PyTorch, not compiled: {reason}")
-    return Preparation(PYTORCH, reason=reason.lstrip("-") if reason else "")
+    return None, reason.lstrip("-")
+
+
+def _best_time(function, batch: Tensor) -> float:
+    function(batch)
+    best = float("inf")
+    for _ in range(TIMING_REPEATS):
+        start = time.perf_counter()
+        function(batch)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def _say(line: str) -> None:
@@ -108,9 +174,8 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _why_not_compiled(target, position: Tensor, transitions: int) -> str | None:
-    """None where the density is to be compiled, else why not (a leading '-': not worth a log line)."""
-    policy = compile_policy()
+def _why_not_compiled(target, position: Tensor, policy: str) -> str | None:
+    """None where the density may be compiled, else why not (a leading '-': not worth a log line)."""
     if policy not in POLICIES:
         return f"BAYESX_COMPILE={policy} is not one of {', '.join(POLICIES)}"
     if policy == "never":
@@ -119,8 +184,6 @@ def _why_not_compiled(target, position: Tensor, transitions: int) -> str | None:
         return "-compiled densities run on the CPU in float64 or float32"
     if target.autograd_log_prob() is None:
         return "-its log density is computed outside torch's graph"
-    if policy == "auto" and transitions < COMPILE_FROM:
-        return f"-a run of {transitions} chain-transitions does not repay a compile (auto compiles from {COMPILE_FROM})"
     return None
 
 
@@ -128,7 +191,7 @@ def compiled_for(target, position: Tensor):
     """The target's compiled density where one was prepared and runs for these chains, else None."""
     density = _compiled.get(target)
     if density is None or position.dim() != 2 or position.requires_grad or position.device.type != "cpu" \
-            or position.dtype != density.dtype:
+            or position.dtype != density.dtype or position.shape[0] > _batch_limit.get(target, position.shape[0]):
         return None
     return density
 
@@ -138,16 +201,12 @@ def native_available(dtype: torch.dtype = torch.float64) -> bool:
     return native.available(dtype)
 
 
-def runs_natively(form: LogisticForm | None, position: Tensor) -> bool:
-    """Whether the native kernels evaluate a density of this form at these chains (chains, dim)."""
-    return (form is not None and position.dim() == 2 and not position.requires_grad
-            and native.supports(form, position))
-
-
 def native_form(target, position: Tensor) -> LogisticForm | None:
-    """The target's density form where the native kernels run for these chains, else None."""
+    """The target's density form where the native kernels run for these chains (chains, dim), else None."""
     form = target.density_form()
-    return form if runs_natively(form, position) else None
+    if form is None or position.dim() != 2 or position.requires_grad or not native.supports(form, position):
+        return None
+    return form
 
 
 def name(target, position: Tensor) -> str:
@@ -157,16 +216,13 @@ def name(target, position: Tensor) -> str:
     return COMPILED if compiled_for(target, position) is not None else PYTORCH
 
 
-def log_prob_and_grad(form: LogisticForm | None, position: Tensor) -> tuple[Tensor, Tensor] | None:
-    """log pi and grad log pi at each row of position in one native call, where the native kernels run for
-    this form (a target's ``log_prob_and_grad`` tries this before its own PyTorch formula); else None."""
-    return native.log_prob_and_grad(form, position) if runs_natively(form, position) else None
-
-
 def density_and_grad(target, position: Tensor) -> tuple[Tensor, Tensor]:
-    """log pi and its gradient at each row of position (chains, dim): the compiled density's where one was
-    prepared for these chains (not under autograd), else the target's own ``log_prob_and_grad`` (which tries
-    the hand-written native form itself). What optimisers and samplers call outside a trajectory."""
+    """log pi and its gradient at each row of position (points, dim) in one call: by the hand-written native
+    form where the target has one, by its compiled density where one was prepared for batches like this (not
+    under autograd), else by the target's own ``log_prob_and_grad``. What methods call in their loops."""
+    form = native_form(target, position)
+    if form is not None:
+        return native.log_prob_and_grad(form, position)
     density = compiled_for(target, position)
     if density is not None:
         return density.log_prob_and_grad(position)

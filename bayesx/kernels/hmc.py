@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from bayesx.kernels import backend
 from bayesx.kernels.common import (
     DIVERGENCE_THRESHOLD,
     energy_error,
@@ -45,7 +46,7 @@ class HMCParams(NamedTuple):
 
 
 def init(position: Tensor, target) -> HMCState:
-    log_prob, grad = target.log_prob_and_grad(position)
+    log_prob, grad = backend.density_and_grad(target, position)
     return HMCState(position, log_prob, grad)
 
 

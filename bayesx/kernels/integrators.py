@@ -30,7 +30,7 @@ def leapfrog(state: PhaseState, step_size, metric: Metric, target) -> PhaseState
     """One leapfrog step; one gradient evaluation."""
     p = state.momentum + 0.5 * step_size * state.grad
     q = state.position + step_size * velocity(metric, p)
-    log_prob, grad = target.log_prob_and_grad(q)
+    log_prob, grad = backend.density_and_grad(target, q)
     p = p + 0.5 * step_size * grad
     return PhaseState(q, p, log_prob, grad)
 
@@ -53,6 +53,6 @@ def leapfrog_trajectory(state: PhaseState, step_size, num_steps: int, metric: Me
     q = state.position
     for i in range(num_steps):
         q = q + step_size * velocity(metric, p)
-        log_prob, grad = target.log_prob_and_grad(q)
+        log_prob, grad = backend.density_and_grad(target, q)
         p = p + (step_size if i < num_steps - 1 else 0.5 * step_size) * grad
     return PhaseState(q, p, log_prob, grad), start_energy, -log_prob + kinetic_energy(metric, p)

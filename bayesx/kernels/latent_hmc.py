@@ -112,7 +112,7 @@ class LatentSpace:
     def potential_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """U_h(z) = -log pi(psi_q(z)) and its gradient J_g^T grad_u (Deep MCMC eq. 2)."""
         u, jac = self.ae.g_and_jacobian(z)
-        log_prob, grad_u = self.restricted.log_prob_and_grad(u)
+        log_prob, grad_u = backend.density_and_grad(self.restricted, u)
         grad = -grad_u if jac is None else -torch.einsum("ch,chd->cd", grad_u, jac)
         return -log_prob, grad
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -49,6 +50,18 @@ THREADS = 1
 OpenMP runtime, and its evaluations on the kernels' OpenMP threads (another runtime) were 20-300x slower per
 gradient than on one thread (eight schools, 4 chains, 2 threads: 110 against 6 us per NUTS leaf, measured
 2026-11-25), so the chains take turns on the calling thread."""
+
+COMPILER_SETTINGS = {
+    # serial kernels: an OpenMP region inside each evaluation (torch's own OpenMP runtime, not the kernels')
+    # cost 300x per gradient on 2 threads
+    "cpp.threads": 1,
+    # trust the CPU flags for the vector ISA instead of test-compiling and loading one library per ISA in
+    # subprocesses (seconds per process)
+    "cpp.vec_isa_ok": True,
+    # AOTInductor's own wrapper settings stay: an unoptimized wrapper (-O0) compiled 1 s faster of 7 but cost
+    # 50% more per gradient (7.5 -> 11.3 us on a 26-parameter regression); without frame pointers and line
+    # tables it compiled no faster (measured 2026-11-25)
+}
 
 
 class _Model(ctypes.Structure):
@@ -111,9 +124,16 @@ class NotCompiled(Exception):
     """Why a density was not compiled (one line, for the run's log)."""
 
 
-def compiled_density(log_prob, dim: int, dtype: torch.dtype) -> CompiledDensity:
+NOT_CACHED = "-"  # no reason to tell: the caller asked for a cached library only
+
+
+def compiled_density(log_prob, dim: int, dtype: torch.dtype, cached_only: bool = False,
+                     identity: str | None = None) -> CompiledDensity:
     """The compiled density and gradient of ``log_prob`` (q (..., dim) -> (...)) in ``dtype``; raises
-    NotCompiled with the reason where it cannot be had."""
+    NotCompiled with the reason where it cannot be had (NOT_CACHED: ``cached_only`` and no library in the
+    cache). ``identity``: what defines the density where the caller knows it (the runner's posterior identity:
+    model options, the digests of a user's files, the data's options): a library compiled for the same identity
+    is found without tracing the density (about 1 s), then checked like any."""
     if dtype not in SUFFIX:
         raise NotCompiled(f"dtype {dtype} is not compiled (float64 or float32 only)")
     if not enabled():
@@ -122,13 +142,21 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype) -> CompiledDensity:
     if library is None:
         raise NotCompiled("the native kernels could not be built")
     functions = bind(library, SUFFIX[dtype], library._name)
+    folder = cache_dir().parent / "compiled"
+    index = folder / f"identity-{_identity_digest(identity, dtype)}.txt" if identity is not None else None
+    if index is not None and index.exists():
+        known = _known(folder / index.read_text().strip(), log_prob, dim, dtype, functions)
+        if known is not None:
+            return known
     started = time.perf_counter()
     graph = _trace(log_prob, dim, dtype)
-    path = cache_dir().parent / "compiled" / f"density-{_digest(graph, dtype)}.so"
+    path = folder / f"density-{_digest(graph, dtype)}.so"
     failed = path.with_suffix(".failed")  # a density AOTInductor could not compile is not tried again
     if failed.exists():
         raise NotCompiled(failed.read_text().strip() + f" (remembered: delete {failed} to try again)")
     cached = path.exists()
+    if not cached and cached_only:
+        raise NotCompiled(NOT_CACHED)
     if not cached:
         try:
             _compile(graph, dim, dtype, path)
@@ -139,7 +167,44 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype) -> CompiledDensity:
     compile_s = 0.0 if cached else time.perf_counter() - started
     density = _load(path, dim, dtype, compile_s, cached, functions)
     _check(density, log_prob, dim, dtype)
+    if index is not None:
+        _write_atomically(index, path.name)
     return density
+
+
+def _known(path: Path, log_prob, dim: int, dtype: torch.dtype, functions: dict) -> CompiledDensity | None:
+    """The library an identity points to, where it loads and still agrees with autograd; else None (traced)."""
+    if not path.exists():
+        return None
+    try:
+        density = _load(path, dim, dtype, 0.0, True, functions)
+        _check(density, log_prob, dim, dtype)
+    except NotCompiled:
+        return None
+    return density
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
+@functools.lru_cache(maxsize=1)
+def _targets_source_digest() -> str:
+    """The digest of bayesx's own target code: a change to a built-in model invalidates every identity."""
+    digest = hashlib.sha256()
+    for source in sorted((Path(__file__).resolve().parents[1] / "targets").rglob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def _identity_digest(identity: str, dtype: torch.dtype) -> str:
+    digest = hashlib.sha256()
+    for part in (identity, str(dtype), torch.__version__, platform.machine(), _cpu_signature(),
+                 repr(sorted(COMPILER_SETTINGS.items())), _targets_source_digest()):
+        digest.update(part.encode())
+    return digest.hexdigest()[:20]
 
 
 def _grad_and_value(log_prob):
@@ -181,7 +246,8 @@ def _digest(graph: torch.fx.GraphModule, dtype: torch.dtype) -> str:
     """What identifies the compiled library: the graph's code, its constants' values, the dtype, torch's
     version, the CPU and the compiler settings."""
     digest = hashlib.sha256()
-    for part in (graph.code, str(dtype), torch.__version__, platform.machine(), _cpu_signature(), "serial kernels"):
+    settings = repr(sorted(COMPILER_SETTINGS.items()))
+    for part in (graph.code, str(dtype), torch.__version__, platform.machine(), _cpu_signature(), settings):
         digest.update(part.encode())
     for constant in _constants(graph):
         if isinstance(constant, Tensor):
@@ -209,11 +275,7 @@ def _compile(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, path: Pa
         warnings.simplefilter("ignore")
         try:
             exported = torch.export.export(_Graph(graph), (point,))
-            # serial kernels: the C kernels run the chains in parallel, and an OpenMP region inside each
-            # evaluation (torch's own OpenMP runtime, not the kernels') cost 300x per gradient on 2 threads
-            # vec_isa_ok: trust the CPU flags for the vector ISA instead of test-compiling and loading one
-            # library per ISA in subprocesses (seconds per process)
-            with torch._inductor.config.patch({"cpp.threads": 1, "cpp.vec_isa_ok": True}), _quiet("torch._inductor"):
+            with torch._inductor.config.patch(COMPILER_SETTINGS), _quiet("torch._inductor"):
                 package = torch._inductor.aoti_compile_and_package(exported,
                                                                    package_path=str(Path(tmp) / "density.pt2"))
         except Exception as exc:  # a missing C++ compiler, an operator AOTInductor lacks

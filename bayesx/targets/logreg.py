@@ -10,8 +10,9 @@ tools' numbers without correction.
 
 Both are evaluated for a batch of chains with two matrix products (chains x n) and (chains x dim),
 so a gradient costs O(chains n dim) with no Python loop. The density is a logistic form
-(bayesx.targets.forms), so where the native backend runs it (bayesx.kernels.backend: CPU chains) one
-C call evaluates both instead, with the same arithmetic up to rounding.
+(bayesx.targets.forms), so where the native backend runs it (bayesx.kernels.backend: CPU chains) the
+kernels and methods evaluate both in one C call instead, with the same arithmetic up to rounding;
+``log_prob_and_grad`` here is the PyTorch formula.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.data.classification import ClassificationData
-from bayesx.kernels import backend
 from bayesx.settings import Positive, Settings
 from bayesx.targets.base import Capabilities, Evaluation, LogisticDesign, TargetBase
 from bayesx.targets.forms import LogisticForm
@@ -76,9 +76,6 @@ class LogisticRegression(TargetBase):
         return log_lik - 0.5 * self._inv_var * (q * q).sum(-1) + self.log_prior_constant
 
     def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
-        native = backend.log_prob_and_grad(self.density_form(), q)
-        if native is not None:
-            return native
         logits = q @ self.x_train.T
         log_lik = (self.y_train * logits - F.softplus(logits)).sum(-1)
         lp = log_lik - 0.5 * self._inv_var * (q * q).sum(-1) + self.log_prior_constant
@@ -159,9 +156,6 @@ class RestrictedLogisticRegression(AffineRestriction):
         return self._form
 
     def log_prob_and_grad(self, u: Tensor) -> tuple[Tensor, Tensor]:
-        native = backend.log_prob_and_grad(self.density_form(), u)
-        if native is not None:
-            return native
         m = self.model
         logits = self.x_offset + u @ self.x_basis.T
         log_lik = (m.y_train * logits - F.softplus(logits)).sum(-1)

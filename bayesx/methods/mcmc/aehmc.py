@@ -40,6 +40,14 @@ class LatentSampler(MCMCMethod):
         z = torch.zeros(position.shape[0], self.space.latent_dim, dtype=position.dtype, device=position.device)
         return self.space.kernel_name(z)
 
+    def backend_target(self, target):
+        """The target restricted to the decoder's affine image, which the latent trajectories evaluate; none for
+        a nonlinear decoder, whose Jacobians PyTorch computes."""
+        return None if self.space.ae.nonlinear else self.space.restricted
+
+    def density_calls_per_transition(self) -> int:
+        return self.kernel_params.num_steps
+
     def make_params(self, step_size, metric=None):
         return self.kernel_params._replace(step_size=step_size)
 

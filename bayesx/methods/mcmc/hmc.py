@@ -25,3 +25,6 @@ class HMC(MCMCMethod):
 
     def make_params(self, step_size, metric):
         return hmc.HMCParams(step_size, metric, self.settings.num_steps)
+
+    def density_calls_per_transition(self) -> int:
+        return self.settings.num_steps

@@ -117,14 +117,27 @@ class MCMCMethod(Sampler):
         """Which backend runs the density this kernel moves on (the ``kernels`` tag; bayesx.kernels.backend)."""
         return backend.name(target, position)
 
+    def backend_target(self, target):
+        """The density this method's kernel evaluates through bayesx.kernels.backend, for the compile
+        decision: the target, or None where the kernel computes no gradient (a random walk evaluates log pi
+        alone, in large batches, which PyTorch serves)."""
+        return target if self.uses_gradients else None
+
+    def density_calls_per_transition(self) -> int:
+        """PyTorch calls of the density's gradient in one transition of all chains (they move in lock-step):
+        NUTS's trees of 8 leaves, its shallowest usual depth; static-trajectory methods say their steps."""
+        return 8
+
     def prepare_backend(self, target, position: torch.Tensor, out: Draws) -> None:
-        """Let the kernels' backend compile the density for this run's length (bayesx.kernels.backend.prepare);
+        """Let the kernels' backend compile the density for this run's length (bayesx.kernels.backend);
         the compile's time and whether it came from the cache go into the run's record."""
         cfg = self.settings
-        if not self.uses_gradients:  # a random walk evaluates log pi alone, in large batches: PyTorch serves it
+        density = self.backend_target(target)
+        if density is None:
             return
         start = time.perf_counter()
-        prepared = backend.prepare(target, position, position.shape[0] * (cfg.num_warmup + cfg.num_draws * cfg.thin))
+        calls = (cfg.num_warmup + cfg.num_draws * cfg.thin) * self.density_calls_per_transition()
+        prepared = backend.prepare_sampler(density, position, calls)
         out.tags.update(prepared.tags())
         if prepared.kernels == backend.COMPILED:
             out.timings["compile_time_s"] = time.perf_counter() - start

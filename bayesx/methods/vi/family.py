@@ -31,6 +31,7 @@ from torch import Tensor
 from bayesx.diagnostics import importance
 from bayesx.diagnostics.importance import KHAT_LIMIT
 from bayesx.errors import RunInterrupted
+from bayesx.kernels import backend
 from bayesx.methods.base import Method, RunInputs
 from bayesx.result import Outcome, Result
 from bayesx.settings import AtLeast, Settings
@@ -83,16 +84,24 @@ class Approximation(Method):
     def approximate(self, target, inputs: RunInputs) -> Fit:
         """Fit q (or make particles) from ``inputs.initial``."""
 
+    def gradient_batch(self, inputs: RunInputs) -> int:
+        """Points per call at which this fit evaluates log pi and its gradient through bayesx.kernels.backend
+        (``density_and_grad``), for the backend's choice of a compiled density; 0: it makes no such calls."""
+        return 0
+
     @final
     def infer(self, target, inputs: RunInputs) -> Result:
         self.check(target, 1)  # the runner checked already; a Python caller meets the same one-line errors
+        backend_record = self._prepare_backend(target, inputs)
         start = time.perf_counter()
         try:
             fit = self.approximate(target, inputs)
         except (KeyboardInterrupt, RunInterrupted):
-            return Result(interrupted=True, tags={"stopped_during": "fit"},
-                          timings={"fit_time_s": time.perf_counter() - start})
+            return Result(interrupted=True, tags={"stopped_during": "fit", **backend_record.tags},
+                          timings={"fit_time_s": time.perf_counter() - start, **backend_record.timings})
         result = Result(**fit.outcome())
+        result.tags.update(backend_record.tags)
+        result.timings.update(backend_record.timings)
         result.timings["fit_time_s"] = time.perf_counter() - start
         if result.error is not None or fit.approximation is None:
             return result
@@ -107,6 +116,21 @@ class Approximation(Method):
             result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
         result.tags.setdefault("stopped_during", "completed")
         return result
+
+    def _prepare_backend(self, target, inputs: RunInputs) -> Result:
+        """The backend's choice for this fit's batches (bayesx.kernels.backend.prepare_batches), as the tags
+        ``kernels`` and ``compiled_density`` and the timing ``compile_time_s`` of an empty Result."""
+        record = Result()
+        batch = self.gradient_batch(inputs)
+        if batch < 1:
+            return record
+        start = time.perf_counter()
+        points = inputs.initial[:1].expand(batch, -1).contiguous()
+        prepared = backend.prepare_batches(target, points)
+        record.tags.update(prepared.tags(), kernels=prepared.kernels)
+        if prepared.kernels == backend.COMPILED:
+            record.timings["compile_time_s"] = time.perf_counter() - start
+        return record
 
     def _weigh_particles(self, particles: Particles, gen: torch.Generator, result: Result) -> None:
         n = particles.draws.shape[0]

@@ -36,6 +36,7 @@ from typing import Annotated, Literal
 import torch
 
 from bayesx.distributions import LOG_2PI
+from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
@@ -88,6 +89,9 @@ class FlowVI(Approximation):
     def beta(self, iteration: int) -> float:
         return 1.0 - math.exp(-self.settings.anneal_rate * iteration) if self.settings.anneal == "exp" else 1.0
 
+    def gradient_batch(self, inputs: RunInputs) -> int:
+        return self.settings.batch_size
+
     def approximate(self, target, inputs: RunInputs) -> Fit:
         gen, progress = inputs.gen, inputs.progress
         out = Fit()
@@ -100,7 +104,7 @@ class FlowVI(Approximation):
         with interruptible(out, bar, lambda: f"fit (iteration {iteration})"):
             for iteration in range(1, cfg.iterations + 1):
                 z, log_q = push(*flow.base.sample_and_log_prob(cfg.batch_size, gen))
-                log_p, grad = target.log_prob_and_grad(z.detach())
+                log_p, grad = backend.density_and_grad(target, z.detach())
                 elbo = (log_p - log_q.detach()).mean()
                 if not torch.isfinite(elbo):
                     out.error = (f"the flow drew points where the target's density is zero at iteration {iteration}: "

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.distributions import GaussianQ
+from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
@@ -123,7 +124,7 @@ class GaussianVI(Approximation):
         """
         q = self._q(mean, raw)
         z = q.transform(eps)
-        log_p, grad = target.log_prob_and_grad(z)
+        log_p, grad = backend.density_and_grad(target, z)
         log_q = q.log_prob_of_noise(eps)
         log_w = log_p - log_q
         elbo = log_w.mean()
@@ -157,6 +158,9 @@ class GaussianVI(Approximation):
         if self.settings.family == "jj" and target.logistic_design() is None:
             raise InvalidSetting("family", f"=jj is the Jaakkola-Jordan bound of Bayesian logistic regression; "
                                  f"{type(target).__name__} is not one: use model=logreg or family=fullrank")
+
+    def gradient_batch(self, inputs: RunInputs) -> int:
+        return self.settings.num_mc
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
         initial, gen, progress = inputs.initial, inputs.gen, inputs.progress

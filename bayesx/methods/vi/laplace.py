@@ -40,6 +40,9 @@ class Laplace(Approximation):
     name = "laplace"
     summary_keys = ("log_evidence_laplace", *Approximation.summary_keys)
 
+    def gradient_batch(self, inputs: RunInputs) -> int:
+        return inputs.initial.shape[0]  # the mode search's starting points, in one batch
+
     def approximate(self, target, inputs: RunInputs) -> Fit:
         out = Fit()
         try:

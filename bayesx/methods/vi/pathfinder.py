@@ -43,6 +43,9 @@ class Pathfinder(Approximation):
     def initial_points(self, target, n_chains: int, gen: torch.Generator) -> Tensor:
         return target.initial_point(self.settings.n_paths, gen)
 
+    def gradient_batch(self, inputs: RunInputs) -> int:
+        return 1  # L-BFGS evaluates one point at a time
+
     def approximate(self, target, inputs: RunInputs) -> Fit:
         cfg, gen, out, paths = self.settings, inputs.gen, Fit(), []
         bar = progress_bar(cfg.n_paths, "pathfinder paths", inputs.progress, "path")

@@ -22,6 +22,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit, Particles
 from bayesx.progress import interruptible, progress_bar
@@ -70,6 +71,9 @@ class SVGD(Approximation):
         """The particles start at the target's initial points, ``n_particles`` of them."""
         return target.initial_point(self.settings.n_particles, gen)
 
+    def gradient_batch(self, inputs: RunInputs) -> int:
+        return self.settings.n_particles
+
     def approximate(self, target, inputs: RunInputs) -> Fit:
         cfg, out, x = self.settings, Fit(), inputs.initial.clone()
         history = torch.zeros_like(x)
@@ -77,7 +81,7 @@ class SVGD(Approximation):
         step = 0
         with interruptible(out, bar, lambda: f"fit (step {step})"):
             for step in range(1, cfg.num_steps + 1):
-                _, grad = target.log_prob_and_grad(x)
+                _, grad = backend.density_and_grad(target, x)
                 if not bool(torch.isfinite(grad).all()):
                     out.error = (f"a gradient of log p is not finite at step {step}: lower method.lr "
                                  f"(now {cfg.lr:g})")

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
-from bayesx.kernels import hmc, rwm
+from bayesx.kernels import backend, hmc, rwm
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.vi.family import ApproximationSettings
 from bayesx.distributions import GaussianQ
@@ -59,7 +59,7 @@ class Tempered(TargetBase):
         return (1.0 - self.beta) * self.base.log_prob(q) + self.beta * self.target.log_prob(q)
 
     def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
-        lp, grad = self.target.log_prob_and_grad(q)
+        lp, grad = backend.density_and_grad(self.target, q)
         b = self.beta
         return (1.0 - b) * self.base.log_prob(q) + b * lp, (1.0 - b) * self.base.grad_log_prob(q) + b * grad
 
