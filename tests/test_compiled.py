@@ -213,6 +213,34 @@ def test_a_known_identity_finds_its_library_without_tracing_and_a_stale_one_is_t
     torch.testing.assert_close(lp, changed.log_prob(torch.ones(1, 3, dtype=torch.float64)))
 
 
+class ScaledByData(UserGaussian):
+    """Computes from its data inside log_prob, as users do: sigma^2 from a 0-d constant, and a broadcast of the
+    data that must stay an operation. (garch11's own failure without folding is the slow test below.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.sigma = torch.tensor(1.5, dtype=torch.float64)
+        self.offsets = torch.tensor([0.1, -0.2, 0.3], dtype=torch.float64)
+
+    def log_prob(self, q):
+        spread = self.offsets.expand(64, 3).sum(0) / 64.0  # a broadcast: larger than its input, not folded
+        return super().log_prob(q - spread) / self.sigma**2
+
+
+def test_operations_on_constants_are_folded_at_trace_time_and_compile(cache):
+    target = ScaledByData()
+    graph = compiled._trace(target.log_prob, 3, torch.float64)
+    constants = {n for n in graph.graph.nodes if n.op == "get_attr"}
+    folded = [n for n in graph.graph.nodes if n.op == "call_function" and n.all_input_nodes
+              and set(n.all_input_nodes) <= constants]
+    assert [str(n.target) for n in folded] == ["aten.expand.default"], folded  # only the broadcast stays
+    prepared = backend.prepare_sampler(target, torch.zeros(4, 3, dtype=torch.float64), 10**6)
+    assert prepared.kernels == backend.COMPILED, prepared.reason
+    q = torch.randn(5, 3, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    lp, _ = backend.density_and_grad(target, q)
+    torch.testing.assert_close(lp, target.log_prob(q), rtol=1e-12, atol=1e-12)
+
+
 def test_approximations_use_a_cached_density_only_where_it_is_faster(gaussian, monkeypatch):
     """prepare_batches under auto: a density not in the cache is not compiled for a fit (no line on stderr); a
     cached one is used at the fit's batch where it was timed faster than PyTorch, and not where it was slower
@@ -294,4 +322,18 @@ def test_a_density_needing_aotinductors_proxy_executor_is_refused_in_one_line(ca
 
     target = PosteriorDB(name="gp_pois_regr")
     with pytest.raises(compiled.NotCompiled, match="proxy executor"):
+        compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
+
+
+@pytest.mark.slow
+def test_garch11_compiles_once_its_constants_are_folded(cache, monkeypatch):
+    """garch11 squares a 0-d data constant (sigma_1^2) inside its density: unfolded, this torch's AOTInductor fails
+    to lower it (LoweringException); folded at trace time, it compiles and agrees with autograd."""
+    from bayesx.targets.posteriordb.target import PosteriorDB
+
+    target = PosteriorDB(name="garch11")
+    density = compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
+    assert not density.cached
+    monkeypatch.setattr(compiled, "_fold_constants", lambda graph: None)
+    with pytest.raises(compiled.NotCompiled, match="LoweringException"):
         compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)

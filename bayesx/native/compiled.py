@@ -228,7 +228,40 @@ def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != 1:
         raise NotCompiled("its log density has inputs besides the parameters")
+    _fold_constants(graph)
     return graph
+
+
+def _fold_constants(graph: torch.fx.GraphModule) -> None:
+    """Evaluate once, at trace time, every operation whose inputs are all constants (what a density computes
+    from its data alone: sigma_1^2, X^T y, a log of a constant), in place: fewer kernels per gradient, and no
+    arithmetic on 0-d constants, which this torch's AOTInductor fails to lower (garch11's sigma_1^2:
+    ``aten.pow.Tensor_Scalar`` on a 0-d constant, a LoweringException). A result larger than its largest
+    input (a broadcast) stays an operation, so folding never grows the library's constants."""
+    values: dict[torch.fx.Node, object] = {}
+    for index, node in enumerate(list(graph.graph.nodes)):
+        if node.op == "get_attr":
+            values[node] = getattr(graph, node.target)
+            continue
+        inputs = node.all_input_nodes
+        if node.op != "call_function" or not inputs or any(n not in values for n in inputs) \
+                or "rand" in str(node.target) or "normal" in str(node.target):
+            continue
+        args = torch.fx.node.map_arg(node.args, values.__getitem__)
+        kwargs = torch.fx.node.map_arg(node.kwargs, values.__getitem__)
+        value = node.target(*args, **kwargs)
+        largest = max((values[n].numel() for n in inputs if isinstance(values[n], Tensor)), default=0)
+        if not isinstance(value, Tensor) or value.numel() > max(largest, 1):
+            continue
+        name = f"_folded_constant_{index}"
+        graph.register_buffer(name, value)
+        with graph.graph.inserting_before(node):
+            constant = graph.graph.get_attr(name)
+        node.replace_all_uses_with(constant)
+        graph.graph.erase_node(node)
+        values[constant] = value
+    graph.graph.eliminate_dead_code()
+    graph.recompile()
 
 
 def _first_line(exc: Exception) -> str:
