@@ -313,16 +313,30 @@ def test_vi_pathfinder_and_the_latent_chain_run_on_the_compiled_density(gaussian
     assert np.abs((draws.var(0) - var) / np.sqrt(2 * var**2 / ess)).max() < 4.5
 
 
+class Spectral(UserGaussian):
+    """Uses an eigendecomposition, which AOTInductor has no C shim for and bayesx does not unroll."""
+
+    def log_prob(self, q):
+        return super().log_prob(q) - 1e-3 * torch.linalg.eigvalsh(q[..., :, None] * q[..., None, :]).sum(-1)
+
+
 @pytest.mark.slow
-def test_a_density_needing_aotinductors_proxy_executor_is_refused_in_one_line(cache):
-    """gp_pois_regr factorizes its kernel matrix (linalg_cholesky_ex, a triangular solve): AOTInductor runs those
-    through a proxy executor the C kernels do not provide, so the compile is refused with the reason (before, the
-    compiled density returned NaN and only the check against autograd caught it)."""
+def test_factorizations_compile_unrolled_and_other_lapack_calls_are_refused_in_one_line(cache):
+    """gp_pois_regr factorizes its kernel matrix (linalg_cholesky_ex; autograd's backward adds a triangular solve):
+    AOTInductor would run those through a proxy executor the C kernels do not provide, so they are traced unrolled
+    (bayesx.native.unrolled_linalg) and the density compiles and agrees with autograd. An operator still needing the
+    proxy executor (an eigendecomposition) is refused at compile time with the reason."""
     from bayesx.targets.posteriordb.target import PosteriorDB
 
     target = PosteriorDB(name="gp_pois_regr")
+    density = compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
+    q = 0.3 * torch.randn(4, target.dim, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    lp, grad = density.log_prob_and_grad(q)
+    expected, expected_grad = target.log_prob_and_grad(q)
+    torch.testing.assert_close(lp, expected, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-8, atol=1e-8)
     with pytest.raises(compiled.NotCompiled, match="proxy executor"):
-        compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
+        compiled.compiled_density(Spectral().log_prob, 3, torch.float64)
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ The PyTorch NUTS tree returns to Python at every leaf and dispatches a dozen sma
 takes a target's ``log_prob`` (any torch code without data-dependent Python control flow) out of Python:
 
 1. trace: ``make_fx`` of ``torch.func.grad_and_value(log_prob)`` at one point (dim,) records the forward
-   and backward pass as one graph of ATen operations, the data as constants;
+   and backward pass as one graph of ATen operations, the data as constants; Cholesky factorizations and
+   triangular solves are traced unrolled (bayesx.native.unrolled_linalg), and operations on constants alone
+   are evaluated once (folded);
 2. compile: ``torch.export`` and AOTInductor (``torch._inductor.aoti_compile_and_package``) turn the graph
    into C++ and a shared library whose model container computes (log pi, grad) for one point;
 3. cache: the library is stored under the digest of the graph's code, its constants' bytes, the dtype,
@@ -41,6 +43,7 @@ from torch import Tensor
 
 from bayesx.native.build import _cpu_signature, cache_dir, enabled, load
 from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
+from bayesx.native import unrolled_linalg
 from bayesx.native.entry_points import bind
 
 SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
@@ -221,7 +224,7 @@ def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            graph = make_fx(_grad_and_value(log_prob))(point)
+            graph = make_fx(_grad_and_value(log_prob), decomposition_table=unrolled_linalg.DECOMPOSITIONS)(point)
     except Exception as exc:  # whatever the user's code raises under tracing: the reason is the message
         raise NotCompiled(f"its log density could not be traced ({type(exc).__name__}: "
                           f"{_first_line(exc)}); it may call numpy or branch on values") from None
@@ -316,10 +319,11 @@ def _compile(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, path: Pa
         with zipfile.ZipFile(package) as archive:
             wrappers = [archive.read(n) for n in archive.namelist() if n.endswith("wrapper.cpp")]
             if any(b"proxy_executor_call_function" in text for text in wrappers):
-                # operators without a C shim (linalg_cholesky_ex, for one) are run by AOTInductor's proxy
-                # executor, which only its C++ package loader provides; the C kernels pass none
-                raise NotCompiled("it uses an operator AOTInductor runs through its proxy executor (a Cholesky "
-                                  "factorization, for one), which the native kernels cannot call")
+                # operators without a C shim (an eigendecomposition, for one; Cholesky factorizations and
+                # triangular solves are traced unrolled instead) are run by AOTInductor's proxy executor, which
+                # only its C++ package loader provides; the C kernels pass none
+                raise NotCompiled("it uses an operator AOTInductor runs through its proxy executor (an "
+                                  "eigendecomposition, for one), which the native kernels cannot call")
             names = [n for n in archive.namelist() if n.endswith(".so")]
             if len(names) != 1:
                 raise NotCompiled(f"the compiled package holds {len(names)} libraries, expected one")
