@@ -151,6 +151,8 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, cached_only: bool =
         known = _known(folder / index.read_text().strip(), log_prob, dim, dtype, functions)
         if known is not None:
             return known
+    elif index is not None and cached_only:  # every library compiled for an identity is indexed by it
+        raise NotCompiled(NOT_CACHED)
     started = time.perf_counter()
     graph = _trace(log_prob, dim, dtype)
     path = folder / f"density-{_digest(graph, dtype)}.so"
