@@ -48,7 +48,8 @@ class MCMCSettings(Settings):
     adapt_step_size tune the step size during warm-up
     mass            inverse-mass-matrix (or proposal covariance) form: diag, dense or identity (Stan's
                     windowed estimates), diag_grad or lowrank (from draws and gradients, as nutpie;
-                    gradient-based samplers only; see bayesx.adaptation.window)
+                    gradient-based samplers only; see bayesx.adaptation.window); auto: dense up to
+                    DENSE_UP_TO coordinates, else diag_grad (diag without gradients)
     mass_rank       the most directions the lowrank correction changes
     thin            keep every thin-th draw
     init_buffer, term_buffer, base_window
@@ -64,7 +65,7 @@ class MCMCSettings(Settings):
     step_size: Annotated[float | None, Positive()] = None
     target_accept: Annotated[float, Between(0.0, 1.0)] = 0.8
     adapt_step_size: bool = True
-    mass: Literal["diag", "dense", "identity", "diag_grad", "lowrank"] = "diag"
+    mass: Literal["auto", "diag", "dense", "identity", "diag_grad", "lowrank"] = "diag"
     mass_rank: Annotated[int, AtLeast(1)] = 10
     thin: Annotated[int, AtLeast(1)] = 1
     init_buffer: Annotated[int, AtLeast(0)] = 75
@@ -77,6 +78,13 @@ class MCMCSettings(Settings):
                                     self.mass != "identity")
 
 
+DENSE_UP_TO = 100
+"""``mass=auto``'s dense metric up to this many coordinates. On the 13 posteriordb posteriors (3-26 coordinates)
+NUTS with a dense metric reached 1.1x-80x the min-ESS/s of diag_grad, never less than 0.8x (results/posteriordb.md),
+and on digits (64) 2.7x (results/bench_samplers.md); its product costs O(d^2) per step, small beside a gradient
+there, while at 500 coordinates (synthetic) it cost more than it gained."""
+
+
 class MCMCMethod(Sampler):
     """The driver for one MCMC method (built from the method config group; options: MCMCSettings)."""
 
@@ -85,6 +93,13 @@ class MCMCMethod(Sampler):
     name = "mcmc"
     resumable = True  # the state after a draw is the position, step size and metric (what make_params reads)
     uses_gradients = True  # the kernel's state carries grad log p (diag_grad and lowrank need it)
+
+    def mass_form(self, dim: int) -> str:
+        """The metric's form for a target of ``dim`` coordinates: the setting, ``auto`` resolved."""
+        mass = self.settings.mass
+        if mass != "auto":
+            return mass
+        return "dense" if dim <= DENSE_UP_TO else ("diag_grad" if self.uses_gradients else "diag")
 
     def check(self, target, n_chains: int) -> None:
         cfg = self.settings
@@ -111,7 +126,8 @@ class MCMCMethod(Sampler):
         cfg = self.settings
         return WindowAdaptation(self.kernel.step, self.make_params,
                                 lambda s, m, guess: self.search_step_size(s, target, m, gen, guess),
-                                cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, cfg.mass, cfg.mass_rank)
+                                cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, self.mass_form(target.dim),
+                                cfg.mass_rank)
 
     def kernel_name(self, target, position: torch.Tensor) -> str:
         """Which backend runs the density this kernel moves on (the ``kernels`` tag; bayesx.kernels.backend)."""
@@ -154,14 +170,17 @@ class MCMCMethod(Sampler):
         self.prepare_backend(target, initial_position, out)
         if inputs.resume is not None:
             return self._sample(target, gen, progress, checkpoint, inputs.resume, out=out)
-        dense = cfg.mass in DENSE_FORMS
+        mass = self.mass_form(dim)
+        dense = mass in DENSE_FORMS
         out.tags["kernels"] = self.kernel_name(target, initial_position)
+        if cfg.mass == "auto":
+            out.tags["mass"] = mass
         start = time.perf_counter()
         metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
         if cfg.init != "prior":
             start_from = laplace_start if cfg.init == "laplace" else pathfinder_start
             try:
-                initial_position, inv_mass = start_from(target, initial_position, gen, cfg.mass)
+                initial_position, inv_mass = start_from(target, initial_position, gen, mass)
             except (KeyboardInterrupt, RunInterrupted):  # stopped while finding the mode: part of warm-up
                 out.interrupted = True
                 out.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
