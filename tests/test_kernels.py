@@ -307,3 +307,18 @@ def test_nuts_flags_divergence_on_a_huge_step():
     new, info = nuts.step(state, target, params, gen)
     assert bool(info.divergent.all())
     assert torch.all(torch.isfinite(new.position))
+
+
+def test_mass_auto_is_dense_on_small_targets_and_diagonal_on_large_ones():
+    """NUTS's default metric: dense up to DENSE_UP_TO coordinates, gradient-based diagonal above, and the
+    resolved form is recorded as the run's tag; a sampler without gradients gets Stan's diagonal."""
+    from bayesx.methods.mcmc.sampler import DENSE_UP_TO
+
+    nuts = NUTS(mass="auto", num_warmup=60, num_draws=20)
+    assert nuts.mass_form(DENSE_UP_TO) == "dense" and nuts.mass_form(DENSE_UP_TO + 1) == "diag_grad"
+    assert RWM(mass="auto").mass_form(DENSE_UP_TO + 1) == "diag"
+    assert NUTS(mass="diag").mass_form(3) == "diag"
+    target = Gaussian(dim=3, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    result = nuts.infer(target, RunInputs(target.initial_point(2, g), g, progress=False))
+    assert result.tags["mass"] == "dense" and result.fitted["inverse_mass"].shape == (3, 3)
