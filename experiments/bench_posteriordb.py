@@ -20,9 +20,10 @@ For each posterior of ``model=posteriordb`` (bayesx/targets/posteriordb), side b
 Rates are min bulk ESS (ArviZ, as bayesx reports it) per second of **total** wall time: bayesx's
 ``wall_time_s`` (compiling the density included, on a cold cache: --cold, the default, empties it first;
 also reported without the compile), NumPyro's ``mcmc.run`` (its JIT compile included), nutpie's
-compile_pymc_model + sample (its numba compile included; also reported alone). Every draw set is
-also scored against posteriordb's gold-standard draws (ref_mean_err_max: worst |mean error| in reference
-sds). bayesx's runs go to an MLflow store (--tracking-uri; the peers' numbers are in the table only).
+compile_pymc_model + sample (its numba compile included, cold too: pytensor's numba cache is off unless
+--warm; the compile also reported alone). Every draw set is also scored against posteriordb's gold-standard
+draws (ref_mean_err_max: worst |mean error| in reference sds). bayesx's runs go to an MLflow store
+(--tracking-uri; the peers' numbers are in the table only).
 
     pip install -e ".[bench]"      # NumPyro and JAX, nutpie and PyMC
     python experiments/bench_posteriordb.py --out results/bench_posteriordb.md
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-numpyro", action="store_true")
     parser.add_argument("--nutpie", action=argparse.BooleanOptionalAction, default=None,
                         help="run nutpie too (default: when nutpie and PyMC are installed)")
-    parser.add_argument("--warm", action="store_true", help="keep bayesx's compiled-density cache (default: cold)")
+    parser.add_argument("--warm", action="store_true",
+                        help="keep bayesx's compiled-density cache and pytensor's numba cache (default: cold)")
     parser.add_argument("--tracking-uri", default=None, help="default: a temporary SQLite store")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -248,10 +250,13 @@ def main(argv: list[str] | None = None) -> int:
         native = Path(os.environ.get("BAYESX_CACHE_DIR", Path.home() / ".cache" / "bayesx")) / "native"
         if native.exists():  # the C kernels themselves are built at install time: keep them
             shutil.copytree(native, tmp / "cache" / "native")
+        # nutpie cold too: pytensor (imported below, reading this then) recompiles each model with numba
+        os.environ["PYTENSOR_FLAGS"] = ",".join(filter(None, [os.environ.get("PYTENSOR_FLAGS"), "numba__cache=False"]))
     rows = []
     for name in args.posteriors:
         nuts = bayesx_run(name, ["method=nuts"], uri, "bench_posteriordb", env)
-        candidates = [nuts] + [bayesx_run(name, shlex.split(b), uri, "bench_posteriordb", env) for b in args.best]
+        candidates = [nuts] + [bayesx_run(name, shlex.split(b), uri, "bench_posteriordb", env)
+                               for b in args.best if b.strip()]  # --best "": NUTS alone
         best = max(candidates, key=lambda r: rate(r) or 0.0)
         peer = {} if args.no_numpyro else numpyro_run(name, args.numpyro_warmup, args.numpyro_draws, 4)
         pie = nutpie_run(name, 4) if args.nutpie else {}
@@ -264,14 +269,15 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `python experiments/bench_posteriordb.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
-        f"{'warm' if args.warm else 'cold'} compiled-density cache; one run each, seed 0, one after the other.",
+        f"{'warm' if args.warm else 'cold'} compiled-density cache (and numba cache for nutpie); one run each, "
+        "seed 0, one after the other.",
         "",
         "min-ESS/s: min bulk ESS over the parameters per second of total wall time (bayesx: the run's "
         "wall_time_s, compiling the density included; '(no compile)' without it, as a second run with the cache "
         "finds it; NumPyro: mcmc.run, JIT included; nutpie: compile_pymc_model + sample, numba compile included, "
-        "its defaults with 4 chains in parallel threads). ref err: worst |mean - gold-standard mean| in gold-standard "
-        "sds. grads: gradient evaluations, warm-up included. A '-': the peer was not run (--no-numpyro, "
-        "--no-nutpie or not installed).",
+        "its defaults with 4 chains in parallel threads; 'nutpie compile s': compile_pymc_model alone). ref err: "
+        "worst |mean - gold-standard mean| in gold-standard sds. grads: gradient evaluations, warm-up included. "
+        "A '-': the peer was not run (--no-numpyro, --no-nutpie or not installed).",
         "",
     ]
     text = "\n".join(header + table(rows)) + "\n"

@@ -1,7 +1,8 @@
 """The posteriordb suite's PyMC models (experiments/pymc_models.py), which nutpie samples in the benchmark:
 each model's log density equals the suite's numpy transcription at random unconstrained points (so nutpie,
 NumPyro and bayesx sample one density on one space), and changes when a data value does (negative control).
-Skipped where PyMC is not installed (the optional ``bench`` extra, which CI does not install)."""
+The recursions' scan forms are checked in JAX too (NumPyro samples them). Skipped where PyMC (JAX) is not
+installed: the optional ``bench`` extra, which CI does not install."""
 
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("pymc")
-
-from bayesx.targets.posteriordb import NAMES, load  # noqa: E402
+from bayesx.targets.posteriordb import NAMES, load
 
 MODE = "NUMBA"  # the backend nutpie compiles with (its stabilizing rewrites: logaddexp as log-sum-exp)
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 @pytest.fixture
-def pymc_models(monkeypatch):
+def experiments(monkeypatch):
     monkeypatch.syspath_prepend(str(EXPERIMENTS))  # pymc_models imports bench_posteriordb's scan forms
+
+
+@pytest.fixture
+def pymc_models(experiments):
+    pytest.importorskip("pymc")
     return importlib.import_module("pymc_models")
 
 
@@ -66,6 +70,19 @@ def test_pymc_model_sees_a_perturbed_observation(pymc_models, name):
     q = points(post, 1)[0]
     assert not agrees(log_density(q), float(post.log_density(np, q, post.data)))
     assert agrees(log_density(q), float(post.log_density(np, q, changed.data)))
+
+
+@pytest.mark.parametrize("name", ["arma11", "garch11", "hmm_example"])
+def test_jax_scan_forms_are_the_suite_density(experiments, name):
+    """The lax.scan forms NumPyro samples (bench_posteriordb.scan_densities, shared with pytensor.scan)."""
+    jax = pytest.importorskip("jax")
+    import jax.experimental  # noqa: F401  (jax < 0.7: enable_x64 lives there)
+    enable_x64 = jax.enable_x64 if hasattr(jax, "enable_x64") else jax.experimental.enable_x64
+    post = load(name)
+    with enable_x64(True):  # as the benchmark runs NumPyro, without changing JAX's default for other tests
+        log_density = importlib.import_module("bench_posteriordb").jax_log_density(name)
+        for q in points(post):
+            assert agrees(float(log_density(jax.numpy.asarray(q))), float(post.log_density(np, q, post.data)))
 
 
 @pytest.mark.slow
