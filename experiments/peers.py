@@ -186,31 +186,27 @@ def numpyro_nuts(post: Posterior, args) -> PeerRun:
 
 
 def nutpie_sampler(post: Posterior, args) -> PeerRun:
-    import nutpie
+    """nutpie on a PyMC model of the posterior (posteriordb: experiments/pymc_models.py), compile included."""
     import pymc as pm
+    from pymc_models import nutpie_run, posteriordb_model
 
     if post.posteriordb:
-        raise NotImplementedError("no PyMC model is written for the posteriordb suite yet")
-    with pm.Model() as model:
-        if post.logistic is not None:
-            x, y = post.logistic[:2]
-            beta = pm.Normal("theta", 0.0, post.prior_scale, shape=x.shape[1])
-            pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
-        elif post.cov is not None:
-            pm.MvNormal("theta", mu=np.zeros(post.dim), cov=post.cov)
-        else:
-            v = pm.Normal("v", 0.0, 3.0)
-            pm.Normal("x", 0.0, pm.math.exp(v / 2), shape=post.dim - 1)
-    start = time.perf_counter()
-    trace = nutpie.sample(nutpie.compile_pymc_model(model), draws=args.draws, tune=args.warmup, chains=args.chains,
-                          seed=args.seed, cores=args.chains, progress_bar=False)
-    wall = time.perf_counter() - start
-    draws = trace.posterior
-    draws = (np.concatenate([draws["v"].values[..., None], draws["x"].values], -1) if post.funnel_dim
-             else draws["theta"].values.astype(np.float64))
-    stats = trace.sample_stats
-    return PeerRun(wall, draws, float(stats["n_steps"].values.sum()), float(stats["depth"].values.mean()),
-                   float(stats["diverging"].values.sum()), note="numba-compiled PyMC model, float64, compile included")
+        model = posteriordb_model(post.suite)
+    else:
+        with pm.Model() as model:
+            if post.logistic is not None:
+                x, y = post.logistic[:2]
+                beta = pm.Normal("theta", 0.0, post.prior_scale, shape=x.shape[1])
+                pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
+            elif post.cov is not None:
+                pm.MvNormal("theta", mu=np.zeros(post.dim), cov=post.cov)
+            else:
+                v = pm.Normal("v", 0.0, 3.0)
+                pm.Normal("x", 0.0, pm.math.exp(v / 2), shape=post.dim - 1)
+    out = nutpie_run(model, ["v", "x"] if post.funnel_dim else ["theta"], args.chains, args.seed, draws=args.draws,
+                     tune=args.warmup, cores=args.chains)
+    return PeerRun(out.wall, out.draws, out.grads_sampling, out.depth, out.divergent,
+                   note="numba-compiled PyMC model, float64, compile included")
 
 
 def blackjax_nuts(post: Posterior, args) -> PeerRun:
