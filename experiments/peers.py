@@ -170,7 +170,7 @@ def numpyro_nuts(post: Posterior, args) -> PeerRun:
     import jax
     from numpyro.infer import MCMC, NUTS
 
-    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_x64", args.jax_dtype == "float64")
     logdensity = jax_logdensity(post)
     mcmc = MCMC(NUTS(potential_fn=lambda theta: -logdensity(theta)), num_warmup=args.warmup, num_samples=args.draws,
                 num_chains=args.chains, chain_method="sequential", progress_bar=False)
@@ -182,7 +182,7 @@ def numpyro_nuts(post: Posterior, args) -> PeerRun:
     steps = np.asarray(extra["num_steps"])
     return PeerRun(wall, np.asarray(mcmc.get_samples(group_by_chain=True), np.float64), float(steps.sum()),
                    float(np.log2(steps + 1).mean()), float(np.sum(extra["diverging"])),
-                   note="defaults (diag mass, target 0.8), float64; gradients of sampling only")
+                   note=f"defaults (diag mass, target 0.8), {args.jax_dtype}; gradients of sampling only")
 
 
 def nutpie_sampler(post: Posterior, args) -> PeerRun:
@@ -371,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-mcmc-lengths", dest="mcmc_lengths", action="store_false",
                         help="keep bayesx's own num_warmup/num_draws (for approximations)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jax-dtype", choices=["float64", "float32"], default="float64",
+                        help="NumPyro NUTS's precision (float32: JAX's own default, x64 off)")
     parser.add_argument("--lr", type=float, default=0.02, help="SVI peers: Adam's step")
     parser.add_argument("--num-mc", type=int, default=8, help="SVI peers: draws per step")
     parser.add_argument("--svi-steps", type=int, default=5000)
