@@ -261,6 +261,7 @@ def test_approximations_use_a_cached_density_only_where_it_is_faster(gaussian, m
     slower = backend.prepare_batches(target, large)
     assert slower.kernels == backend.PYTORCH and "PyTorch is faster at 4096 points per call (400 against 2000 us)" \
         in slower.reason
+    assert slower.tags()["compiled_density"].startswith("cached, not used: PyTorch is faster")
     assert backend.compiled_for(target, large) is None and backend.compiled_for(target, small) is not None
 
 

@@ -65,3 +65,22 @@ def test_a_traced_gaussian_process_has_no_lapack_call_and_the_same_gradient():
         (expected_grad,) = torch.autograd.grad(expected, point)
     torch.testing.assert_close(value, expected.detach(), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-10, atol=1e-10)
+
+
+def test_matrices_beyond_the_unrolling_cap_keep_lapack():
+    """Unrolling grows the graph as n^2: beyond UNROLL_UP_TO rows the factorization stays a LAPACK call (whose
+    density the compile then refuses in one line), and the upper factor reads the upper triangle as LAPACK's."""
+    from bayesx.native.unrolled_linalg import UNROLL_UP_TO
+
+    n = UNROLL_UP_TO + 1
+
+    def large(q):
+        a = torch.eye(n, dtype=q.dtype) * torch.exp(q[..., 0])[..., None, None]
+        return torch.log(torch.diagonal(torch.linalg.cholesky_ex(a)[0], dim1=-2, dim2=-1)).sum(-1)
+
+    ops = {str(node.target) for node in compiled._trace(large, 1, torch.float64).graph.nodes}
+    assert "aten.linalg_cholesky_ex.default" in ops
+    a = spd()
+    lopsided = a.triu() + 7.0 * a.tril(-1)  # only the upper triangle is the matrix LAPACK factorizes
+    torch.testing.assert_close(cholesky_ex(lopsided, upper=True)[0], torch.linalg.cholesky_ex(lopsided, upper=True)[0],
+                               rtol=1e-12, atol=1e-12)

@@ -77,8 +77,11 @@ class Preparation:
     reason: str = ""
 
     def tags(self) -> dict[str, str]:
+        how = "cached" if self.cached else f"compiled in {self.compile_s:.1f} s"
         if self.kernels == COMPILED:
-            return {"compiled_density": "cached" if self.cached else f"compiled in {self.compile_s:.1f} s"}
+            return {"compiled_density": how}
+        if self.cached or self.compile_s:  # compiled, and PyTorch measured faster
+            return {"compiled_density": f"{how}, not used: {self.reason}"}
         return {"compiled_density": f"not compiled: {self.reason}"} if self.reason else {}
 
 
@@ -98,12 +101,14 @@ def prepare_sampler(target, position: Tensor, calls: int) -> Preparation:
     """Before a sampler's run from ``position`` (chains, dim) that would make about ``calls`` PyTorch calls
     of the density: compile the target's density for the native kernels where it has no hand-written form
     and the policy says so (``auto``: from COMPILE_FROM calls). A density that cannot be compiled runs on
-    PyTorch, with the reason logged once. The choice depends on counts alone, never on timing or on the
-    cache, so a seed gives the same draws on every run."""
+    PyTorch, with the reason logged once. The choice depends on counts (and on what this process compiled for
+    the same target object already), never on timing or on the cache, so a seed gives the same draws on
+    every run."""
     if native_form(target, position) is not None:
         return Preparation(NATIVE)
     policy = compile_policy()
-    if policy == "auto" and calls < COMPILE_FROM and target not in _compiled:
+    if policy == "auto" and calls < COMPILE_FROM and target not in _compiled \
+            and _why_not_compiled(target, position, policy) is None:
         return Preparation(PYTORCH, reason=f"a run of about {calls} density calls does not repay a compile (auto "
                                            f"compiles from {COMPILE_FROM})")
     density, reason = _obtain(target, position, policy)
@@ -130,8 +135,9 @@ def prepare_batches(target, batch: Tensor) -> Preparation:
         compiled_s, pytorch_s = _best_time(density.log_prob_and_grad, batch), _best_time(target.log_prob_and_grad, batch)
         if compiled_s >= pytorch_s:
             _batch_limit[target] = min(_batch_limit.get(target, batch.shape[0]), batch.shape[0] - 1)
-            return Preparation(PYTORCH, reason=f"PyTorch is faster at {batch.shape[0]} points per call "
-                                               f"({pytorch_s * 1e6:.0f} against {compiled_s * 1e6:.0f} us)")
+            return Preparation(PYTORCH, density.compile_s, density.cached,
+                               f"PyTorch is faster at {batch.shape[0]} points per call ({pytorch_s * 1e6:.0f} "
+                               f"against {compiled_s * 1e6:.0f} us)")
     _batch_limit[target] = max(_batch_limit.get(target, 0), batch.shape[0])
     return Preparation(COMPILED, density.compile_s, density.cached)
 

@@ -184,7 +184,7 @@ def _known(path: Path, log_prob, dim: int, dtype: torch.dtype, functions: dict) 
     try:
         density = _load(path, dim, dtype, 0.0, True, functions)
         _check(density, log_prob, dim, dtype)
-    except NotCompiled:
+    except Exception:  # noqa: BLE001 - stale, unloadable, or the density itself failed: trace it afresh
         return None
     return density
 
@@ -196,18 +196,23 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _targets_source_digest() -> str:
-    """The digest of bayesx's own target code: a change to a built-in model invalidates every identity."""
+def _own_code_digest() -> str:
+    """The digest of what else decides a library for an identity: bayesx's target code and vendored data
+    (bayesx/targets, every file) and this tracer (bayesx/native's Python: folding, unrolling). A change to
+    either invalidates every identity, so an index never hands back a library an older tracer made."""
+    package = Path(__file__).resolve().parents[1]
+    files = [*(package / "targets").rglob("*"), *(package / "native").glob("*.py")]
     digest = hashlib.sha256()
-    for source in sorted((Path(__file__).resolve().parents[1] / "targets").rglob("*.py")):
-        digest.update(source.read_bytes())
+    for path in sorted(f for f in files if f.is_file() and "__pycache__" not in f.parts):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
 def _identity_digest(identity: str, dtype: torch.dtype) -> str:
     digest = hashlib.sha256()
     for part in (identity, str(dtype), torch.__version__, platform.machine(), _cpu_signature(),
-                 repr(sorted(COMPILER_SETTINGS.items())), _targets_source_digest()):
+                 repr(sorted(COMPILER_SETTINGS.items())), _own_code_digest()):
         digest.update(part.encode())
     return digest.hexdigest()[:20]
 
@@ -233,7 +238,10 @@ def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != 1:
         raise NotCompiled("its log density has inputs besides the parameters")
-    _fold_constants(graph)
+    try:
+        _fold_constants(graph)
+    except Exception as exc:  # an operation on constants that fails when evaluated eagerly
+        raise NotCompiled(f"its constants could not be folded ({type(exc).__name__}: {_first_line(exc)})") from None
     return graph
 
 
@@ -242,15 +250,14 @@ def _fold_constants(graph: torch.fx.GraphModule) -> None:
     from its data alone: sigma_1^2, X^T y, a log of a constant), in place: fewer kernels per gradient, and no
     arithmetic on 0-d constants, which this torch's AOTInductor fails to lower (garch11's sigma_1^2:
     ``aten.pow.Tensor_Scalar`` on a 0-d constant, a LoweringException). A result larger than its largest
-    input (a broadcast) stays an operation, so folding never grows the library's constants."""
+    input (a broadcast) stays an operation; random and in-place operations stay too."""
     values: dict[torch.fx.Node, object] = {}
     for index, node in enumerate(list(graph.graph.nodes)):
         if node.op == "get_attr":
             values[node] = getattr(graph, node.target)
             continue
         inputs = node.all_input_nodes
-        if node.op != "call_function" or not inputs or any(n not in values for n in inputs) \
-                or "rand" in str(node.target) or "normal" in str(node.target):
+        if node.op != "call_function" or not inputs or any(n not in values for n in inputs) or _impure(node):
             continue
         args = torch.fx.node.map_arg(node.args, values.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, values.__getitem__)
@@ -258,6 +265,7 @@ def _fold_constants(graph: torch.fx.GraphModule) -> None:
         largest = max((values[n].numel() for n in inputs if isinstance(values[n], Tensor)), default=0)
         if not isinstance(value, Tensor) or value.numel() > max(largest, 1):
             continue
+        value = value.clone()  # a view would alias the constant it was taken from
         name = f"_folded_constant_{index}"
         graph.register_buffer(name, value)
         with graph.graph.inserting_before(node):
@@ -267,6 +275,15 @@ def _fold_constants(graph: torch.fx.GraphModule) -> None:
         values[constant] = value
     graph.graph.eliminate_dead_code()
     graph.recompile()
+
+
+def _impure(node: torch.fx.Node) -> bool:
+    """Whether evaluating the node once at trace time would change what it computes: a random draw or an
+    in-place update."""
+    target = node.target
+    tags = getattr(target, "tags", ())
+    schema = getattr(target, "_schema", None)
+    return torch.Tag.nondeterministic_seeded in tags or bool(schema is not None and schema.is_mutable)
 
 
 def _first_line(exc: Exception) -> str:
@@ -376,10 +393,14 @@ def _check(density: CompiledDensity, log_prob, dim: int, dtype: torch.dtype) -> 
     points = torch.randn(3, dim, generator=gen, dtype=torch.float64).to(dtype) * torch.tensor([[0.1], [0.5], [1.0]],
                                                                                                dtype=dtype)
     lp, grad = density.log_prob_and_grad(points)
-    with torch.enable_grad():
-        q = points.clone().requires_grad_(True)
-        expected = log_prob(q)
-        (expected_grad,) = torch.autograd.grad(expected.sum(), q)
+    try:
+        with torch.enable_grad():
+            q = points.clone().requires_grad_(True)
+            expected = log_prob(q)
+            (expected_grad,) = torch.autograd.grad(expected.sum(), q)
+    except Exception as exc:  # the user's density fails at the check's points: not compiled, the run decides
+        raise NotCompiled(f"its log density failed at the compile check's points ({type(exc).__name__}: "
+                          f"{_first_line(exc)})") from None
     tol = CHECK_TOLERANCE[dtype]
     finite = torch.isfinite(expected)
     scale = 1.0 + expected.detach().abs()

@@ -25,8 +25,17 @@ from torch import Tensor
 aten = torch.ops.aten
 
 
+UNROLL_UP_TO = 64
+"""Matrices up to this size are unrolled (the traced graph grows as n^2 operations); larger ones keep the LAPACK
+call, and their density is refused at compile time with the proxy executor's one line."""
+
+
 def cholesky_ex(a: Tensor, upper: bool = False, check_errors: bool = False) -> tuple[Tensor, Tensor]:
     n = a.shape[-1]
+    if n > UNROLL_UP_TO:
+        return NotImplemented
+    if upper:  # LAPACK reads the triangle it is asked for
+        a = a.mT
     rows = torch.arange(n, device=a.device)
     columns: list[Tensor] = []
     info = torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
@@ -45,9 +54,11 @@ def cholesky_ex(a: Tensor, upper: bool = False, check_errors: bool = False) -> t
 
 
 def solve_triangular(a: Tensor, b: Tensor, *, upper: bool, left: bool = True, unitriangular: bool = False) -> Tensor:
+    n = a.shape[-1]
+    if n > UNROLL_UP_TO:
+        return NotImplemented
     if not left:  # X A = B  <=>  A^T X^T = B^T
         return solve_triangular(a.mT, b.mT, upper=not upper, unitriangular=unitriangular).mT
-    n = a.shape[-1]
     order = range(n - 1, -1, -1) if upper else range(n)
     solved: dict[int, Tensor] = {}
     for i in order:

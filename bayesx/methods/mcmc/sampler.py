@@ -169,13 +169,13 @@ class MCMCMethod(Sampler):
         n_chains, dim = initial_position.shape
         out = Draws()
         self.prepare_backend(target, initial_position, out)
-        if inputs.resume is not None:
-            return self._sample(target, gen, progress, checkpoint, inputs.resume, out=out)
         mass = self.mass_form(dim)
-        dense = mass in DENSE_FORMS
-        out.tags["kernels"] = self.kernel_name(target, initial_position)
         if cfg.mass == "auto":
             out.tags["mass"] = mass
+        if inputs.resume is not None:
+            return self._sample(target, gen, progress, checkpoint, inputs.resume, out=out)
+        dense = mass in DENSE_FORMS
+        out.tags["kernels"] = self.kernel_name(target, initial_position)
         start = time.perf_counter()
         metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
         if cfg.init != "prior":
