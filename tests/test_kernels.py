@@ -322,3 +322,38 @@ def test_mass_auto_is_dense_on_small_targets_and_diagonal_on_large_ones():
     g = torch.Generator().manual_seed(0)
     result = nuts.infer(target, RunInputs(target.initial_point(2, g), g, progress=False))
     assert result.tags["mass"] == "dense" and result.fitted["inverse_mass"].shape == (3, 3)
+
+
+def test_health_warnings_show_the_digits_that_made_them_fire():
+    """R-hat 1.014 is above 1.01: the warning says 1.014, not "1.01 > 1.01"; k-hat likewise."""
+    from bayesx.diagnostics.convergence import shown_against
+    from bayesx.methods.vi.gaussian import GaussianVI
+
+    assert shown_against(1.014, 1.01) == "1.014" and shown_against(1.97, 1.01) == "1.97"
+    assert shown_against(0.7004, 0.7) == "0.7004"
+    assert NUTS().warnings({"rhat_max": 1.014})[0].startswith("rhat_max = 1.014 > 1.01:")
+    assert GaussianVI().warnings({"psis_khat": 0.703})[0].startswith("psis_khat = 0.703 > 0.7:")
+    assert NUTS().warnings({"rhat_max": 1.009}) == []  # negative control: below the limit, no warning
+
+
+def test_a_start_drawn_where_the_density_is_zero_names_the_mode_search():
+    """A density that keeps rising towards a cliff at q_0 = 5: the Laplace start's mode search ends at the edge and
+    its Gaussian (flat in q_0) puts chains where the density is zero; the error names the mode search and suggests
+    init=prior, where the prior start (inside the support) is fine."""
+    from bayesx.errors import BayesxError
+    from bayesx.targets.base import TargetBase
+
+    class CutOff(TargetBase):
+        dim, dtype, device = 2, torch.float64, torch.device("cpu")
+
+        def log_prob(self, q):
+            lp = 1e-3 * q[..., 0] - 0.5 * q[..., 1] ** 2
+            return torch.where(q[..., 0] < 5.0, lp, torch.full_like(lp, -float("inf")))
+
+    target, g = CutOff(), torch.Generator().manual_seed(0)
+    with pytest.raises(BayesxError, match="drawn around the laplace mode search's end: the search diverged"):
+        NUTS(num_warmup=5, num_draws=5, init="laplace").infer(target, RunInputs(target.initial_point(16, g), g,
+                                                                                 progress=False))
+    result = NUTS(num_warmup=5, num_draws=5, init="prior").infer(target, RunInputs(target.initial_point(4, g), g,
+                                                                                    progress=False))
+    assert result.draws.shape == (4, 5, 2)

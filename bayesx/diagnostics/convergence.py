@@ -89,3 +89,13 @@ def quantity_ess(quantities: dict[str, np.ndarray]) -> dict[str, float]:
         ess = np.nanmin(ess_per_coordinate(values[:, :, None] if values.ndim == 2 else values, "bulk"))
         out[quantity_ess_name(name, values)] = float(ess)
     return out
+
+
+def shown_against(value: float, limit: float) -> str:
+    """``value`` with the fewest decimals (at least two) that tell it apart from ``limit``, so a warning shows why
+    it fired: R-hat 1.014 against 1.01 reads "1.014", not "1.01"."""
+    for decimals in range(2, 10):
+        text = f"{value:.{decimals}f}"
+        if text != f"{limit:.{decimals}f}":
+            return text
+    return repr(value)

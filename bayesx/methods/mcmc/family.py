@@ -18,7 +18,7 @@ import numpy as np
 from torch import Tensor
 
 from bayesx.diagnostics import convergence
-from bayesx.diagnostics.convergence import RHAT_LIMIT
+from bayesx.diagnostics.convergence import RHAT_LIMIT, shown_against
 from bayesx.methods.base import Method, RunInputs
 from bayesx.result import Outcome, Result
 from bayesx.targets.base import Evaluation
@@ -74,7 +74,8 @@ class Sampler(Method):
         out = []
         rhat = metrics.get("rhat_max", float("nan"))
         if rhat == rhat and rhat > RHAT_LIMIT:
-            out.append(f"rhat_max = {rhat:.3g} > {RHAT_LIMIT}: the chains disagree; draw more (method.num_draws, "
+            shown = shown_against(rhat, RHAT_LIMIT)
+            out.append(f"rhat_max = {shown} > {RHAT_LIMIT}: the chains disagree; draw more (method.num_draws, "
                        "method.num_warmup) or use a better-adapted sampler (method=nuts method.mass=dense)")
         if metrics.get("n_divergent", 0) > 0:
             out.append(f"{metrics['n_divergent']:.0f} divergent transitions: the draws may be biased; "

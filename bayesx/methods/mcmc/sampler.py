@@ -191,7 +191,12 @@ class MCMCMethod(Sampler):
             out.timings[f"{cfg.init}_time_s"] = time.perf_counter() - start
         state = self.kernel.init(initial_position, target)
         if not bool(torch.isfinite(self.kernel.log_density(state)).all()):
-            raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller model.init_scale")
+            if cfg.init != "prior":  # the points came from the mode search's Gaussian, not from the model
+                raise BayesxError(f"the log density is not finite at the chains' starting points drawn around the "
+                                  f"{cfg.init} mode search's end: the search diverged (an improper posterior, or a "
+                                  f"missing Jacobian term?); use method.init=prior or check the density")
+            raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller "
+                              "model.init_scale")
         if cfg.step_size is not None:
             step_size = float(cfg.step_size)
         else:

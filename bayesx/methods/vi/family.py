@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from bayesx.diagnostics import importance
+from bayesx.diagnostics.convergence import shown_against
 from bayesx.diagnostics.importance import KHAT_LIMIT
 from bayesx.errors import RunInterrupted
 from bayesx.kernels import backend
@@ -151,7 +152,8 @@ class Approximation(Method):
     def warnings(self, metrics: dict[str, float]) -> list[str]:
         khat = metrics.get("psis_khat", float("nan"))
         if khat == khat and khat > KHAT_LIMIT:
-            return [f"psis_khat = {khat:.2f} > {KHAT_LIMIT}: q misses mass of the posterior, so its draws and the "
+            shown = shown_against(khat, KHAT_LIMIT)
+            return [f"psis_khat = {shown} > {KHAT_LIMIT}: q misses mass of the posterior, so its draws and the "
                     f"evidence estimate are unreliable; use a richer family or an MCMC method"]
         if not math.isfinite(metrics.get("elbo_final", 0.0)):
             return ["the ELBO is not finite: q puts mass where the target's density is zero or NaN"]
