@@ -120,10 +120,11 @@ def prepare_sampler(target, position: Tensor, calls: int) -> Preparation:
 
 def prepare_batches(target, batch: Tensor) -> Preparation:
     """Before an approximation's fit that evaluates log pi and its gradient at batches like ``batch``
-    (points, dim), through :func:`density_and_grad`: its compiled density where one is in the cache (``auto``:
-    a fit's few thousand calls rarely repay a cold compile) or ``compile=always`` compiles one, used where it
-    is faster than the target's PyTorch code at that batch (timed here, best of TIMING_REPEATS; a vectorized
-    density at a batch of hundreds runs faster in PyTorch than point by point). The choice changes the
+    (points, dim), through :func:`density_and_grad`: its compiled density where one is in the cache (found
+    under the identity the runner gave, else by tracing; ``auto``: a fit's few thousand calls rarely repay a
+    cold compile) or ``compile=always`` compiles one, used where it is faster than the target's PyTorch code at
+    that batch (timed here, best of TIMING_REPEATS; a vectorized density at a batch of hundreds runs faster in
+    PyTorch than point by point). The choice changes the
     gradients only by rounding."""
     if native_form(target, batch) is not None:
         return Preparation(NATIVE)
