@@ -62,13 +62,12 @@ def jax_cost(name: str, q: np.ndarray, repeats: int) -> float | None:
 
 
 def logistic_target(data: str):
-    """model=logreg on ``data=<data>`` with the configuration's defaults, float64."""
-    from hydra.utils import instantiate
-
+    """model=logreg on ``data=<data>`` with the configuration's defaults, float64, built as the runner builds it."""
     from bayesx.config import compose
+    from bayesx.runner import build
 
     cfg = compose(["model=logreg", f"data={data}"])
-    return instantiate(cfg.model, data=instantiate(cfg.data, _convert_="all"), dtype=torch.float64)
+    return build(cfg.model, "model", data=build(cfg.data, "data"), device="cpu", dtype=torch.float64)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,8 @@ compile policy: ``auto`` (the default), ``always`` or ``never``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import sys
 import time
@@ -69,12 +71,18 @@ _identities: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -
 @dataclass(frozen=True)
 class Preparation:
     """What a prepare function did: ``kernels`` as :func:`name`, the compile's seconds in this process (0: it
-    came from the cache), whether it came from the cache, and why a density was not compiled or not used."""
+    came from the cache), whether it came from the cache, why a density was not compiled or not used, and the
+    seconds the preparation took (tracing, compiling or loading, checking, timing)."""
 
     kernels: str
     compile_s: float = 0.0
     cached: bool = False
     reason: str = ""
+    seconds: float = 0.0
+
+    def timings(self) -> dict[str, float]:
+        """The run's ``compile_time_s`` where the compiled density runs."""
+        return {"compile_time_s": self.seconds} if self.kernels == COMPILED else {}
 
     def tags(self) -> dict[str, str]:
         how = "cached" if self.cached else f"compiled in {self.compile_s:.1f} s"
@@ -97,6 +105,16 @@ def compile_policy() -> str:
     return {"1": "always", "true": "always", "0": "never", "false": "never"}.get(policy, policy)
 
 
+def _timed(prepare):
+    """The prepare function, its Preparation carrying the seconds it took."""
+    @functools.wraps(prepare)
+    def timed(*args, **kwargs) -> Preparation:
+        start = time.perf_counter()
+        return dataclasses.replace(prepare(*args, **kwargs), seconds=time.perf_counter() - start)
+    return timed
+
+
+@_timed
 def prepare_sampler(target, position: Tensor, calls: int) -> Preparation:
     """Before a sampler's run from ``position`` (chains, dim) that would make about ``calls`` PyTorch calls
     of the density: compile the target's density for the native kernels where it has no hand-written form
@@ -118,6 +136,7 @@ def prepare_sampler(target, position: Tensor, calls: int) -> Preparation:
     return Preparation(COMPILED, density.compile_s, density.cached)
 
 
+@_timed
 def prepare_batches(target, batch: Tensor) -> Preparation:
     """Before an approximation's fit that evaluates log pi and its gradient at batches like ``batch``
     (points, dim), through :func:`density_and_grad`: its compiled density where one is in the cache (found
@@ -133,7 +152,8 @@ def prepare_batches(target, batch: Tensor) -> Preparation:
     if density is None:
         return Preparation(PYTORCH, reason=reason)
     if policy == "auto":
-        compiled_s, pytorch_s = _best_time(density.log_prob_and_grad, batch), _best_time(target.log_prob_and_grad, batch)
+        compiled_s = _best_time(density.log_prob_and_grad, batch)
+        pytorch_s = _best_time(target.log_prob_and_grad, batch)
         if compiled_s >= pytorch_s:
             _batch_limit[target] = min(_batch_limit.get(target, batch.shape[0]), batch.shape[0] - 1)
             return Preparation(PYTORCH, density.compile_s, density.cached,

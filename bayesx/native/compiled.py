@@ -79,8 +79,9 @@ class _Model(ctypes.Structure):
 class CompiledDensity:
     """A target's density and gradient as a compiled library, ready for the C kernels.
 
-    ``model`` is what the C functions receive (its container holds THREADS models); ``compile_s`` is the time this process spent tracing and compiling (0 when the
-    library came from the cache); ``cached`` says whether it did."""
+    ``model`` is what the C functions receive (its container holds THREADS models); ``compile_s`` is the time
+    this process spent tracing and compiling (0 when the library came from the cache); ``cached`` says whether
+    it did."""
 
     dim: int
     dtype: torch.dtype
@@ -209,10 +210,16 @@ def _own_code_digest() -> str:
     return digest.hexdigest()
 
 
+def _environment(dtype: torch.dtype) -> tuple[str, ...]:
+    """What besides the density decides a compiled library: the dtype, torch's version, the CPU and the
+    compiler settings."""
+    settings = repr(sorted(COMPILER_SETTINGS.items()))
+    return str(dtype), torch.__version__, platform.machine(), _cpu_signature(), settings
+
+
 def _identity_digest(identity: str, dtype: torch.dtype) -> str:
     digest = hashlib.sha256()
-    for part in (identity, str(dtype), torch.__version__, platform.machine(), _cpu_signature(),
-                 repr(sorted(COMPILER_SETTINGS.items())), _own_code_digest()):
+    for part in (identity, *_environment(dtype), _own_code_digest()):
         digest.update(part.encode())
     return digest.hexdigest()[:20]
 
@@ -301,8 +308,7 @@ def _digest(graph: torch.fx.GraphModule, dtype: torch.dtype) -> str:
     """What identifies the compiled library: the graph's code, its constants' values, the dtype, torch's
     version, the CPU and the compiler settings."""
     digest = hashlib.sha256()
-    settings = repr(sorted(COMPILER_SETTINGS.items()))
-    for part in (graph.code, str(dtype), torch.__version__, platform.machine(), _cpu_signature(), settings):
+    for part in (graph.code, *_environment(dtype)):
         digest.update(part.encode())
     for constant in _constants(graph):
         if isinstance(constant, Tensor):
@@ -404,7 +410,8 @@ def _check(density: CompiledDensity, log_prob, dim: int, dtype: torch.dtype) -> 
     tol = CHECK_TOLERANCE[dtype]
     finite = torch.isfinite(expected)
     scale = 1.0 + expected.detach().abs()
-    if not torch.equal(torch.isfinite(lp), finite) or bool(((lp - expected.detach()).abs() > tol * scale)[finite].any()):
+    value_off = ((lp - expected.detach()).abs() > tol * scale)[finite]
+    if not torch.equal(torch.isfinite(lp), finite) or bool(value_off.any()):
         raise NotCompiled("the compiled log density differs from PyTorch's; the PyTorch path runs")
     grad_scale = 1.0 + expected_grad.abs()
     if bool(((grad - expected_grad).abs() > tol * grad_scale)[finite].any()):

@@ -152,12 +152,10 @@ class MCMCMethod(Sampler):
         density = self.backend_target(target)
         if density is None:
             return
-        start = time.perf_counter()
         calls = (cfg.num_warmup + cfg.num_draws * cfg.thin) * self.density_calls_per_transition()
         prepared = backend.prepare_sampler(density, position, calls)
         out.tags.update(prepared.tags())
-        if prepared.kernels == backend.COMPILED:
-            out.timings["compile_time_s"] = time.perf_counter() - start
+        out.timings.update(prepared.timings())
 
     # --- the driver ------------------------------------------------------------------------------
     def sample(self, target, inputs: RunInputs) -> Draws:

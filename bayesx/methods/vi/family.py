@@ -125,12 +125,9 @@ class Approximation(Method):
         batch = self.gradient_batch(inputs)
         if batch < 1:
             return record
-        start = time.perf_counter()
-        points = inputs.initial[:1].expand(batch, -1).contiguous()
-        prepared = backend.prepare_batches(target, points)
+        prepared = backend.prepare_batches(target, inputs.initial[:1].expand(batch, -1).contiguous())
         record.tags.update(prepared.tags(), kernels=prepared.kernels)
-        if prepared.kernels == backend.COMPILED:
-            record.timings["compile_time_s"] = time.perf_counter() - start
+        record.timings.update(prepared.timings())
         return record
 
     def _weigh_particles(self, particles: Particles, gen: torch.Generator, result: Result) -> None:

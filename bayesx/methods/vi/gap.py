@@ -84,8 +84,9 @@ class GAPSettings(ApproximationSettings):
     max_basis: Annotated[int, AtLeast(1)] = 1000  # the largest full-rank n_l = D (D + 1) / 2 allowed (D = 44)
     average: Annotated[float, Between(0.0, 1.0, closed=True)] = 0.5  # the share of final iterates whose median is q
     draws_from: Literal["root", "q"] = "root"  # root: N(mu, 2 Sigma), finite-variance estimates; q: the thesis'
-    cosine_smoothing: Annotated[float, Between(0.0, 1.0, closed_low=True)] = 0.9  # weight of the past in the step's c_0 (0: thesis)
-    step_decay: Annotated[int | None, AtLeast(1)] = 20  # averaged steps shrink as 1 / (1 + k / step_decay); null: thesis
+    # weight of the past in the step's c_0 (0: this iteration's, the thesis')
+    cosine_smoothing: Annotated[float, Between(0.0, 1.0, closed_low=True)] = 0.9
+    step_decay: Annotated[int | None, AtLeast(1)] = 20  # averaged steps shrink as 1 / (1 + k / decay); null: thesis
 
 
 def lower_indices(dim: int, family: str) -> tuple[Tensor, Tensor]:
@@ -220,9 +221,9 @@ class GAP(Approximation):
         return out
 
     def _root_ratios(self, target, q: GaussianQ, log_z: float | None, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        """Draws z and the ratios r(z) whose means are c_0 = <sqrt q, sqrt p> and, times the scores,
-        a_i = <v_i, sqrt p>: from the root density rho = N(mu, 2 Sigma) (sqrt q normalized), r = sqrt(q p) / rho,
-        whose variance is finite whenever p's is (E_rho r^2 s^2 = const x E_rho p s^2); or from q as the thesis,
+        """The ratios r(z) at n_mc draws z (returned in that order), whose means are c_0 = <sqrt q, sqrt p>
+        and, times the scores, a_i = <v_i, sqrt p>: from the root density rho = N(mu, 2 Sigma) (sqrt q
+        normalized), r = sqrt(q p) / rho, with variance E_rho[p s^2] up to a constant; or from q as the thesis,
         r = sqrt(p / q), whose variance E_p s^2 is infinite for heavy tails (t(1): the fits scattered 3.7-4.4
         around the optimum 3.77). log Z: exact where the target knows it, else importance sampling with the
         same draws."""
