@@ -63,6 +63,9 @@ def gaussian(cache):
 
 
 def test_compiled_density_equals_autograd_and_is_cached_by_content(gaussian):
+    again_here = backend.prepare_sampler(gaussian, torch.zeros(4, 3, dtype=torch.float64), 10**6)
+    assert (again_here.kernels, again_here.compile_s, again_here.cached) == (backend.COMPILED, 0.0, True), \
+        "a density prepared earlier in the process is reported as cached, not as compiled again"
     density = backend.compiled_for(gaussian, torch.zeros(2, 3, dtype=torch.float64))
     q = torch.randn(5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     lp, grad = density.log_prob_and_grad(q)

@@ -129,11 +129,10 @@ def prepare_sampler(target, position: Tensor, calls: int) -> Preparation:
             and _why_not_compiled(target, position, policy) is None:
         return Preparation(PYTORCH, reason=f"a run of about {calls} density calls does not repay a compile (auto "
                                            f"compiles from {COMPILE_FROM})")
-    density, reason = _obtain(target, position, policy)
-    if density is None:
-        return Preparation(PYTORCH, reason=reason)
-    _batch_limit.pop(target, None)
-    return Preparation(COMPILED, density.compile_s, density.cached)
+    density, prepared = _obtain(target, position, policy)
+    if density is not None:
+        _batch_limit.pop(target, None)
+    return prepared
 
 
 @_timed
@@ -143,31 +142,31 @@ def prepare_batches(target, batch: Tensor) -> Preparation:
     under the identity the runner gave, else by tracing; ``auto``: a fit's few thousand calls rarely repay a
     cold compile) or ``compile=always`` compiles one, used where it is faster than the target's PyTorch code at
     that batch (timed here, best of TIMING_REPEATS; a vectorized density at a batch of hundreds runs faster in
-    PyTorch than point by point). The choice changes the
-    gradients only by rounding."""
+    PyTorch than point by point). The choice changes the gradients only by rounding."""
     if native_form(target, batch) is not None:
         return Preparation(NATIVE)
     policy = compile_policy()
-    density, reason = _obtain(target, batch, policy, cached_only=policy == "auto")
+    density, prepared = _obtain(target, batch, policy, cached_only=policy == "auto")
     if density is None:
-        return Preparation(PYTORCH, reason=reason)
+        return prepared
     if policy == "auto":
         compiled_s = _best_time(density.log_prob_and_grad, batch)
         pytorch_s = _best_time(target.log_prob_and_grad, batch)
         if compiled_s >= pytorch_s:
             _batch_limit[target] = min(_batch_limit.get(target, batch.shape[0]), batch.shape[0] - 1)
-            return Preparation(PYTORCH, density.compile_s, density.cached,
+            return Preparation(PYTORCH, prepared.compile_s, prepared.cached,
                                f"PyTorch is faster at {batch.shape[0]} points per call ({pytorch_s * 1e6:.0f} "
                                f"against {compiled_s * 1e6:.0f} us)")
     _batch_limit[target] = max(_batch_limit.get(target, 0), batch.shape[0])
-    return Preparation(COMPILED, density.compile_s, density.cached)
+    return prepared
 
 
-def _obtain(target, position: Tensor, policy: str, cached_only: bool = False):
-    """(the target's compiled density, "") or (None, why not); a reason worth telling the user is said once on
-    stderr. ``cached_only``: a density not compiled yet is not compiled now (and no reason is given)."""
+def _obtain(target, position: Tensor, policy: str, cached_only: bool = False) -> tuple:
+    """(the target's compiled density, how it was had: compiled now, from the cache, or prepared earlier in this
+    process, which counts as cached) or (None, the PyTorch Preparation with why not); a reason worth telling the
+    user is said once on stderr. ``cached_only``: a density not compiled yet is not compiled now (no reason)."""
     if target in _compiled:
-        return _compiled[target], ""
+        return _compiled[target], Preparation(COMPILED, 0.0, True)
     reason = _why_not_compiled(target, position, policy)
     if reason is None:
         try:
@@ -180,10 +179,10 @@ def _obtain(target, position: Tensor, policy: str, cached_only: bool = False):
             if not density.cached:
                 _say(f"bayesx: compiled the density for the native kernels in {density.compile_s:.1f} s (cached: "
                      f"{density.library_path})")
-            return density, ""
+            return density, Preparation(COMPILED, density.compile_s, density.cached)
     if not reason.startswith("-"):
         _say(f"bayesx: the density runs on PyTorch, not compiled: {reason}")
-    return None, reason.lstrip("-")
+    return None, Preparation(PYTORCH, reason=reason.lstrip("-"))
 
 
 def _best_time(function, batch: Tensor) -> float:
