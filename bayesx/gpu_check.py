@@ -70,6 +70,7 @@ class Case:
     rel_tolerance: float = 0.0
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # the runs start in their own store's folder
 LOGREG = ("model=logreg", "data=digits")  # 64 coefficients, 2 classes: seconds per run, converges quickly
 # The slowest first, so that cases running side by side (--jobs) finish together.
 CASES: tuple[Case, ...] = (
@@ -97,6 +98,11 @@ CASES: tuple[Case, ...] = (
     Case("betabinomial-flowvi", "approximation", ("model=betabinomial", "method=flowvi", "method.iterations=3000",
                                                   "method.num_draws=2000"),
          sd_allowance=0.1, evidence_allowance=0.02, elbo_allowance=0.1),
+    # the user's own posterior: a posteriordb density and a model=custom file, NUTS with its defaults
+    Case("posteriordb-nuts", "draws", ("model=posteriordb", "model.name=eight_schools_noncentered", "method=nuts",
+                                       "n_chains=4", "method.num_warmup=500", "method.num_draws=500")),
+    Case("custom-nuts", "draws", ("model=custom", f"model.log_density={EXAMPLES / 'poisson_linnerud.py'}:log_density",
+                                  "model.dim=4", "method=nuts", "n_chains=4", "method.num_warmup=300", "method.num_draws=300")),
     Case("vae-mnist", "trainer", ("model=vae", "method=vae", "method.epochs=2", "data.n_train=4000",
                                   "data.n_test=1000", "method.eval.k=100", "method.eval.n_test=500"),
          rel_tolerance=0.03),

@@ -27,6 +27,6 @@ def log_density(theta):
     five = torch.tensor(5.0, dtype=theta.dtype)
     prior = normal_log_density(mu, 0.0, five) + torch.log(2 / (math.pi * five * (1 + (tau / five) ** 2))) + log_tau
     prior = prior + normal_log_density(eta, 0.0, torch.tensor(1.0, dtype=theta.dtype)).sum(-1)
-    y, sigma = Y.to(theta.dtype), SIGMA.to(theta.dtype)
+    y, sigma = Y.to(theta), SIGMA.to(theta)
     likelihood = normal_log_density(y, mu[..., None] + tau[..., None] * eta, sigma).sum(-1)
     return prior + likelihood

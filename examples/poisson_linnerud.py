@@ -21,7 +21,7 @@ PRIOR_SD = 2.0
 
 def log_density(theta):
     """theta (4,) = (a, b_weight, b_waist, b_pulse) -> log p(theta | chins) up to a constant."""
-    rate_log = theta[0] + X.to(theta.dtype) @ theta[1:]
-    chins = CHINS.to(theta.dtype)
+    rate_log = theta[0] + X.to(theta) @ theta[1:]
+    chins = CHINS.to(theta)
     likelihood = (chins * rate_log - torch.exp(rate_log)).sum()
     return likelihood - 0.5 * (theta**2).sum() / PRIOR_SD**2

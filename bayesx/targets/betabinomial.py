@@ -62,7 +62,7 @@ class BetaBinomial(KnownAnswers):
         counts = [(v[:, None] > k[None, :]).sum(0) for v in (y, n - y, n)]  # c_y(k), c_f(k), c_N(k)
         self.k = torch.as_tensor(k, dtype=dtype, device=self.device)
         self.c_y, self.c_f, self.c_n = (torch.as_tensor(c, dtype=dtype, device=self.device) for c in counts)
-        self.truth = quadrature_truth(self.log_prob, BOX, n=1201)
+        self.truth = quadrature_truth(self.log_prob, BOX, n=1201, device=self.device)
 
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         """Around (-1.8, 2.5), near the posterior mode (BDA Figure 5.3)."""

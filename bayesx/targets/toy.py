@@ -95,12 +95,14 @@ class Truth:
     sd: np.ndarray | None
 
 
-def quadrature_truth(log_prob, box: tuple[tuple[float, float], tuple[float, float]], n: int = 801) -> Truth:
+def quadrature_truth(log_prob, box: tuple[tuple[float, float], tuple[float, float]], n: int = 801,
+                     device: str | torch.device = "cpu") -> Truth:
     """log Z, mean and sd of a 2-D unnormalized log density on box = ((x0, x1), (y0, y1)) by the
-    trapezoid rule on an n x n grid."""
+    trapezoid rule on an n x n grid. The grid is float64 on ``device`` (where the density's own tensors
+    live); the sums are taken on the CPU."""
     axes = [torch.linspace(lo, hi, n, dtype=torch.float64) for lo, hi in box]
     z = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1)
-    log_p = log_prob(z)
+    log_p = log_prob(z.to(device)).to("cpu", torch.float64)
     w = torch.ones(n, dtype=torch.float64)
     w[0] = w[-1] = 0.5
     log_w = torch.log(w[:, None] * w[None, :]) + math.log(float(axes[0][1] - axes[0][0])) \
