@@ -199,6 +199,40 @@ def test_a_density_aotinductor_cannot_compile_is_remembered(cache, monkeypatch):
         compiled.compiled_density(target.log_prob, 3, torch.float64)
 
 
+CRASHING_LIBRARY = r"""
+#include <signal.h>
+#include <stddef.h>
+int AOTInductorModelContainerCreateWithDevice(void **container, size_t n, const char *device, const char *dir) {
+    raise(SIGSEGV);
+    return 0;
+}
+"""
+
+
+def test_a_library_that_crashes_when_loaded_stops_only_a_child_and_the_run_goes_on(cache, monkeypatch, tmp_path):
+    """Under torch 2.11 (a lent GPU machine) creating AOTInductor's model container crashed the process; a library
+    is now loaded first in a child process: here one that raises SIGSEGV on creation leaves this process alive,
+    the sampler runs on PyTorch with the reason, and the failure is remembered. Control: a library that loads
+    carries its mark and is not probed again."""
+    import subprocess
+
+    source = tmp_path / "crash.c"
+    source.write_text(CRASHING_LIBRARY)
+
+    def crashing(graph, dim, dtype, path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(path), str(source)], check=True)
+    monkeypatch.setattr(compiled, "_compile", crashing)
+    target = UserGaussian(7.0 * COV)  # a density not compiled before (nor by another test)
+    prepared = backend.prepare_sampler(target, torch.zeros(2, 3, dtype=torch.float64), 10)
+    assert prepared.kernels == backend.PYTORCH and "killed by SIGSEGV" in prepared.reason
+    with pytest.raises(compiled.NotCompiled, match="remembered: delete"):
+        compiled.compiled_density(target.log_prob, 3, torch.float64)
+    libraries = list((compiled.cache_dir().parent / "compiled").glob("density-*.so"))
+    marked = [lib for lib in libraries if lib.with_suffix(".loads").exists()]
+    assert marked and all(not lib.with_suffix(".failed").exists() for lib in marked)
+
+
 def test_a_known_identity_finds_its_library_without_tracing_and_a_stale_one_is_traced(gaussian, monkeypatch):
     """The runner's posterior identity indexes the cache: the second lookup of the same identity loads the
     library without tracing the density; an identity whose library no longer agrees with the density (the

@@ -31,6 +31,9 @@ import hashlib
 import logging
 import os
 import platform
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -373,8 +376,54 @@ def _torch_shim() -> ctypes.CDLL:
     return ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
 
 
+PROBE_TIMEOUT_S = 120.0
+
+
+def _probe(path: Path, dim: int, dtype: torch.dtype) -> None:
+    """Load the library and evaluate it once in a child process before this process does: a library that
+    crashes when loaded (seen under torch 2.11 on a GPU machine: a segmentation fault creating AOTInductor's
+    model container, whose C interface this module calls directly and was written against torch 2.13) then
+    stops only the child. A library
+    that passed leaves a ``.loads`` mark beside it and is not probed again; one that failed leaves the
+    ``.failed`` mark that compiled_density reads, so the density runs on PyTorch from then on."""
+    mark = path.with_suffix(".loads")
+    if mark.exists():
+        return
+    code = "import sys; from bayesx.native.compiled import _probe_child; _probe_child(sys.argv[1:])"
+    argv = [sys.executable, "-c", code, str(path), str(dim), SUFFIX[dtype]]
+    try:
+        child = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        status = child.returncode
+        why = (child.stderr.strip().splitlines() or [""])[-1]
+    except subprocess.TimeoutExpired:
+        status, why = None, f"no answer in {PROBE_TIMEOUT_S:.0f} s"
+    if status == 0:
+        _write_atomically(mark, f"torch {torch.__version__}\n")
+        return
+    if status is not None and status < 0:
+        why = f"killed by {signal.Signals(-status).name}"
+    reason = f"the compiled library {path.name} failed when loaded under torch {torch.__version__} ({why})"
+    _write_atomically(path.with_suffix(".failed"), reason + "\n")
+    raise NotCompiled(reason)
+
+
+def _probe_child(argv: list[str]) -> None:
+    """The child of :func:`_probe`: load the library and evaluate log pi and its gradient at two points."""
+    path, dim, dtype = Path(argv[0]), int(argv[1]), {v: k for k, v in SUFFIX.items()}[argv[2]]
+    library = load("kernels")
+    density = _load_in_process(path, dim, dtype, 0.0, True, bind(library, argv[2], library._name))
+    density.log_prob_and_grad(torch.stack([torch.zeros(dim, dtype=dtype), torch.full((dim,), 0.1, dtype=dtype)]))
+
+
 def _load(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,
           functions: dict) -> CompiledDensity:
+    """The library as a CompiledDensity, once a child process has loaded it without harm (:func:`_probe`)."""
+    _probe(path, dim, dtype)
+    return _load_in_process(path, dim, dtype, compile_s, cached, functions)
+
+
+def _load_in_process(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,
+                     functions: dict) -> CompiledDensity:
     try:
         library = ctypes.CDLL(str(path))
     except OSError as exc:

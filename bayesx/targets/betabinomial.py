@@ -66,9 +66,9 @@ class BetaBinomial(KnownAnswers):
 
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         """Around (-1.8, 2.5), near the posterior mode (BDA Figure 5.3)."""
-        centre = torch.tensor([-1.8, 2.5], dtype=self.dtype)
-        noise = torch.rand((n_chains, 2), generator=gen, dtype=self.dtype, device=gen.device) * 2 - 1
-        return (centre + self.init_scale * noise).to(self.device)
+        centre = torch.tensor([-1.8, 2.5], dtype=self.dtype, device=self.device)
+        noise = torch.rand((n_chains, 2), generator=gen, dtype=self.dtype, device=self.device) * 2 - 1
+        return centre + self.init_scale * noise
 
     def log_prob(self, q: Tensor) -> Tensor:
         u, v = q[..., 0:1], q[..., 1:2]
