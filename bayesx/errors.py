@@ -10,6 +10,13 @@ class BayesxError(Exception):
     """A problem with the user's input, stated in one line with the fix."""
 
 
+class DensityError(BayesxError):
+    """The model's log density failed while a run was under way (the user's function raised, say).
+
+    A method stops at it with what it had (the draws or the fit so far), and the run ends FAILED with
+    this one line; before a run starts it is an ordinary bad-input error."""
+
+
 class RunInterrupted(BaseException):
     """Raised inside a run when the user pressed Ctrl-C or the process got SIGTERM.
 

@@ -40,3 +40,18 @@ def nan_at_origin(theta):
 
 def raises(theta):
     raise ValueError("boom")
+
+
+def via_numpy(theta):
+    """Leaves torch: autograd has no gradient for it (fine for a method without gradients)."""
+    return torch.as_tensor(-0.5 * (theta.detach().numpy() ** 2).sum())
+
+
+def detached(theta):
+    return -0.5 * (theta.detach() ** 2).sum()
+
+
+def first_coordinate_shifted(theta):
+    """Written for one point, indexing theta[0]: on a batch of dim points it returns dim values (a row), which
+    must not be taken for one value per point."""
+    return -0.5 * (theta**2).sum() + torch.log1p(theta[0] ** 2)

@@ -10,7 +10,7 @@ import arviz as az
 import numpy as np
 import pytest
 import torch
-from cli_helpers import assert_rejected, isolated_store, run_ok
+from cli_helpers import assert_rejected, empty_store, isolated_store, run_ok
 from mlflow.tracking import MlflowClient
 
 from bayesx.targets.custom import CustomModel
@@ -130,11 +130,78 @@ def test_data_file_reaches_the_function_and_unvmappable_functions_loop(tmp_path)
     (["model.log_density=custom_models:vector_output", "model.dim=3"], ["returned shape (3,)", "one log density"]),
     (["model.log_density=custom_models:nan_at_origin", "model.dim=2"], ["is nan at the starting point", "model.init"]),
     (["model.log_density=custom_models:raises", "model.dim=2"], ["failed at the starting point", "ValueError: boom"]),
+    (["model.log_density=custom_models:via_numpy", "model.dim=2"], ["method=nuts needs the gradient",
+                                                                     "none autograd can compute", "numpy"]),
+    (["model.log_density=custom_models:detached", "model.dim=2", "method.init=prior"],
+     ["method=nuts needs the gradient", ".detach()"]),
     ([f"model.log_density={EIGHT}", "model.dim=10", "model.param_names=[a,b]"], ["model.param_names has 2 entries"]),
     ([f"model.log_density={EIGHT}", "model.dim=10", "model.data_file=missing.csv"], ["model.data_file: no file"]),
 ])
 def test_bad_custom_models_are_one_line_errors(bad_env, options, needles):
-    assert_rejected(["run", "model=custom", *options, "method=nuts", "progress=false"], bad_env, *needles)
+    assert_rejected(["run", "model=custom", "method=nuts", *options, "progress=false"], bad_env, *needles)
+
+
+def test_a_density_without_gradient_runs_under_a_method_without_gradients(store, tmp_path):
+    """The control of the two cases above: the same numpy density is fine for random-walk Metropolis started
+    from the prior's points (no mode search); with its default Laplace start rwm needs the gradient too."""
+    root, uri = store
+    run_ok(uri, ["run", "model=custom", "model.log_density=custom_models:via_numpy", "model.dim=2", "method=rwm",
+                 "method.init=prior", "method.num_warmup=50", "method.num_draws=50", "progress=false",
+                 "plots.n_coords=0", "reference.enabled=false"])
+    bad = empty_store(tmp_path)
+    assert_rejected(["run", "model=custom", "model.log_density=custom_models:via_numpy", "model.dim=2", "method=rwm",
+                     "progress=false", f"tracking.uri={bad}"], bad, "method=rwm needs the gradient", "method.init=prior")
+
+
+def test_a_per_point_function_indexing_theta_is_not_taken_for_a_batched_one():
+    """theta[0] of a batch of dim points is a row: the probe uses dim + 1 distinct points and checks one of them
+    against a single-point call (with two points of dim 2 this function passed as batched and failed later)."""
+    target = CustomModel(log_density="custom_models:first_coordinate_shifted", dim=2)
+    q = torch.randn(4, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    expected = torch.stack([-0.5 * (p**2).sum() + torch.log1p(p[0] ** 2) for p in q])
+    torch.testing.assert_close(target.log_prob(q), expected)
+
+
+LATE_FAILURE = """
+import torch
+CALLS = [0]
+def log_density(theta):
+    CALLS[0] += 1
+    if CALLS[0] > {after}:
+        raise ValueError("lost the data file at call " + str(CALLS[0]))
+    return -0.5 * (theta ** 2).sum()
+"""
+
+
+@pytest.mark.parametrize("method, after, where", [("nuts", 400, "at sampling iteration"), ("vi", 200, "")])
+def test_a_density_that_fails_mid_run_ends_it_failed_in_one_line_with_what_it_had(store, tmp_path, method, after,
+                                                                                   where):
+    """A user's function that raises after some calls: one line naming the function, the error and the points,
+    the run FAILED (not a traceback); a sampler keeps the draws it had. Control: the same file with a threshold
+    beyond the run finishes."""
+    from cli_helpers import all_runs, call, error_line
+
+    _, uri = store
+    argv = ["run", "model=custom", "model.dim=2", f"method={method}", "method.num_warmup=10", "method.num_draws=400",
+            "progress=false", "plots.n_coords=0", "reference.enabled=false", "device.compile=never"]
+    if method == "vi":
+        argv.remove("method.num_warmup=10")
+    failing = tmp_path / f"late_{method}.py"
+    failing.write_text(LATE_FAILURE.format(after=after))
+    code, out, err = call([*argv, f"model.log_density={failing}:log_density"])
+    line = error_line(err)
+    assert code != 0 and "Traceback" not in out
+    for needle in ("late_", "raised ValueError: lost the data file", "the run stopped with what it had", where):
+        assert needle in line, line
+    run = max(all_runs(uri), key=lambda r: r.info.start_time)
+    assert run.info.status == "FAILED" and run.data.tags.get("error", "").startswith("model.log_density")
+    if method == "nuts":
+        kept = int(line.split("; ")[-1].split(" draws kept")[0])
+        assert kept > 0 and "draws.nc" in [a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(
+            run.info.run_id)]
+    fine = tmp_path / f"fine_{method}.py"
+    fine.write_text(LATE_FAILURE.format(after=10**9))
+    run_ok(uri, [*argv, f"model.log_density={fine}:log_density"])
 
 
 # --- the reference posterior: its own run, cached by the content of the model's files ------------------

@@ -70,6 +70,7 @@ class Method(ABC):
     summary_keys: ClassVar[tuple[str, ...]] = ()
     compare_keys: ClassVar[tuple[str, ...]] = ()  # the few of those that `bayesx compare` puts in its table
     resumable: ClassVar[bool] = False  # ``resume=<run_id>`` can continue a killed run from its checkpoint
+    uses_gradients: ClassVar[bool] = True  # evaluates grad log pi: check_fits asks the target whether it has one
     approximate_draws: ClassVar[bool] = False  # the draws follow the posterior only approximately: the runner
     # then compares them with a reference posterior by default (reference.enabled=null)
 
@@ -79,6 +80,10 @@ class Method(ABC):
     def check(self, target, n_chains: int) -> None:
         """Settings that do not fit this target (before a run is recorded): raise
         ``InvalidSetting(key, problem)`` (the runner names it ``method.<key>``) or a BayesxError."""
+
+    def needs_gradients(self) -> bool:
+        """Whether a run evaluates grad log pi anywhere (its kernel or fit, a mode search for its start)."""
+        return self.uses_gradients
 
     def initial_points(self, target, n_chains: int, gen: torch.Generator) -> Tensor | None:
         """Starting points (chains, dim): the target's own (None for trainers)."""
@@ -116,3 +121,7 @@ def check_fits(method: Method, target, method_choice: str, model_choice: str) ->
         verb = "samples" if method.family == "sampler" else "approximates"
         raise BayesxError(f"method={method_choice} {verb} a posterior, but model={model_choice} is trained: use "
                           + ", ".join(f"method={name}" for name in methods_of_family("trainer")))
+    problem = target.gradient_problem() if method.needs_gradients() and method.family != "trainer" else None
+    if problem is not None:
+        raise BayesxError(f"method={method_choice} needs the gradient of the log density, but {problem}; fix the "
+                          f"density, or use a method without gradients (method=rwm method.init=prior)")

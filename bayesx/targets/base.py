@@ -186,6 +186,11 @@ class TargetBase(ModelBase):
             (grad,) = torch.autograd.grad(lp.sum(), q)
         return lp.detach(), grad
 
+    def gradient_problem(self) -> str | None:
+        """Why autograd cannot differentiate ``log_prob`` where the target knows it (a user's function that
+        leaves torch), in words that follow "but"; None where it can. Methods that use gradients ask first."""
+        return None
+
     def density_form(self) -> LogisticForm | None:
         """This density as a typed description that a backend other than PyTorch can evaluate
         (bayesx.targets.forms), or None: the density is ``log_prob`` alone. The kernels choose their

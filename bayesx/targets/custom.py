@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bayesx.errors import BayesxError
+from bayesx.errors import BayesxError, DensityError
 from bayesx.settings import AtLeast, Described, InvalidSetting, Positive, Settings
 from bayesx.targets.base import Capabilities, TargetBase
 
@@ -134,25 +134,30 @@ class CustomModel(TargetBase):
         return self.function(q) if self.data is None else self.function(q, self.data)
 
     def _probe(self) -> Callable[[Tensor], Tensor]:
-        """How to evaluate a batch: the function itself if it takes one, else vmap, else a loop;
-        checked at the starting point (shape and finiteness), so a bad function fails before a run."""
-        points = torch.stack([self.centre, self.centre])
+        """How to evaluate a batch: the function itself if it takes one, else vmap, else a loop; checked
+        near the starting point (shape, agreement with one point at a time, finiteness, and a gradient that
+        autograd can compute), so a bad function fails in one line before a run."""
         name = self.settings.log_density
+        offsets = torch.linspace(-0.1, 0.1, self.dim + 1, dtype=self.dtype, device=self.device)
+        points = self.centre + offsets[:, None] * self.init_scale  # dim + 1 points: never mistaken for one point
+        try:
+            single = torch.as_tensor(self._call(points[0]))
+        except Exception as exc:  # noqa: BLE001 - maybe a function for batches only; tried below
+            single, single_error = None, exc
         try:
             out = torch.as_tensor(self._call(points))
         except Exception:  # noqa: BLE001 - a function written for one point; tried below
             out = None
-        if out is not None and out.shape == (2,):
+        if out is not None and out.shape == (len(points),) and (single is None or single.numel() != 1 or
+                                                                  torch.allclose(out[0], single.reshape(()))):
             evaluate = self._call
+        elif single is None:  # the user's function failed: say where, in one line
+            raise BayesxError(f"model.log_density {name} failed at the starting point: "
+                              f"{type(single_error).__name__}: {single_error}") from None
+        elif single.numel() != 1:
+            raise BayesxError(f"model.log_density {name} returned shape {tuple(single.shape)} for one point of "
+                              f"dim {self.dim}; return one log density (a scalar) per point")
         else:
-            try:
-                single = torch.as_tensor(self._call(self.centre))
-            except Exception as exc:  # noqa: BLE001 - the user's function failed: say where, in one line
-                raise BayesxError(f"model.log_density {name} failed at the starting point: {type(exc).__name__}: "
-                                  f"{exc}") from None
-            if single.numel() != 1:
-                raise BayesxError(f"model.log_density {name} returned shape {tuple(single.shape)} for one point of "
-                                  f"dim {self.dim}; return one log density (a scalar) per point")
             vectorised = torch.func.vmap(lambda q: self._call(q).reshape(()))
             try:
                 vectorised(points)
@@ -163,11 +168,36 @@ class CustomModel(TargetBase):
         if not math.isfinite(value):
             raise BayesxError(f"model.log_density {name} is {value} at the starting point {self.centre.tolist()}; "
                               f"fix the function or set model.init to a point of positive density")
+        self._no_gradient = self._gradient_problem(evaluate)
         return evaluate
+
+    def _gradient_problem(self, evaluate: Callable[[Tensor], Tensor]) -> str | None:
+        """Autograd's gradient at the starting point: it must exist (a function that calls numpy, .item() or
+        .detach() cuts the graph) and be finite; else why not, for methods that use gradients."""
+        name = self.settings.log_density
+        point = self.centre[None].clone().requires_grad_(True)
+        try:
+            (grad,) = torch.autograd.grad(torch.as_tensor(evaluate(point)).sum(), point)
+        except RuntimeError as exc:
+            return (f"model.log_density {name} has none autograd can compute ({str(exc).splitlines()[0]}): write it "
+                    f"in torch operations, without numpy, .item() or .detach() on theta")
+        if not bool(torch.isfinite(grad).all()):
+            return f"model.log_density {name}'s gradient is not finite at the starting point {self.centre.tolist()}"
+        return None
+
+    def gradient_problem(self) -> str | None:
+        return self._no_gradient
 
     def log_prob(self, q: Tensor) -> Tensor:
         flat = q.reshape(-1, self.dim)
-        return self._batched(flat).reshape(q.shape[:-1])
+        try:
+            return self._batched(flat).reshape(q.shape[:-1])
+        except Exception as exc:  # noqa: BLE001 - the user's function failed mid-run: one line, the run stops
+            first = exc.args[0] if exc.args else ""
+            raise DensityError(f"model.log_density {self.settings.log_density} raised {type(exc).__name__}"
+                               f"{': ' + str(first).splitlines()[0] if str(first) else ''} at a batch of "
+                               f"{flat.shape[0]} points (e.g. {flat[0].tolist()}); the run stopped with what it "
+                               f"had") from None
 
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         u = torch.rand((n_chains, self.dim), generator=gen, dtype=self.dtype, device=self.device)

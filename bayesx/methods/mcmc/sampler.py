@@ -26,7 +26,7 @@ from bayesx.adaptation.window import (
     find_initial_step_size,
 )
 from bayesx.checkpoint import RunCheckpoint, Resume
-from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.errors import BayesxError, DensityError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import RunInputs
@@ -94,6 +94,9 @@ class MCMCMethod(Sampler):
     name = "mcmc"
     resumable = True  # the state after a draw is the position, step size and metric (what make_params reads)
     uses_gradients = True  # the kernel's state carries grad log p (diag_grad and lowrank need it)
+
+    def needs_gradients(self) -> bool:
+        return self.uses_gradients or self.settings.init != "prior"  # laplace and pathfinder search the mode
 
     def mass_form(self, dim: int) -> str:
         """The metric's form for a target of ``dim`` coordinates: the setting, ``auto`` resolved."""
@@ -204,9 +207,12 @@ class MCMCMethod(Sampler):
         bar = ChainProgress(cfg.num_warmup + cfg.num_draws * cfg.thin, self.name, progress)
         try:
             adaptation.run(warm, target, gen, on_step=lambda info, eps, it: bar.tick(info, eps, it))
-        except (KeyboardInterrupt, RunInterrupted):
+        except (KeyboardInterrupt, RunInterrupted, DensityError) as exc:
             bar.close()
-            out.interrupted = True
+            if isinstance(exc, DensityError):  # the run ends FAILED with this line and what warm-up learned
+                out.error = f"{exc} (during warm-up)"
+            else:
+                out.interrupted = True
             out.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
             out.tags["stopped_during"] = "warmup"
             out.metrics.update(self._summaries({}, warm.step_size, warm.grad_evals))
@@ -262,12 +268,14 @@ class MCMCMethod(Sampler):
                 bar.tick(info, step_size, it)
         except (KeyboardInterrupt, RunInterrupted):
             out.interrupted = True
+        except DensityError as exc:  # the run ends FAILED with this line and the draws so far
+            out.error = f"{exc} (at sampling iteration {it + 1}; {len(kept)} draws kept)"
         finally:
             bar.close()
         out.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
         if kept:
             out.metrics["time_per_iter_s"] = out.timings["sampling_time_s"] / (len(kept) * cfg.thin)
-        out.tags["stopped_during"] = "sampling" if out.interrupted else "completed"
+        out.tags["stopped_during"] = "sampling" if out.interrupted or out.error else "completed"
         if kept:
             out.draws = torch.stack(kept, dim=1)
             out.sample_stats = {name: np.stack(values, axis=1) for name, values in stats.items()}

@@ -48,6 +48,10 @@ class AIS(Approximation):
     summary_keys = ("log_evidence", "log_evidence_se", "weights_ess", "psis_khat", "n_grad_evals", "fit_time_s")
     compare_keys = ("log_evidence", "weights_ess", "fit_time_s")
 
+    @property
+    def uses_gradients(self) -> bool:  # the HMC move does, the Metropolis move does not
+        return self.settings.kernel == "hmc"
+
     def approximate(self, target, inputs: RunInputs) -> Fit:
         cfg, gen, out = self.settings, inputs.gen, Fit()
         base, z, mover = start_path(target, cfg, cfg.n_samples, inputs.initial, gen)

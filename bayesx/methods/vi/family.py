@@ -31,7 +31,7 @@ from torch import Tensor
 from bayesx.diagnostics import importance
 from bayesx.diagnostics.convergence import shown_against
 from bayesx.diagnostics.importance import KHAT_LIMIT
-from bayesx.errors import RunInterrupted
+from bayesx.errors import DensityError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.methods.base import Method, RunInputs
 from bayesx.result import Outcome, Result
@@ -97,8 +97,9 @@ class Approximation(Method):
         start = time.perf_counter()
         try:
             fit = self.approximate(target, inputs)
-        except (KeyboardInterrupt, RunInterrupted):
-            return Result(interrupted=True, tags={"stopped_during": "fit", **backend_record.tags},
+        except (KeyboardInterrupt, RunInterrupted, DensityError) as exc:
+            failed = str(exc) if isinstance(exc, DensityError) else None  # the run ends FAILED with this line
+            return Result(interrupted=failed is None, error=failed, tags={"stopped_during": "fit", **backend_record.tags},
                           timings={"fit_time_s": time.perf_counter() - start, **backend_record.timings})
         result = Result(**fit.outcome())
         result.tags.update(backend_record.tags)

@@ -141,6 +141,7 @@ class GAP(Approximation):
 
     Settings = GAPSettings
     name = "gap"
+    uses_gradients = False  # the Hellinger fit evaluates log p only
     summary_keys = ("distance_final", *Approximation.summary_keys)
     compare_keys = ("distance_final", *Approximation.compare_keys)
 

@@ -68,6 +68,10 @@ class SMC(Approximation):
     summary_keys = ("log_evidence", "n_stages", "n_grad_evals", "fit_time_s")
     compare_keys = ("log_evidence", "n_stages", "fit_time_s")
 
+    @property
+    def uses_gradients(self) -> bool:  # the HMC move does, the Metropolis move does not
+        return self.settings.kernel == "hmc"
+
     def approximate(self, target, inputs: RunInputs) -> Fit:
         cfg, gen, out = self.settings, inputs.gen, Fit()
         base, z, mover = start_path(target, cfg, cfg.n_particles, inputs.initial, gen)
