@@ -44,6 +44,7 @@ MIN_PASSWORD_LENGTH = 12  # MLflow's own rule for basic-auth passwords
 PERMISSIONS = ("read", "edit", "manage")
 SERVER_DEFAULT_PERMISSION = "READ"
 AUTH_DB_NAME = "mlflow_auth"
+AUTH_CACHE_TTL_S = 60
 
 
 # --- who may listen where ---------------------------------------------------------------------------
@@ -128,7 +129,11 @@ def write_auth_config(folder: Path, database_uri: str) -> Path:
                     f"default_permission = {SERVER_DEFAULT_PERMISSION}\n"
                     f"database_uri = {database_uri}\n"
                     f"admin_username = {admin_username()}\n"
-                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n",
+                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                    "# a checked password is remembered this long by each worker: without it every request\n"
+                    "# (a run makes hundreds) hashes the password again; a changed password or a deleted user\n"
+                    "# may thus still be let in by another worker for up to this long\n"
+                    f"auth_cache_ttl_seconds = {AUTH_CACHE_TTL_S}\n",
                     encoding="utf-8")
     return path
 
