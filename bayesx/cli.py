@@ -172,7 +172,10 @@ def cmd_server(ns: argparse.Namespace) -> int:
         if value is not None and not 1 <= value <= 65535:
             raise BayesxError(f"--{name.replace('_', '-')} must be between 1 and 65535, got {value}")
     server_auth.check_exposure(ns.host, ns.auth, ns.insecure)
-    password = server_auth.admin_password(ns.admin_password_file) if ns.auth else None
+    password = None
+    if ns.auth:
+        server_auth.require_auth_app()
+        password = server_auth.admin_password(ns.admin_password_file)
     if server.port_open(ns.host, ns.port):
         raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
     folder = Path(ns.dir).resolve()

@@ -10,6 +10,11 @@ tracking server and the cluster; the data stay for the next start.
 
 With ``--backend-uri postgresql://...`` (or any SQLAlchemy URI MLflow accepts) the database is the
 user's, and only the tracking server is started.
+
+With ``--auth`` the server is MLflow's basic-auth app and its users live in a second database of the
+same cluster, ``mlflow_auth`` (with ``--backend-uri``: the file ``<dir>/basic_auth.db``, or
+``--auth-db-uri``); see :mod:`bayesx.server_auth`. Without it the server listens on 127.0.0.1 only,
+unless ``--insecure`` says otherwise.
 """
 
 from __future__ import annotations

@@ -96,6 +96,14 @@ def check_password(password: str, who: str) -> str:
     return password
 
 
+def require_auth_app() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("flask_wtf") is None:
+        raise BayesxError("MLflow's basic-auth app needs Flask-WTF, which is not installed: "
+                          "pip install 'bayesx[server]' (or pip install Flask-WTF)")
+
+
 def admin_password(file: str | None) -> str:
     """The admin password: from ``file`` (mode 600) if given, else ``$MLFLOW_AUTH_ADMIN_PASSWORD``."""
     if file:

@@ -18,7 +18,8 @@ import pytest
 from cli_helpers import call, error_line
 
 from bayesx.server import free_port
-from bayesx.server_auth import check_exposure, is_loopback, request
+from bayesx.errors import BayesxError
+from bayesx.server_auth import check_admin, check_exposure, is_loopback, new_user_password, request
 
 ADMIN_PASSWORD, ALICE_PASSWORD, BOB_PASSWORD = "admin-pass-0123", "alice-pass-0123", "bob-pass-01234"
 STARTED = "MLflow tracking server at"
@@ -69,13 +70,11 @@ def test_admin_password_comes_from_a_private_file_or_the_environment(tmp_path, m
 def test_user_add_refuses_a_readable_password_file(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", ADMIN_PASSWORD)
     readable = secret_file(tmp_path, "alice.txt", ALICE_PASSWORD, mode=0o644)
-    from bayesx.server_auth import new_user_password
-
-    with pytest.raises(Exception, match=r"readable by others \(mode 644\)"):
+    with pytest.raises(BayesxError, match=r"readable by others \(mode 644\)"):
         new_user_password("alice", str(readable))
     monkeypatch.delenv("BAYESX_USER_PASSWORD", raising=False)
     typed = iter([ALICE_PASSWORD, ALICE_PASSWORD + "x"])
-    with pytest.raises(Exception, match="the two passwords typed for 'alice' differ"):
+    with pytest.raises(BayesxError, match="the two passwords typed for 'alice' differ"):
         new_user_password("alice", None, prompt=lambda _: next(typed))
 
 
@@ -130,6 +129,8 @@ def auth_server():
     try:
         assert "authentication on (users in postgresql://" in summary and "/mlflow_auth)" in summary
         assert ADMIN_PASSWORD not in summary and ADMIN_PASSWORD not in (folder / "srv" / "basic_auth.ini").read_text()
+        command_lines = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+        assert "--app-name basic-auth" in command_lines and ADMIN_PASSWORD not in command_lines
         yield f"http://127.0.0.1:{port}", ("admin", ADMIN_PASSWORD), folder
     finally:
         stop_server(proc)
@@ -224,6 +225,8 @@ def test_users_added_by_bayesx_log_and_read_as_granted(auth_server, tmp_path, mo
                            payload={"experiment_id": experiment_id})
     assert status == 200, body
 
+    with pytest.raises(BayesxError, match="the admin password given is not the one stored for 'admin'"):
+        check_admin(url, "admin", "not-the-admin-password")  # what a restart with another password hears
     monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", "not-the-admin-password")
     code, _, err = call(["server", "user", "add", "carol", "--uri", url])
     assert code == 2 and "refused the admin 'admin' (HTTP 401)" in error_line(err)
