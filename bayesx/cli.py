@@ -163,12 +163,19 @@ def _supervise(command: list[str], when_ready=None) -> int:
 def cmd_server(ns: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bayesx import server
+    from bayesx import server, server_auth
 
+    if ns.action == "user":
+        return cmd_server_user_add(ns)
     for name in ("port", "db_port"):
         value = getattr(ns, name)
         if value is not None and not 1 <= value <= 65535:
             raise BayesxError(f"--{name.replace('_', '-')} must be between 1 and 65535, got {value}")
+    server_auth.check_exposure(ns.host, ns.auth, ns.insecure)
+    password = None
+    if ns.auth:
+        server_auth.require_auth_app()
+        password = server_auth.admin_password(ns.admin_password_file)
     if server.port_open(ns.host, ns.port):
         raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
     folder = Path(ns.dir).resolve()
@@ -184,17 +191,40 @@ def cmd_server(ns: argparse.Namespace) -> int:
         artifacts = folder / "artifacts"
         artifacts.mkdir(parents=True, exist_ok=True)
         url = f"http://{ns.host}:{ns.port}"
+        if ns.auth:  # the user database: beside the runs' (PostgreSQL), or a file in --dir with --backend-uri
+            users = ns.auth_db_uri or (cluster.ensure_database(server_auth.AUTH_DB_NAME) if cluster
+                                       else f"sqlite:///{folder / 'basic_auth.db'}")
+            os.environ.update(server_auth.server_environment(folder, users, password))
 
         def announce(proc):
             server.wait_until_serving(proc, ns.host, ns.port)
+            if ns.auth:
+                server_auth.check_admin(url, server_auth.admin_username(), password)
             print(f"MLflow tracking server at {url}  (database {backend}, artifacts in {artifacts}; Ctrl-C to stop)\n"
                   f"log runs to it:  bayesx run tracking=server tracking.uri={url} ...  "
                   f"(or export MLFLOW_TRACKING_URI={url})", flush=True)
+            if ns.auth:
+                print(f"authentication on (users in {users}): clients set MLFLOW_TRACKING_USERNAME and "
+                      f"MLFLOW_TRACKING_PASSWORD; add users with  bayesx server user add NAME --uri {url}", flush=True)
+            elif ns.insecure:
+                print(f"WARNING: --insecure: {url} has no authentication and listens beyond this machine; anyone "
+                      "who reaches it can read, write and delete every run", flush=True)
 
-        return _supervise(server.server_command(backend, artifacts, ns.host, ns.port), announce)
+        return _supervise(server.server_command(backend, artifacts, ns.host, ns.port, ns.auth), announce)
     finally:
         if cluster is not None:
             cluster.stop()
+
+
+def cmd_server_user_add(ns: argparse.Namespace) -> int:
+    """``bayesx server user add NAME``: create a user of an authenticated server and grant it a permission."""
+    from bayesx import server_auth
+
+    admin = (server_auth.admin_username(), server_auth.admin_password(ns.admin_password_file))
+    uri = ns.uri or os.environ.get("MLFLOW_TRACKING_URI") or "http://127.0.0.1:5000"
+    print(server_auth.add_user(uri, ns.name, ns.permission, ns.experiment, admin,
+                               lambda: server_auth.new_user_password(ns.name, ns.password_file)))
+    return 0
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -352,13 +382,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--no-plot", action="store_true", help="with --out: no plot")
         parser.add_argument("--note", help="a line under the header, e.g. 'measured with other work on the machine'")
     if command == "server":
-        parser.add_argument("--dir", default="mlflow-server",
-                            help="folder of the PostgreSQL cluster (pgdata) and the artifacts (default: mlflow-server)")
-        parser.add_argument("--host", default="127.0.0.1", help="address the tracking server binds (default: localhost)")
-        parser.add_argument("--port", type=int, default=5000, help="tracking server port (default 5000)")
-        parser.add_argument("--db-port", type=int, help="PostgreSQL port (default: a free one)")
-        parser.add_argument("--backend-uri", help="use this database instead of a cluster of our own, "
-                                                  "e.g. postgresql://user:pass@host:5432/mlflow")
+        _server_options(parser)
     if command == "runs":
         parser.add_argument("action", choices=["clean"])
         parser.add_argument("--experiment", help="only runs of this MLflow experiment")
@@ -371,6 +395,39 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("name", nargs="?", help="data set to fetch (see `bayesx data list`)")
         parser.add_argument("--force", action="store_true", help="download again even if present")
     return parser
+
+
+def _server_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", default="mlflow-server",
+                        help="folder of the PostgreSQL cluster (pgdata) and the artifacts (default: mlflow-server)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address the tracking server binds (default: localhost; any other needs --auth or --insecure)")
+    parser.add_argument("--port", type=int, default=5000, help="tracking server port (default 5000)")
+    parser.add_argument("--db-port", type=int, help="PostgreSQL port (default: a free one)")
+    parser.add_argument("--backend-uri", help="use this database instead of a cluster of our own, "
+                                              "e.g. postgresql://user:pass@host:5432/mlflow")
+    parser.add_argument("--auth", action="store_true",
+                        help="MLflow's basic-auth app: every request needs a user's password (the admin's from "
+                             "$MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file)")
+    parser.add_argument("--admin-password-file", metavar="FILE",
+                        help="file (mode 600) whose first line is the admin password (else $MLFLOW_AUTH_ADMIN_PASSWORD)")
+    parser.add_argument("--auth-db-uri", help="the user database (default: database mlflow_auth in our PostgreSQL "
+                                              "cluster; with --backend-uri, the file basic_auth.db in --dir)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a --host beyond this machine without --auth (anyone who reaches it may write)")
+    actions = parser.add_subparsers(dest="action", metavar="user add NAME")
+    user = actions.add_parser("user", help="manage the users of a server started with --auth")
+    add = user.add_subparsers(dest="user_action", required=True, metavar="add").add_parser(
+        "add", help="create a user (or keep an existing one) and grant it a permission")
+    add.add_argument("name", help="the user's name (what clients put in $MLFLOW_TRACKING_USERNAME)")
+    add.add_argument("--uri", help="the server's URL (default: $MLFLOW_TRACKING_URI, else http://127.0.0.1:5000)")
+    add.add_argument("--permission", default="read", choices=["read", "edit", "manage"],
+                     help="read: see runs; edit: also log runs; manage: also grant others (default read)")
+    add.add_argument("--experiment", help="grant on this experiment only (default: on every experiment)")
+    add.add_argument("--password-file", metavar="FILE",
+                     help="file (mode 600) with the new user's password (else $BAYESX_USER_PASSWORD, else typed)")
+    add.add_argument("--admin-password-file", metavar="FILE", default=argparse.SUPPRESS,
+                     help="file (mode 600) with the admin password (else $MLFLOW_AUTH_ADMIN_PASSWORD)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,11 @@ tracking server and the cluster; the data stay for the next start.
 
 With ``--backend-uri postgresql://...`` (or any SQLAlchemy URI MLflow accepts) the database is the
 user's, and only the tracking server is started.
+
+With ``--auth`` the server is MLflow's basic-auth app and its users live in a second database of the
+same cluster, ``mlflow_auth`` (with ``--backend-uri``: the file ``<dir>/basic_auth.db``, or
+``--auth-db-uri``); see :mod:`bayesx.server_auth`. Without it the server listens on 127.0.0.1 only,
+unless ``--insecure`` says otherwise.
 """
 
 from __future__ import annotations
@@ -74,7 +79,10 @@ class Cluster:
 
     @property
     def uri(self) -> str:
-        return f"postgresql://{DB_USER}@127.0.0.1:{self.port}/{DB_NAME}"
+        return self.database_uri(DB_NAME)
+
+    def database_uri(self, name: str) -> str:
+        return f"postgresql://{DB_USER}@127.0.0.1:{self.port}/{name}"
 
     def _run(self, args: list[str], what: str) -> None:
         proc = subprocess.run(args, capture_output=True, text=True, user=self.user, timeout=300, check=False)
@@ -93,12 +101,17 @@ class Cluster:
         options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
         self._run([postgres_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l",
                    str(self.data.parent / "postgres.log"), "-w", "-t", "120", "start"], "pg_ctl start")
+        self.ensure_database(DB_NAME)
+
+    def ensure_database(self, name: str) -> str:
+        """Create database ``name`` in the running cluster unless it exists; its URI."""
         probe = subprocess.run([postgres_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER,
-                                "-d", "postgres", "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"],
+                                "-d", "postgres", "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{name}'"],
                                capture_output=True, text=True, timeout=60, check=False)
         if probe.stdout.strip() != "1":
-            self._run([postgres_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER, DB_NAME],
+            self._run([postgres_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER, name],
                       "createdb")
+        return self.database_uri(name)
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
@@ -117,9 +130,12 @@ def prepare_store(backend_uri: str) -> None:
         raise BayesxError(f"cannot open the tracking database {backend_uri}: {first}") from None
 
 
-def server_command(backend_uri: str, artifacts: Path, host: str, port: int) -> list[str]:
+def server_command(backend_uri: str, artifacts: Path, host: str, port: int, auth: bool = False) -> list[str]:
+    """``mlflow server`` on our database; with ``auth``, MLflow's basic-auth app (configured through the
+    environment, see :mod:`bayesx.server_auth`: no secret on this command line)."""
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-            "--artifacts-destination", artifacts.resolve().as_uri(), "--host", host, "--port", str(port)]
+            "--artifacts-destination", artifacts.resolve().as_uri(), "--host", host, "--port", str(port)] + (
+        ["--app-name", "basic-auth"] if auth else [])
 
 
 def wait_until_serving(proc: subprocess.Popen, host: str, port: int, timeout: float = 180.0) -> None:

@@ -56,8 +56,9 @@ def is_local_store(uri: str) -> bool:
 
 
 def check_reachable(uri: str, timeout: float = 5.0) -> None:
-    """Fail fast (one line) when an http(s) tracking server does not answer: MLflow itself
-    retries with back-off for minutes before giving up."""
+    """Fail fast (one line) when an http(s) tracking server does not answer (MLflow itself
+    retries with back-off for minutes before giving up) or refuses our credentials
+    (``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``, which MLflow's client sends)."""
     import socket
     from urllib.parse import urlsplit
 
@@ -71,6 +72,9 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     except (OSError, ValueError) as exc:
         raise BayesxError(f"cannot reach the MLflow tracking server at {uri} ({exc.strerror or exc}); "
                           "start it (mlflow server) or set tracking.uri / MLFLOW_TRACKING_URI") from None
+    from bayesx.server_auth import check_credentials
+
+    check_credentials(uri)  # a wrong password is one line here, not a failure after the run
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -327,7 +331,7 @@ class Tracker:
             tracked = TrackedRun(self.client, start.resume_run_id)
             tracked.set_tags(all_tags)
         else:
-            run = retry_locked(self.client.create_run, self.experiment_id, run_name=start.name, tags=all_tags)
+            run = self._create_run(start.name, all_tags)
             tracked = TrackedRun(self.client, run.info.run_id)
             tracked.log_params(start.params)
             tracked.log_text(start.config_text, CONFIG_FILE)
@@ -369,8 +373,19 @@ class Tracker:
 
     def start_parent(self, run_name: str, tags: dict[str, str]) -> str:
         """A sweep's parent run; it carries the sweeping process's host and pid (its children beat)."""
-        return retry_locked(self.client.create_run, self.experiment_id, run_name=run_name,
-                            tags={**tags, **liveness_tags()}).info.run_id
+        return self._create_run(run_name, {**tags, **liveness_tags()}).info.run_id
+
+    def _create_run(self, run_name: str, tags: dict[str, str]):
+        """A new run in our experiment; a server's refusal (HTTP 403: a user who may only read) in one line."""
+        try:
+            return retry_locked(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
+        except MlflowException as exc:
+            if exc.error_code != "PERMISSION_DENIED":
+                raise
+            user = os.environ.get("MLFLOW_TRACKING_USERNAME", "?")
+            raise BayesxError(f"the tracking server {self.uri} lets user '{user}' only read experiment "
+                              f"'{self.experiment_name}' (HTTP 403); its admin can grant more with  bayesx server "
+                              f"user add {user} --permission edit --experiment {self.experiment_name}") from None
 
     def end_parent(self, run_id: str) -> str:
         """End a sweep's parent run: FAILED if a child failed, KILLED if one was killed."""

@@ -1,0 +1,298 @@
+"""Authentication for ``bayesx server``: MLflow's basic-auth app (``mlflow server --app-name basic-auth``).
+
+Who may do what is kept by MLflow in its user database: users with salted password hashes, and
+per-experiment grants READ < EDIT < MANAGE (``experiment`` ``*`` is a grant on every experiment).
+An authenticated user without a grant gets the server's default permission, READ here: the team
+sees every run, and writes only where it has been granted EDIT (or in experiments it creates,
+which it MANAGEs). A request without valid credentials is answered 401 and changes nothing.
+
+Where the secrets live:
+
+* the admin password comes from ``MLFLOW_AUTH_ADMIN_PASSWORD`` or from a file readable by its owner
+  only (``--admin-password-file``), never from the command line (``ps`` shows command lines to
+  every user). MLflow uses it when it creates the admin user, on the first start; bayesx also
+  checks at every start that it still matches, so that ``bayesx server user add`` will work.
+* the auth configuration (``<dir>/basic_auth.ini``, no secret in it) names the user database;
+* the Flask secret key for the sign-up form's CSRF token is generated once into
+  ``<dir>/flask_secret_key`` (mode 600), the same for every worker and every restart.
+
+The child server gets the password and the key through its environment (readable only by the
+same user), not its arguments.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import os
+import secrets
+import socket
+import stat
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from bayesx.errors import BayesxError
+
+ADMIN_PASSWORD_ENV, ADMIN_USERNAME_ENV = "MLFLOW_AUTH_ADMIN_PASSWORD", "MLFLOW_AUTH_ADMIN_USERNAME"
+USER_PASSWORD_ENV = "BAYESX_USER_PASSWORD"
+USERNAME_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+DEFAULT_ADMIN = "admin"
+MIN_PASSWORD_LENGTH = 12  # MLflow's own rule for basic-auth passwords
+PERMISSIONS = ("read", "edit", "manage")
+SERVER_DEFAULT_PERMISSION = "READ"
+AUTH_DB_NAME = "mlflow_auth"
+AUTH_CACHE_TTL_S = 60
+
+
+# --- who may listen where ---------------------------------------------------------------------------
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def check_exposure(host: str, auth: bool, insecure: bool) -> None:
+    """Refuse a server that others can reach and that lets anyone in, unless ``--insecure`` says so."""
+    if auth and insecure:
+        raise BayesxError("--insecure is for a server without --auth; drop one of them")
+    if not auth and not insecure and not is_loopback(host):
+        raise BayesxError(f"refusing to listen on {host} without authentication: anyone who reaches it could write "
+                          f"and delete runs; pass --auth (admin password in ${ADMIN_PASSWORD_ENV} or "
+                          "--admin-password-file), or --insecure if the network is yours alone")
+
+
+# --- secrets ----------------------------------------------------------------------------------------
+def read_secret_file(path: str | Path, what: str) -> str:
+    """The first line of a file that only its owner may read (mode 600 or stricter)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BayesxError(f"cannot read the {what} file {path}: {exc.strerror or exc}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise BayesxError(f"the {what} file {path} is readable by others (mode {stat.S_IMODE(mode):03o}); "
+                          f"run: chmod 600 {path}")
+    lines = text.splitlines()
+    if not lines or not lines[0]:
+        raise BayesxError(f"the {what} file {path} is empty; write the password on its first line")
+    return lines[0]
+
+
+def check_password(password: str, who: str) -> str:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise BayesxError(f"the password of {who} has {len(password)} characters; MLflow needs at least "
+                          f"{MIN_PASSWORD_LENGTH}")
+    return password
+
+
+def require_auth_app() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("flask_wtf") is None:
+        raise BayesxError("MLflow's basic-auth app needs Flask-WTF, which is not installed: "
+                          "pip install 'bayesx[server]' (or pip install Flask-WTF)")
+
+
+def admin_password(file: str | None) -> str:
+    """The admin password: from ``file`` (mode 600) if given, else ``$MLFLOW_AUTH_ADMIN_PASSWORD``."""
+    if file:
+        return check_password(read_secret_file(file, "admin password"), "the admin")
+    if os.environ.get(ADMIN_PASSWORD_ENV):
+        return check_password(os.environ[ADMIN_PASSWORD_ENV], "the admin")
+    raise BayesxError(f"the admin password is missing: set ${ADMIN_PASSWORD_ENV} or pass --admin-password-file FILE "
+                      "(a file only you can read); it is never taken from the command line")
+
+
+def admin_username() -> str:
+    return os.environ.get(ADMIN_USERNAME_ENV) or DEFAULT_ADMIN
+
+
+def flask_secret_key(folder: Path) -> str:
+    """A random key kept in ``folder/flask_secret_key`` (mode 600), made on first use."""
+    path = folder / "flask_secret_key"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write(secrets.token_hex(32) + "\n")
+    return read_secret_file(path, "Flask secret key")
+
+
+def write_auth_config(folder: Path, database_uri: str) -> Path:
+    """MLflow's basic-auth configuration for this server; it holds no secret."""
+    path = folder / "basic_auth.ini"
+    path.write_text("# written by bayesx server --auth; the admin password is not kept here\n"
+                    "[mlflow]\n"
+                    f"default_permission = {SERVER_DEFAULT_PERMISSION}\n"
+                    f"database_uri = {database_uri}\n"
+                    f"admin_username = {admin_username()}\n"
+                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                    "# a checked password is remembered this long by each worker: without it every request\n"
+                    "# (a run makes hundreds) hashes the password again; a changed password or a deleted user\n"
+                    "# may thus still be let in by another worker for up to this long\n"
+                    f"auth_cache_ttl_seconds = {AUTH_CACHE_TTL_S}\n",
+                    encoding="utf-8")
+    return path
+
+
+def server_environment(folder: Path, database_uri: str, password: str) -> dict[str, str]:
+    """The environment variables that turn ``mlflow server --app-name basic-auth`` on for this server."""
+    return {"MLFLOW_AUTH_CONFIG_PATH": str(write_auth_config(folder, database_uri)),
+            ADMIN_PASSWORD_ENV: password,
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY")
+            or flask_secret_key(folder)}
+
+
+# --- talking to the server ---------------------------------------------------------------------------
+def request(url: str, path: str, credentials: tuple[str, str] | None, payload: dict | None = None,
+            query: dict | None = None, timeout: float = 30.0) -> tuple[int, dict]:
+    """One call of the server's REST API: (HTTP status, decoded JSON body or {})."""
+    address = url.rstrip("/") + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    data = json.dumps(payload).encode() if payload is not None else None
+    call = urllib.request.Request(address, data=data, method="POST" if data is not None else "GET")
+    call.add_header("Content-Type", "application/json")
+    if credentials is not None:
+        token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
+        call.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(call, timeout=timeout) as answer:
+            status, body = answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BayesxError(f"cannot reach the MLflow tracking server at {url} ({reason}); is it running?") from None
+    try:
+        return status, json.loads(body) if body else {}
+    except ValueError:
+        return status, {"message": body.decode(errors="replace").strip()}
+
+
+def client_credentials() -> tuple[str, str] | None:
+    """The credentials MLflow's clients send: ``$MLFLOW_TRACKING_USERNAME`` / ``$MLFLOW_TRACKING_PASSWORD``."""
+    user, password = os.environ.get(USERNAME_ENV), os.environ.get(PASSWORD_ENV)
+    return (user, password) if user and password else None
+
+
+def check_credentials(uri: str) -> None:
+    """Fail in one line, before anything runs, when the server refuses our credentials (HTTP 401).
+
+    One cheap authenticated call (search one experiment). A server without authentication answers
+    200 whatever we send, so this costs nothing there. A bearer token (``$MLFLOW_TRACKING_TOKEN``) or a
+    failed probe (a proxy, TLS that MLflow is told to trust) leaves the judgement to MLflow's client."""
+    if os.environ.get("MLFLOW_TRACKING_TOKEN") and client_credentials() is None:
+        return
+    try:
+        status, _ = request(uri, "/api/2.0/mlflow/experiments/search", client_credentials(),
+                            query={"max_results": 1}, timeout=30.0)
+    except BayesxError:
+        return
+    if status != 401:
+        return
+    credentials = client_credentials()
+    if credentials is None:
+        raise BayesxError(f"the MLflow tracking server at {uri} requires a login: set ${USERNAME_ENV} and "
+                          f"${PASSWORD_ENV} (a user from `bayesx server user add NAME`)")
+    raise BayesxError(f"the MLflow tracking server at {uri} refused user '{credentials[0]}' (HTTP 401): wrong "
+                      f"password or no such user; check ${USERNAME_ENV} and ${PASSWORD_ENV}")
+
+
+def check_admin(url: str, username: str, password: str) -> None:
+    """The admin password given must be the stored one: MLflow uses it only when it creates the admin."""
+    status, _ = request(url, "/api/2.0/mlflow/users/get", (username, password), query={"username": username})
+    if status == 401:
+        raise BayesxError(f"the admin password given is not the one stored for '{username}' in the user database "
+                          "(MLflow sets it on the first start only); give that one, or change it with MLflow's "
+                          "update-password API")
+    if status != 200:
+        raise BayesxError(f"the server at {url} did not answer as an authenticated MLflow server "
+                          f"(HTTP {status} for the admin user)")
+
+
+# --- bayesx server user add --------------------------------------------------------------------------
+USERS_API, PERMISSIONS_API = "/api/2.0/mlflow/users", "/api/3.0/mlflow/users/permissions"
+
+
+def _message(body: dict) -> str:
+    return str(body.get("message") or body.get("error_code") or body).strip().splitlines()[0][:300]
+
+
+def new_user_password(name: str, file: str | None, prompt=None) -> str:
+    """The new user's password: from ``file`` (mode 600), ``$BAYESX_USER_PASSWORD``, or typed twice."""
+    import getpass
+    import sys
+
+    if file:
+        return check_password(read_secret_file(file, "user password"), f"user '{name}'")
+    if os.environ.get(USER_PASSWORD_ENV):
+        return check_password(os.environ[USER_PASSWORD_ENV], f"user '{name}'")
+    if prompt is None and not sys.stdin.isatty():
+        raise BayesxError(f"no password for the new user '{name}': set ${USER_PASSWORD_ENV}, pass --password-file FILE "
+                          "(a file only you can read), or run this in a terminal to type it")
+    prompt = prompt or getpass.getpass
+    password = check_password(prompt(f"password for {name}: "), f"user '{name}'")
+    if prompt(f"password for {name} again: ") != password:
+        raise BayesxError(f"the two passwords typed for '{name}' differ; run the command again")
+    return password
+
+
+def _admin_session(url: str, admin: tuple[str, str]) -> None:
+    status, body = request(url, f"{USERS_API}/get", admin, query={"username": admin[0]})
+    if status == 404 and "error_code" not in body:
+        raise BayesxError(f"the server at {url} has no authentication; start it with `bayesx server --auth`")
+    if status == 401:
+        raise BayesxError(f"the server at {url} refused the admin '{admin[0]}' (HTTP 401): give the admin password "
+                          f"stored there (${ADMIN_PASSWORD_ENV} or --admin-password-file)")
+    if status != 200 or not body.get("user", {}).get("is_admin"):
+        raise BayesxError(f"'{admin[0]}' is not an admin of the server at {url} (HTTP {status}); "
+                          f"set ${ADMIN_USERNAME_ENV} to the admin's name")
+
+
+def _experiment_id(url: str, admin: tuple[str, str], experiment: str | None) -> str:
+    """The id of the experiment named ``experiment``; ``*`` (every experiment) for None."""
+    if experiment is None:
+        return "*"
+    status, body = request(url, "/api/2.0/mlflow/experiments/get-by-name", admin,
+                           query={"experiment_name": experiment})
+    if status != 200:
+        raise BayesxError(f"no experiment '{experiment}' on {url} ({_message(body)}); create it first (a run of "
+                          "experiment_name=... creates it) or leave out --experiment to grant on every experiment")
+    return body["experiment"]["experiment_id"]
+
+
+def add_user(url: str, name: str, permission: str, experiment: str | None, admin: tuple[str, str],
+             password=lambda: None) -> str:
+    """Create user ``name`` (unless it exists; ``password()`` gives its password) and grant it ``permission``
+    on ``experiment`` (every experiment when None), through MLflow's auth REST API as the admin.
+    Returns what was done, in one line."""
+    if permission not in PERMISSIONS:
+        raise BayesxError(f"--permission must be one of {', '.join(PERMISSIONS)}, got '{permission}'")
+    _admin_session(url, admin)
+    resource = _experiment_id(url, admin, experiment)
+    status, body = request(url, f"{USERS_API}/get", admin, query={"username": name})
+    created = status != 200
+    if created:
+        status, body = request(url, f"{USERS_API}/create", admin, payload={"username": name, "password": password()})
+        if status != 200:
+            raise BayesxError(f"cannot create user '{name}' on {url}: {_message(body)}")
+    grant = {"username": name, "resource_type": "experiment", "resource_id": resource,
+             "permission": permission.upper()}
+    status, body = request(url, f"{PERMISSIONS_API}/grant", admin, payload=grant)
+    if status != 200 and body.get("error_code") == "RESOURCE_ALREADY_EXISTS":  # a new level replaces the old
+        request(url, f"{PERMISSIONS_API}/revoke", admin, payload={k: grant[k] for k in grant if k != "permission"})
+        status, body = request(url, f"{PERMISSIONS_API}/grant", admin, payload=grant)
+    if status != 200:
+        raise BayesxError(f"cannot grant {permission} to '{name}' on {url}: {_message(body)}")
+    where = f"experiment '{experiment}'" if experiment else "every experiment"
+    return f"{'created' if created else 'existing'} user '{name}' on {url}: {permission} on {where}"
