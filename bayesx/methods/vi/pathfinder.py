@@ -77,12 +77,18 @@ class Pathfinder(Approximation):
             out.fitted.update({"q_mean": paths[0].mean.cpu(), "q_cov": paths[0].cov.cpu()})
             out.approximation = GaussianQ(paths[0].mean, paths[0].chol())
             return out
-        draws, log_weights = [], []
-        for path in paths:
-            q = GaussianQ(path.mean, path.chol())
-            with torch.no_grad():
-                z = q.sample(cfg.draws_per_path, gen)
-                draws.append(z)
-                log_weights.append(target.log_prob(z) - q.log_prob(z))
-        out.approximation = Particles(torch.cat(draws), torch.cat(log_weights), pareto_smooth=True)
+        out.approximation = pooled_particles(target, [GaussianQ(p.mean, p.chol()) for p in paths],
+                                             cfg.draws_per_path, gen)
         return out
+
+
+def pooled_particles(target, gaussians: list[GaussianQ], draws_per_path: int, gen: torch.Generator) -> Particles:
+    """Multi-path Pathfinder's pool (the paper's Algorithm 2): ``draws_per_path`` draws from each path's
+    Gaussian q_i, each weighed by its own path's ratio p / q_i, to be resampled by the PSIS-smoothed weights."""
+    draws, log_weights = [], []
+    for q in gaussians:
+        with torch.no_grad():
+            z = q.sample(draws_per_path, gen)
+            draws.append(z)
+            log_weights.append(target.log_prob(z) - q.log_prob(z))
+    return Particles(torch.cat(draws), torch.cat(log_weights), pareto_smooth=True)
