@@ -49,6 +49,10 @@ LOG_2PI = math.log(2.0 * math.pi)
 CURVATURE_EPS = 2.2e-16  # the paper's curvature check s^T y > eps |y|^2
 
 
+class PathFailed(BayesxError):
+    """A path with no usable iterate (multi-path Pathfinder drops it, as Stan does)."""
+
+
 @dataclass(frozen=True)
 class PathSettings:
     """One path's settings; the defaults and their sources are in conf/method/pathfinder.yaml."""
@@ -198,7 +202,7 @@ def best_local_gaussian(target, points: list[tuple], gen: torch.Generator, setti
         if best is None or elbo > best[0]:
             best = (elbo, it, mean, cov)
     if best is None:
-        raise BayesxError("Pathfinder found no usable L-BFGS iterate (no pair met the curvature condition, or "
+        raise PathFailed("Pathfinder found no usable L-BFGS iterate (no pair met the curvature condition, or "
                           "every estimate was singular); try another start or method=laplace")
     return best, elbos
 
@@ -215,7 +219,14 @@ def estimate_elbo(target, mean: Tensor, chol: Tensor, n_draws: int, gen: torch.G
 
 
 def pathfinder_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
-    """MCMC's ``init=pathfinder``: one path (default settings) from the first starting point; the chains
-    start at draws from its Gaussian and the metric at its covariance (bayesx.optimize.gaussian_start)."""
-    path = single_path(target, start[0], gen)
-    return gaussian_start(path.mean, path.cov, start, gen, mass)
+    """MCMC's ``init=pathfinder``: one path (default settings) from the first starting point where a path
+    succeeds; the chains start at draws from its Gaussian and the metric at its covariance
+    (bayesx.optimize.gaussian_start)."""
+    for row, point in enumerate(start):
+        try:
+            path = single_path(target, point, gen)
+        except PathFailed:
+            if row == len(start) - 1:
+                raise
+            continue
+        return gaussian_start(path.mean, path.cov, start, gen, mass)

@@ -235,3 +235,27 @@ def test_cli_records_a_pathfinder_run(tmp_path_factory):
     assert run.data.tags["family"] == "approximation"
     for key in ("log_evidence", "psis_khat", "lbfgs_iterations", "n_grad_evals", "log_evidence_err"):
         assert key in metrics and math.isfinite(metrics[key]), key
+
+
+class WallGaussian(Gaussian):
+    """A Gaussian whose density is zero beyond x_0 = 5: a path that starts there has no usable iterate."""
+
+    def log_prob(self, q):
+        return torch.where(q[..., 0] > 5.0, torch.full_like(q[..., 0], -math.inf), super().log_prob(q))
+
+    def log_prob_and_grad(self, q):
+        return self.log_prob(q), super().log_prob_and_grad(q)[1]
+
+    def density_form(self):
+        return None  # not the Gaussian's native form: this log_prob
+
+
+def test_a_failed_path_is_dropped_and_all_failed_is_one_line():
+    target = WallGaussian(dim=3, kind="correlated", rho=0.5)
+    starts = target.initial_point(4, gen(8))  # uniform on [-2, 2]^3, inside the wall
+    starts[1, 0] = 10.0
+    method = Pathfinder()
+    result = method.infer(target, RunInputs(starts, gen(8), progress=False))
+    assert result.metrics["paths_failed"] == 1.0 and result.draws.shape == (1, 1000, 3)
+    with pytest.raises(BayesxError, match=r"^every one of the 4 Pathfinder paths failed: Pathfinder found no usable"):
+        method.approximate(target, RunInputs(torch.full((4, 3), 10.0, dtype=torch.float64), gen(9), progress=False))

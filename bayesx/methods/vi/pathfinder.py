@@ -8,6 +8,8 @@ default of 4 paths) each path starts at its own initial point and gives ``draws_
 log weights log p - log q_path; the family smooths the pooled weights by PSIS and resamples
 ``num_draws`` draws by them (the paper's Pareto-smoothed importance resampling). The reported
 ``psis_khat`` is the k-hat of the raw pooled weights: above 0.7 the resampled draws are unreliable.
+A path with no usable iterate (e.g. one that starts where log p is -1e44 and stalls) is dropped and
+counted in ``paths_failed``, as Stan does; the run fails only when every path does.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from torch import Tensor
 from bayesx.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit, Particles
-from bayesx.pathfinder import PathSettings, single_path
+from bayesx.pathfinder import PathFailed, PathSettings, single_path
 from bayesx.progress import progress_bar
 from bayesx.settings import AtLeast, Positive
 
@@ -58,18 +60,24 @@ class Pathfinder(Approximation):
         return 1  # L-BFGS evaluates one point at a time
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
-        cfg, gen, out, paths = self.settings, inputs.gen, Fit(), []
+        cfg, gen, out, paths, failures = self.settings, inputs.gen, Fit(), [], []
         bar = progress_bar(cfg.n_paths, "pathfinder paths", inputs.progress, "path")
         try:
             for start in inputs.initial:
-                paths.append(single_path(target, start, gen, cfg.path_settings()))
+                try:
+                    paths.append(single_path(target, start, gen, cfg.path_settings()))
+                except PathFailed as failure:
+                    failures.append(str(failure))
                 bar.update(1)
         finally:
             bar.close()
+        if not paths:
+            raise PathFailed(f"every one of the {cfg.n_paths} Pathfinder paths failed: {failures[0]}")
         out.metrics.update({
             "n_grad_evals": float(sum(p.n_grad_evals for p in paths)),
             "lbfgs_iterations": float(sum(p.n_iterations for p in paths)),
             "path_elbo_best": max(p.elbo for p in paths),
+            "paths_failed": float(len(failures)),
         })
         out.tags["lbfgs_stop"] = "; ".join(sorted({p.stop_reason for p in paths}))
         out.traces["path_elbo"] = paths[0].elbos
