@@ -26,6 +26,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from cli_helpers import isolated_store, run_ok
 
+from bayesx.diagnostics.importance import pareto_smoothed
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.nuts import NUTS
@@ -179,6 +180,19 @@ def test_psis_resampling_corrects_wrong_path_gaussians():
     assert torch.allclose(resampled.mean(0), target.mean, atol=0.1)
     assert torch.allclose(torch.cov(resampled.T), target.cov, atol=0.15)
     assert not torch.allclose(torch.cov(raw.T), target.cov, atol=0.15)  # negative control: no resampling
+
+
+def test_pareto_smoothing_shrinks_only_the_largest_weights():
+    log_weights = np.random.default_rng(10).standard_t(2, size=2000)  # heavy right tail
+    log_weights[5] = np.nan  # a failed density: stays a zero weight
+    smoothed = pareto_smoothed(log_weights)
+    assert smoothed[5] == -np.inf
+    finite = np.isfinite(log_weights)
+    shift = smoothed[finite] - log_weights[finite]  # psislw normalizes: a constant shift below the tail
+    body = log_weights[finite] < np.quantile(log_weights[finite], 0.8)
+    assert np.allclose(shift[body], shift[body][0])
+    top = np.argmax(log_weights[finite])
+    assert shift[top] < shift[body][0] - 0.1  # the largest weight is shrunk
 
 
 def test_default_multi_path_recovers_a_correlated_gaussian(gaussian):

@@ -11,7 +11,8 @@ density and Z its normalizing constant:
                       from ArviZ; k-hat > 0.7 means the weights' variance is effectively infinite.
 
 Weighted particles (AIS, SMC, multi-path Pathfinder) are turned into draws by multinomial resampling
-(``resample``; multi-path Pathfinder resamples by the Pareto-smoothed weights, ``pareto_smoothed``), with the weights' effective sample size (sum w)^2 / sum w^2 (Kong, Liu and Wong 1994).
+(``resample``; multi-path Pathfinder resamples by the Pareto-smoothed weights, ``pareto_smoothed``), with
+the weights' effective sample size (sum w)^2 / sum w^2 (Kong, Liu and Wong 1994).
 """
 
 from __future__ import annotations
