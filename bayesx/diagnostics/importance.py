@@ -11,7 +11,8 @@ density and Z its normalizing constant:
                       from ArviZ; k-hat > 0.7 means the weights' variance is effectively infinite.
 
 Weighted particles (AIS, SMC, multi-path Pathfinder) are turned into draws by multinomial resampling
-(``resample``), with the weights' effective sample size (sum w)^2 / sum w^2 (Kong, Liu and Wong 1994).
+(``resample``; multi-path Pathfinder resamples by the Pareto-smoothed weights, ``pareto_smoothed``), with
+the weights' effective sample size (sum w)^2 / sum w^2 (Kong, Liu and Wong 1994).
 """
 
 from __future__ import annotations
@@ -41,6 +42,21 @@ def psis_khat(log_weights: np.ndarray) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return float(az.psislw(finite.copy(), reff=1.0)[1])
+
+
+def pareto_smoothed(log_weights: np.ndarray) -> np.ndarray:
+    """The log weights with their largest values replaced by the expected order statistics of the fitted
+    generalized Pareto (PSIS; Vehtari et al.), normalized; NaN (a failed density) stays a zero weight.
+    Fewer than 20 finite weights are returned as they are (too few to fit a tail)."""
+    lw = np.nan_to_num(np.asarray(log_weights, dtype=np.float64).reshape(-1), nan=-np.inf)
+    finite = np.isfinite(lw)
+    if finite.sum() < 20:
+        return lw
+    smoothed = lw.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        smoothed[finite] = az.psislw(lw[finite].copy(), reff=1.0)[0]
+    return smoothed
 
 
 def weight_summary(log_weights: np.ndarray) -> dict[str, float]:

@@ -56,6 +56,7 @@ class Particles:
     log_weights: Tensor | None = None
     log_evidence: float | None = None
     log_evidence_se: float | None = None
+    pareto_smooth: bool = False  # resample by the PSIS-smoothed weights (multi-path Pathfinder's PS-IR)
 
 
 @dataclass
@@ -138,10 +139,14 @@ class Approximation(Method):
             result.tags["draws_are"] = f"{n} equally weighted particles"
         else:
             result.metrics.update(importance.weight_summary(particles.log_weights.detach().double().cpu().numpy()))
-            draws, result.metrics["weights_ess"] = importance.resample(particles.draws, particles.log_weights,
+            log_weights = particles.log_weights
+            if particles.pareto_smooth:
+                log_weights = torch.as_tensor(importance.pareto_smoothed(log_weights.detach().double().cpu().numpy()))
+            draws, result.metrics["weights_ess"] = importance.resample(particles.draws, log_weights,
                                                                        self.settings.num_draws, gen)
             result.draws = draws.cpu()[None]
-            result.tags["draws_are"] = f"{self.settings.num_draws} draws resampled from {n} weighted particles"
+            smoothed = "Pareto-smoothed " if particles.pareto_smooth else ""
+            result.tags["draws_are"] = f"{self.settings.num_draws} draws resampled from {n} {smoothed}weighted particles"
         if particles.log_evidence is not None:
             result.metrics["log_evidence"] = float(particles.log_evidence)
             if particles.log_evidence_se is not None:
