@@ -31,6 +31,7 @@ class SweepParentRun(Callback):
         os.environ[PARENT_ENV] = run_id
         outcome.clear()
         outcome["parent_run_id"] = run_id
+        outcome["sweep_dir"] = str(config.hydra.sweep.dir)  # where the jobs leave their --json objects
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         run_id = os.environ.pop(PARENT_ENV, None)
