@@ -42,9 +42,14 @@ def run_object(description: dict[str, object] | None, overrides: list[str], job:
     """One run as a script reads it: the store's ``description`` of it (None: no run was recorded) with
     the command-line overrides that made it, its job number in a sweep and the error that ended it."""
     run = dict(description or {"run_id": None, "status": REJECTED, "parent_run_id": parent_run_id})
-    run["metrics"] = {k: v if math.isfinite(v) else None for k, v in run.get("metrics", {}).items()}
+    run["metrics"] = {k: v if finite(v) else None for k, v in run.get("metrics", {}).items()}
     run["error"] = run.get("error") or error
     return {**run, "job": job, "overrides": list(overrides)}
+
+
+def finite(value: float) -> bool:
+    """Finite, and not MLflow's stand-in for infinity: its SQL stores keep +-inf as +-sys.float_info.max."""
+    return math.isfinite(value) and abs(value) < sys.float_info.max
 
 
 def to_line(obj: dict[str, object]) -> str:
@@ -102,7 +107,9 @@ def json_stdout() -> Iterator[None]:
         with contextlib.redirect_stdout(err):
             yield
     finally:
-        err.flush()
+        for stream in (out, sys.__stdout__, err):  # what was written to the descriptor goes out before it is restored
+            if stream is not None:
+                stream.flush()
         if saved is not None:
             _stream.close()
             os.dup2(saved, fd)
