@@ -280,3 +280,23 @@ def test_a_sweep_in_parallel_processes_prints_one_line_per_job(tmp_path):
     assert [j["job"] for j in jobs] == [0, 1, 2, 3]
     assert all(stored(uri, j["run_id"]).info.status == "FINISHED" for j in jobs)
     assert len({stored(uri, j["run_id"]).data.tags["pid"] for j in jobs}) >= 2  # other processes did run them
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_exits_130_with_its_killed_object(tmp_path):
+    import signal
+    import time
+
+    from test_interrupt import LONG, LongRun
+
+    job = LongRun(tmp_path, f"method.num_warmup={LONG}", "--json")
+    try:
+        job.wait_for("RUNNING run in the store", lambda: job.running_run() is not None, timeout=120)
+        time.sleep(2.0)
+        code = job.interrupt(signal.SIGTERM)
+    finally:
+        job.kill()
+    assert code == 130, job.stderr()[-3000:]
+    (obj,) = json_lines(job.stdout())
+    assert obj["status"] == "KILLED" == stored(job.uri, obj["run_id"]).info.status
+    assert "[KILLED]" in job.stderr()
