@@ -19,6 +19,7 @@ import sys
 import textwrap
 import time
 
+from bayesx import run_output
 from bayesx.errors import (
     EXIT_BAD_INPUT,
     EXIT_CODES_HELP,
@@ -28,7 +29,6 @@ from bayesx.errors import (
     BayesxError,
     RunInterrupted,
 )
-from bayesx import run_output
 
 COMMANDS = {
     "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2); --json for scripts",
