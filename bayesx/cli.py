@@ -93,15 +93,16 @@ def _task(cfg) -> float | None:
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         raise
     finally:
-        if as_json:
-            _report_json(opened, error, multirun, parent)
+        if as_json or multirun:
+            _report_run(opened, error, multirun, parent)
 
 
-def _report_json(opened: list, error: str | None, multirun: bool, parent: str | None) -> None:
-    """``bayesx run --json``: the job's run, read back from the store once it has ended, printed (a single
-    run) or left in the job's output folder for the sweeping process to print (a job of a sweep). Input
-    refused before a run was recorded prints nothing for a single run (the exit status and the error line
-    say it all); a sweep's job leaves a REJECTED object, so that every job has its line."""
+def _report_run(opened: list, error: str | None, multirun: bool, parent: str | None) -> None:
+    """The job's run, read back from the store once it has ended: printed under ``--json`` (a single run),
+    or left in the job's output folder (a job of a sweep, always: the sweeping process reads it for the
+    sweep's status and prints it under --json, whatever process ran the job). Input refused before a run
+    was recorded prints nothing for a single run (the exit status and the error line say it all); a
+    sweep's job leaves a REJECTED object, so that every job has its line and its failure is seen."""
     from hydra.core.hydra_config import HydraConfig
 
     hydra_cfg = HydraConfig.get()
@@ -182,8 +183,7 @@ def cmd_run(args: list[str]) -> int:
         try:
             main_fn()
         finally:
-            if as_json:
-                jobs = _emit_sweep(sweep.outcome)
+            jobs = _sweep_jobs(sweep.outcome, as_json)
     failed_jobs = [j for j in jobs if j.get("status") != "FINISHED"]
     status = sweep.outcome.get("status")
     if status in ("FAILED", "KILLED") or sweep.outcome.get("failed") or failed_jobs:
@@ -193,12 +193,12 @@ def cmd_run(args: list[str]) -> int:
     return EXIT_OK
 
 
-def _emit_sweep(outcome: dict[str, str]) -> list[dict]:
-    """After a sweep under --json: its jobs' objects, one line each (JSON Lines); none for a single run."""
+def _sweep_jobs(outcome: dict[str, str], emit: bool) -> list[dict]:
+    """After a sweep: its jobs' objects (none for a single run), printed one line each (JSON Lines) if ``emit``."""
     if "parent_run_id" not in outcome or "sweep_dir" not in outcome:
         return []
     jobs = run_output.sweep_objects(outcome["sweep_dir"], outcome["parent_run_id"])
-    for job in jobs:
+    for job in jobs if emit else ():
         run_output.emit(job)
     return jobs
 

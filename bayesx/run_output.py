@@ -9,7 +9,8 @@ output, each one line of strict JSON (metrics that are not finite, NaN or infini
 A single run's object is printed when the run has ended, from the store (``Tracker.describe``): its
 status is the store's. A sweep's jobs may run in other processes (joblib, submitit, Ray) whose standard
 output is not the command's, so each job writes its object to ``bayesx_run.json`` in its own Hydra
-output folder and the sweeping process prints them when the sweep ends, one line per job in job order
+output folder (with or without --json: the sweeping process reads them for the sweep's status and exit
+status too) and the sweeping process prints them when the sweep ends, one line per job in job order
 (JSON Lines). A job refused before it recorded a run (a bad value of the sweep) has the status
 ``REJECTED``, a null ``run_id`` and its ``error``.
 """

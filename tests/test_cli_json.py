@@ -300,3 +300,16 @@ def test_an_interrupted_run_exits_130_with_its_killed_object(tmp_path):
     (obj,) = json_lines(job.stdout())
     assert obj["status"] == "KILLED" == stored(job.uri, obj["run_id"]).info.status
     assert "[KILLED]" in job.stderr()
+
+
+@pytest.mark.slow
+def test_a_job_refused_in_another_process_fails_the_sweep_without_json_too(tmp_path):
+    """The job's outcome file carries its refusal to the sweeping process: exit 1, the parent FAILED."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = bayesx(["run", "-m", "hydra/launcher=local_parallel", "n_chains=2,0", *TINY_SWEEP], tmp_path, uri)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "n_chains must be an integer >= 1" in proc.stderr and "the sweep ended FAILED" in proc.stderr
+    runs = all_runs(uri)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    (child,) = [r for r in runs if r is not parent]
+    assert parent.info.status == "FAILED" and child.info.status == "FINISHED"
