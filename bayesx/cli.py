@@ -148,8 +148,8 @@ RUN_HELP = f"""bayesx run [--json] [-m] [OVERRIDE ...]: one run, or a sweep with
            KILLED), run_name, experiment_name, experiment_id, parent_run_id, metrics (null where not finite),
            tags (method, model, data, seed, ...), error, artifact_uri, tracking_uri, job, overrides. A sweep
            (-m, or a preset that sweeps) prints JSON Lines when it ends: one object per job, in job order; a
-           job refused before it recorded a run has status REJECTED and run_id null. Bad input prints nothing
-           on standard output.
+           job that ended before it recorded a run (a bad value of the sweep) has status REJECTED, run_id null
+           and its error. Bad input prints nothing on standard output.
            e.g.  bayesx run experiment=quick --json | python -c "import json,sys; print(json.load(sys.stdin)['run_id'])"
 {textwrap.fill(EXIT_CODES_HELP, 104, initial_indent="  ", subsequent_indent="  ")}
 """

@@ -11,7 +11,7 @@ status is the store's. A sweep's jobs may run in other processes (joblib, submit
 output is not the command's, so each job writes its object to ``bayesx_run.json`` in its own Hydra
 output folder (with or without --json: the sweeping process reads them for the sweep's status and exit
 status too) and the sweeping process prints them when the sweep ends, one line per job in job order
-(JSON Lines). A job refused before it recorded a run (a bad value of the sweep) has the status
+(JSON Lines). A job that ended before it recorded a run (a bad value of the sweep) has the status
 ``REJECTED``, a null ``run_id`` and its ``error``.
 """
 
