@@ -1,26 +1,39 @@
 """The ``bayesx`` command: run, ui, compare, server, runs, data.
 
 ``bayesx run`` hands its arguments to Hydra (overrides, ``-m`` for a multirun sweep,
-``--cfg job`` to print the composed config, ``--help`` for Hydra's help); the other commands are
-plain argparse. Every user error ends as ``bayesx: error: <one line>`` with exit status 2.
+``--cfg job`` to print the composed config, ``--help`` for Hydra's help) and takes one flag of its own,
+``--json`` (bayesx.run_output: the runs as JSON on standard output); the other commands are plain
+argparse. Every user error ends as ``bayesx: error: <one line>`` on standard error; the exit statuses
+(0 done, 1 a run failed, 2 bad input, 130 interrupted) are bayesx.errors'.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 
-from bayesx.errors import BayesxError, RunInterrupted
+from bayesx import run_output
+from bayesx.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CODES_HELP,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    BayesxError,
+    RunInterrupted,
+)
 
 COMMANDS = {
-    "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2)",
+    "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2); --json for scripts",
     "ui": "start the MLflow UI on the configured store (localhost) and print its URL",
-    "compare": "table of recorded runs with their key metrics (--experiment, --sort, --csv)",
+    "compare": "table of recorded runs with their key metrics (--experiment, --sort, --format json|csv|markdown)",
     "server": "start an MLflow tracking server on PostgreSQL (a cluster it owns in --dir, or --backend-uri)",
     "report": "markdown table (and plot) of one sweep's runs from the store, published numbers beside (--parent, --out)",
     "runs": "runs clean: mark RUNNING runs whose process is gone (or whose heartbeat is stale) KILLED",
@@ -30,7 +43,7 @@ COMMANDS = {
 
 def fail(message: str) -> None:
     print(f"bayesx: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(EXIT_BAD_INPUT)
 
 
 # --- bayesx run -----------------------------------------------------------------------------------
@@ -55,21 +68,60 @@ def _task(cfg) -> float | None:
             with open_dict(cfg):
                 cfg.device.num_threads = threads
     objective = cfg.get("sweep", {}).get("objective")
+    as_json = run_output.requested()
+    opened: list = []  # (tracker, run id) once the store holds the run
+    error = None
     try:
-        apply_data_default(cfg, choices, list(hydra_cfg.overrides.task))
-        metrics = run_job(cfg, choices, parent)
-        return sweep.objective_value(metrics, objective) if objective else None
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():  # a job elsewhere
+            apply_data_default(cfg, choices, list(hydra_cfg.overrides.task))
+            metrics = run_job(cfg, choices, parent, lambda tracker, run_id: opened.append((tracker, run_id)))
+            return sweep.objective_value(metrics, objective) if objective else None
     except BayesxError as exc:
+        error = str(exc)
         print(f"bayesx: error: {exc}", file=sys.stderr)
-        if not multirun:
-            raise SystemExit(2)
+        if not multirun:  # a recorded run that failed, or input refused before anything was recorded
+            raise SystemExit(EXIT_RUN_FAILED if opened else EXIT_BAD_INPUT)
         sweep.outcome["failed"] = "yes"  # the sweep goes on; its parent run ends FAILED
         return float("nan") if objective else None  # a tuner records a failed trial
     except (KeyboardInterrupt, RunInterrupted):
+        error = "interrupted"
         print("bayesx: interrupted; the run is marked KILLED in MLflow and keeps what it had", file=sys.stderr)
         if multirun:
             sweep.abort_parent(cfg, "KILLED")
-        raise SystemExit(130)
+        raise SystemExit(EXIT_INTERRUPTED)
+    except Exception as exc:  # a fault of bayesx: its traceback follows; the run is recorded FAILED
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        raise
+    finally:
+        if as_json or multirun:
+            _report_run(opened, error, multirun, parent)
+
+
+def _report_run(opened: list, error: str | None, multirun: bool, parent: str | None) -> None:
+    """The job's run, read back from the store once it has ended: printed under ``--json`` (a single run),
+    or left in the job's output folder (a job of a sweep, always: the sweeping process reads it for the
+    sweep's status and prints it under --json, whatever process ran the job). Input refused before a run
+    was recorded prints nothing for a single run (the exit status and the error line say it all); a
+    sweep's job leaves a REJECTED object, so that every job has its line and its failure is seen."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    description = None
+    if opened:
+        tracker, run_id = opened[-1]
+        try:
+            description = tracker.describe(run_id)
+        except Exception as exc:  # noqa: BLE001 - the store went away after the run: its id is still worth having
+            description = {"run_id": run_id, "status": "UNKNOWN",
+                           "error": f"cannot read the run back from {tracker.uri}: {str(exc).splitlines()[0]}"}
+    if description is None and not multirun:
+        return
+    obj = run_output.run_object(description, list(hydra_cfg.overrides.task),
+                                int(hydra_cfg.job.num) if multirun else None, parent, error)
+    if multirun:
+        run_output.save_job(obj, hydra_cfg.runtime.output_dir)
+    else:
+        run_output.emit(obj)
 
 
 TEXT_KEYS = ("resume", "run_name")  # always text: a run id such as 508306e4 must not reach the job as a float
@@ -86,6 +138,23 @@ def quote_text_value(override: str) -> str:
     return override
 
 
+HYDRA_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--cfg", "-c")
+"""Hydra's flags that print something about the config and run nothing."""
+
+RUN_HELP = f"""bayesx run [--json] [-m] [OVERRIDE ...]: one run, or a sweep with -m (Hydra's help follows)
+
+  --json   print each run as one line of JSON on standard output, and everything else (the summary,
+           progress, warnings, Hydra's own lines) on standard error: run_id, status (FINISHED, FAILED or
+           KILLED), run_name, experiment_name, experiment_id, parent_run_id, metrics (null where not finite),
+           tags (method, model, data, seed, ...), error, artifact_uri, tracking_uri, job, overrides. A sweep
+           (-m, or a preset that sweeps) prints JSON Lines when it ends: one object per job, in job order; a
+           job that ended before it recorded a run (a bad value of the sweep) has status REJECTED, run_id null
+           and its error. Bad input prints nothing on standard output.
+           e.g.  bayesx run experiment=quick --json | python -c "import json,sys; print(json.load(sys.stdin)['run_id'])"
+{textwrap.fill(EXIT_CODES_HELP, 104, initial_indent="  ", subsequent_indent="  ")}
+"""
+
+
 def cmd_run(args: list[str]) -> int:
     import hydra
 
@@ -95,19 +164,43 @@ def cmd_run(args: list[str]) -> int:
     def is_override(a: str) -> bool:
         return not a.startswith("-") and ("=" in a or a.startswith("~"))
 
+    as_json = "--json" in args
+    args = [a for a in args if a != "--json"]
+    asks_info = any(a in HYDRA_INFO_FLAGS for a in args)
+    if as_json and asks_info:
+        raise BayesxError("--json prints the runs, and --cfg, --help and --info run none; drop --json")
+    if any(a in ("--help", "-h") for a in args):
+        print(RUN_HELP)
     overrides = [quote_text_value(a) for a in args if is_override(a)]
-    if not any(a in ("--help", "-h", "--hydra-help", "--info", "--shell-completion", "-sc") for a in args):
+    if not asks_info or any(a in ("--cfg", "-c") for a in args):
         check_overrides(overrides)
     # overrides last: Hydra's argparse rejects overrides after a flag (`bayesx run method=nuts -m seed=0,1`)
     sys.argv = ["bayesx run", *[a for a in args if not is_override(a)], *overrides]
     main_fn = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
     sweep.outcome.clear()  # an earlier sweep in this process must not decide this command's status
-    main_fn()
-    if sweep.outcome.get("status") in ("FAILED", "KILLED") or sweep.outcome.get("failed"):
-        print(f"bayesx: error: the sweep ended {sweep.outcome.get('status', 'FAILED')}: a job failed "
+    jobs: list[dict] = []
+    with run_output.json_stdout() if as_json else contextlib.nullcontext():
+        try:
+            main_fn()
+        finally:
+            jobs = _sweep_jobs(sweep.outcome, as_json)
+    failed_jobs = [j for j in jobs if j.get("status") != "FINISHED"]
+    status = sweep.outcome.get("status")
+    if status in ("FAILED", "KILLED") or sweep.outcome.get("failed") or failed_jobs:
+        print(f"bayesx: error: the sweep ended {status if status == 'KILLED' else 'FAILED'}: a job failed "
               "(see the messages above); fix it and run the sweep again", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_RUN_FAILED
+    return EXIT_OK
+
+
+def _sweep_jobs(outcome: dict[str, str], emit: bool) -> list[dict]:
+    """After a sweep: its jobs' objects (none for a single run), printed one line each (JSON Lines) if ``emit``."""
+    if "parent_run_id" not in outcome or "sweep_dir" not in outcome:
+        return []
+    jobs = run_output.sweep_objects(outcome["sweep_dir"], outcome["parent_run_id"])
+    for job in jobs if emit else ():
+        run_output.emit(job)
+    return jobs
 
 
 # --- bayesx ui --------------------------------------------------------------------------------------
@@ -271,30 +364,34 @@ def cmd_runs(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from bayesx.compare import ESS_PER_CHAIN, compare_table
+    """The runs as a table on standard output: aligned for a terminal (the default, with its notes), or as
+    json, csv or markdown (whole run ids in json and csv), the notes then on standard error."""
+    from bayesx.compare import ESS_PER_CHAIN, ID_CHARS, compare_table, render
     from bayesx.tracking import search_runs
 
+    notes = sys.stdout if ns.format == "table" else sys.stderr  # stdout holds nothing but the table
     tracking = _tracking(ns.overrides)
     uri = ns.uri or str(tracking.uri)
     runs = search_runs(uri, ns.experiment)  # read once: cleaned, then tabulated
-    clean_dead_runs(uri, runs, float(tracking.stale_after_s))
-    table = compare_table(runs, ns.sort, ns.ascending)
+    with contextlib.redirect_stdout(notes):
+        clean_dead_runs(uri, runs, float(tracking.stale_after_s))
+    table = compare_table(runs, ns.sort, ns.ascending, None if ns.format in ("json", "csv") else ID_CHARS)
     if table.empty:
-        print(f"no runs recorded in {uri}" + (f" under experiment '{ns.experiment}'" if ns.experiment else ""))
-        return 0
+        print(f"no runs recorded in {uri}" + (f" under experiment '{ns.experiment}'" if ns.experiment else ""),
+              file=notes)
+        if ns.format != "table":
+            print(render(table, ns.format))
+        return EXIT_OK
     if ns.limit:
         table = table.head(ns.limit)
-    with pd.option_context("display.max_columns", None, "display.width", 200, "display.float_format", "{:.4g}".format):
-        print(table.to_string(index=False, na_rep="-"))
+    print(render(table, ns.format))
     if not table["check"].isin(["ok", ""]).all():
         print(f"check: runs with R-hat > 1.01 or bulk ESS < {ESS_PER_CHAIN} per chain (Vehtari et al. 2021) have "
-              f"no reliable ESS or ESS/s" + ("; they are sorted last" if ns.sort else ""))
+              f"no reliable ESS or ESS/s" + ("; they are sorted last" if ns.sort else ""), file=notes)
     if ns.csv:
         table.to_csv(ns.csv, index=False)
-        print(f"wrote {len(table)} runs to {ns.csv}")
-    return 0
+        print(f"wrote {len(table)} runs to {ns.csv}", file=notes)
+    return EXIT_OK
 
 
 # --- bayesx report --------------------------------------------------------------------------------
@@ -346,17 +443,24 @@ def help_text() -> str:
               "  bayesx run method=nuts model=logreg data=digits",
               "  bayesx run -m method=hmc,nuts seed=0,1,2",
               "  bayesx run --cfg job method=nuts method.mass=dense",
+              "  bayesx run experiment=quick --json | python -c \"import json,sys; print(json.load(sys.stdin)['run_id'])\"",
               "  bayesx compare --sort ess_bulk_min_per_s",
+              "  bayesx compare --format csv > runs.csv",
               "  bayesx report --out results/digits.md   # the newest sweep as a markdown table and plot",
               "  bayesx runs clean",
               "  bayesx server --dir mlflow-server   # then: bayesx run tracking=server ...",
               "  bayesx ui",
-              "", "`bayesx run --help` shows Hydra's help with the composed config."]
+              "", "output for scripts:",
+              "  bayesx run --json prints each run as one JSON object on standard output (run_id, status, metrics,",
+              "  artifact_uri, tracking_uri, ...) and everything else on standard error; a sweep (-m) prints JSON",
+              "  Lines, one object per job. bayesx compare --format json|csv|markdown prints only the table.",
+              "", textwrap.fill(EXIT_CODES_HELP, 104),
+              "", "`bayesx run --help` shows --json and Hydra's help with the composed config."]
     return "\n".join(lines)
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"bayesx {command}", description=COMMANDS[command])
+    parser = argparse.ArgumentParser(prog=f"bayesx {command}", description=COMMANDS[command], epilog=EXIT_CODES_HELP)
     if command in ("ui", "compare", "runs", "report"):
         parser.add_argument("--uri", help="tracking URI (default: the tracking config / MLFLOW_TRACKING_URI)")
         parser.add_argument("overrides", nargs="*", help="config overrides, e.g. tracking=server")
@@ -364,11 +468,17 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
         parser.add_argument("--port", type=int, default=5000)
     if command == "compare":
+        from bayesx.compare import FORMATS
+
         parser.add_argument("--experiment", help="only runs of this MLflow experiment")
         parser.add_argument("--sort", metavar="METRIC", help="sort by this metric (descending)")
         parser.add_argument("--ascending", action="store_true", help="sort ascending instead")
         parser.add_argument("--limit", type=int, help="show at most this many runs")
         parser.add_argument("--csv", metavar="FILE", help="also write the table to a CSV file")
+        parser.add_argument("--format", choices=FORMATS, default="table",
+                            help="table (default: aligned, for a terminal), json (an array of one object per run), "
+                                 "csv or markdown; json and csv give whole run ids, and in every format but table "
+                                 "standard output holds only the table (notes go to standard error)")
     if command == "report":
         parser.add_argument("--experiment", "--experiment-name", dest="experiment",
                             help="only sweeps of this MLflow experiment (a preset's experiment_name)")
@@ -434,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(help_text())
-        return 0
+        return EXIT_OK
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         fail(f"unknown command '{command}'; use one of: {', '.join(COMMANDS)} (bayesx --help)")
@@ -446,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
                 "data": cmd_data}[command](ns)
     except BayesxError as exc:
         fail(str(exc))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -46,22 +46,29 @@ def reliability(df) -> list[str]:
     return out
 
 
-def compare_table(df, sort: str | None, ascending: bool):
+ID_CHARS = 8  # run ids as the table shows them: enough for resume= and report --parent
+IDENTITY_COLUMNS = ("run_id", "status", "method", "model", "data", "seed", "parent")
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+def compare_table(df, sort: str | None, ascending: bool, id_chars: int | None = ID_CHARS):
+    """One row per run: its id (``id_chars`` characters, None: whole), status, what it ran, its sweep's
+    parent, the key metrics the runs name, and the ``check`` column; sorted by ``sort`` if given."""
     import pandas as pd
 
     if df.empty:
-        return df
+        return pd.DataFrame(columns=[*IDENTITY_COLUMNS, "check"])
     method = df.get("tags.method")
     if "tags.role" in df and method is not None:  # a reference posterior's run (bayesx.reference) says so
         method = method.where(df["tags.role"] != "reference", "nuts (reference)")
     table = pd.DataFrame({
-        "run_id": df["run_id"].str[:8],
+        "run_id": df["run_id"].str[:id_chars],
         "status": df["status"],
         "method": method,
         "model": df.get("tags.model"),
         "data": df.get("tags.data"),
         "seed": df.get("tags.seed"),
-        "parent": df.get("tags.mlflow.parentRunId", pd.Series([None] * len(df))).fillna("").str[:8],
+        "parent": df.get("tags.mlflow.parentRunId", pd.Series([None] * len(df))).fillna("").str[:id_chars],
     })
     metric_cols = compare_columns(df)
     if sort and sort not in metric_cols:
@@ -77,3 +84,21 @@ def compare_table(df, sort: str | None, ascending: bool):
         table = table.sort_values(["_unreliable", sort], ascending=[True, ascending], na_position="last")
         table = table.drop(columns="_unreliable")
     return table.reset_index(drop=True)
+
+
+def render(table, fmt: str) -> str:
+    """The table as text in one of ``FORMATS``: ``table`` aligned for a terminal (absent values '-'),
+    ``json`` an array of one object per row (absent and non-finite values null), ``csv`` with a header
+    row, ``markdown`` a pipe table."""
+    import pandas as pd
+
+    if fmt == "json":
+        return table.to_json(orient="records", double_precision=15)
+    if fmt == "csv":
+        return table.to_csv(index=False).rstrip("\n")
+    if fmt == "markdown":
+        from bayesx.report import markdown_table
+
+        return markdown_table(table)
+    with pd.option_context("display.max_columns", None, "display.width", 200, "display.float_format", "{:.4g}".format):
+        return table.to_string(index=False, na_rep="-")

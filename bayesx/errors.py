@@ -1,9 +1,22 @@
-"""User-facing errors.
+"""User-facing errors, and the exit statuses of the ``bayesx`` command.
 
 Every problem a user can fix (bad configuration, missing data, invalid values) is raised as a
 :class:`BayesxError` whose message is one line naming the problem and the fix. The command-line
-front end prints it as ``bayesx: error: <message>`` and exits with status 2, without a traceback.
+front end prints it as ``bayesx: error: <message>`` without a traceback, and exits with
+
+    EXIT_OK           0    every run finished (for run); the command did what it was asked (the others)
+    EXIT_RUN_FAILED   1    a run was recorded and did not finish (FAILED), or a job of a sweep failed
+    EXIT_BAD_INPUT    2    the command was refused before anything was recorded (bad options or overrides,
+                           unknown names, a store that cannot be used, missing data)
+    EXIT_INTERRUPTED  130  Ctrl-C or SIGTERM: the run is recorded KILLED with what it had
 """
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+EXIT_CODES_HELP = ("exit status: 0 every run finished (or the command did its work), 1 a run failed "
+                   "(recorded FAILED) or a job of a sweep did, 2 bad input (refused before anything was recorded; "
+                   "one line `bayesx: error: ...` on standard error), 130 interrupted (the run is recorded KILLED)")
+"""The exit statuses in one paragraph, as ``bayesx --help`` and ``bayesx run --json``'s help show them."""
 
 
 class BayesxError(Exception):

@@ -14,6 +14,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
@@ -268,11 +269,14 @@ def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, device
                     resumed[0] if resumed else None)
 
 
-def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None = None) -> dict[str, float]:
+def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None = None,
+            on_open: Callable[[Tracker, str], None] | None = None) -> dict[str, float]:
     """Run one configured job end to end and record it; returns the logged metrics.
 
     Raises BayesxError for bad input (before any run is recorded where possible) and
     RunInterrupted / KeyboardInterrupt after recording a KILLED run with what it had.
+    ``on_open(tracker, run_id)`` is told the run's id as soon as the store holds it, so the caller can
+    read the run back however it ends (bayesx run --json).
     """
     wall_start = time.perf_counter()
     job, device_settings, tracking = run_settings(cfg)
@@ -309,6 +313,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         start = run_start(cfg, choices, job, device_settings, device, method, target, params, parent_run_id,
                           resumed, data is not None)
         with tracker.run(start) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
+            if on_open is not None:
+                on_open(tracker, run.run_id)
             checkpoint = make_checkpoint(job, run, Path(tmp))
             result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
                                                     resumed[1] if resumed else None))

@@ -2,7 +2,8 @@
 
 The parent is opened in ``on_multirun_start`` and its id passed to the jobs through the
 environment (so launchers that start new processes see it too). ``on_multirun_end`` closes it
-FAILED if any child failed, KILLED if one was interrupted, else FINISHED.
+FAILED if any child failed or a job was refused before it recorded a run (each job leaves its outcome
+in its output folder, bayesx.run_output), KILLED if one was interrupted, else FINISHED.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from bayesx.run_output import REJECTED, sweep_objects
 
 PARENT_ENV = "BAYESX_PARENT_RUN_ID"
 outcome: dict[str, str] = {}
@@ -31,12 +34,15 @@ class SweepParentRun(Callback):
         os.environ[PARENT_ENV] = run_id
         outcome.clear()
         outcome["parent_run_id"] = run_id
+        outcome["sweep_dir"] = str(config.hydra.sweep.dir)  # where the jobs leave their --json objects
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         run_id = os.environ.pop(PARENT_ENV, None)
         if run_id:
             tracker = _tracker(config)
-            if outcome.get("failed"):  # a job failed before it recorded a run: the sweep still failed
+            rejected = [job for job in sweep_objects(config.hydra.sweep.dir, run_id) if job["status"] == REJECTED]
+            if outcome.get("failed") or rejected:  # a job failed before it recorded a run (in this process or
+                # another, which left its outcome in its folder): the sweep still failed
                 tracker.terminate(run_id, "FAILED")
                 outcome["status"] = "FAILED"
             else:

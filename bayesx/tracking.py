@@ -48,6 +48,7 @@ HOST_TAG, PID_TAG, HEARTBEAT_TAG = "host", "pid", "heartbeat"  # heartbeat: unix
 COMPARE_TAG = "compare_metrics"  # each run names its key metrics for `bayesx compare` (its family's choice)
 WARNINGS_TAG, NOTES_TAG, ERROR_TAG = "health_warnings", "evaluation_notes", "error"
 CONFIG_FILE = "config.yaml"
+IDENTITY_TAGS = ("method", "model", "data", "family", "seed", "n_chains", "device", "dtype")  # what a run ran
 MAX_PARAM_LENGTH = 6000
 
 
@@ -397,6 +398,20 @@ class Tracker:
 
     def terminate(self, run_id: str, status: str) -> None:
         retry_locked(self.client.set_terminated, run_id, status)
+
+    def describe(self, run_id: str) -> dict[str, object]:
+        """A run as the store holds it, for a script (``bayesx run --json``): its id, status, name, experiment,
+        sweep parent, final metrics, the tags that say what it ran, its error, where its files are, and the
+        tracking URI to reach it with (a relative SQLite path made absolute, so it holds from any folder)."""
+        run = retry_locked(self.client.get_run, run_id)
+        tags = run.data.tags
+        path = sqlite_path(self.uri)
+        return {"run_id": run.info.run_id, "status": run.info.status, "run_name": run.info.run_name,
+                "experiment_name": self.experiment_name, "experiment_id": run.info.experiment_id,
+                "parent_run_id": tags.get(PARENT_TAG), "metrics": dict(run.data.metrics),
+                "tags": {k: tags[k] for k in IDENTITY_TAGS if k in tags}, "error": tags.get(ERROR_TAG),
+                "artifact_uri": run.info.artifact_uri,
+                "tracking_uri": f"sqlite:///{path.resolve()}" if path is not None else self.uri}
 
 
 def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:
