@@ -45,6 +45,7 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 
 PARENT_TAG = "mlflow.parentRunId"
 HOST_TAG, PID_TAG, HEARTBEAT_TAG = "host", "pid", "heartbeat"  # heartbeat: unix time of the last beat
+SLURM_JOB_TAG = "slurm_job_id"  # the Slurm job a run ran in (a resumed run: the last one)
 COMPARE_TAG = "compare_metrics"  # each run names its key metrics for `bayesx compare` (its family's choice)
 WARNINGS_TAG, NOTES_TAG, ERROR_TAG = "health_warnings", "evaluation_notes", "error"
 CONFIG_FILE = "config.yaml"
@@ -207,8 +208,12 @@ class Heartbeat:
 
 
 def liveness_tags() -> dict[str, str]:
-    """Who runs this run: the host, the process id and the first heartbeat."""
-    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()), HEARTBEAT_TAG: f"{time.time():.0f}"}
+    """Who runs this run: the host, the process id and the first heartbeat; inside a Slurm job also its
+    job id (``SLURM_JOB_ID``: an array task's own id), which ``scancel`` and ``sacct`` take."""
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()), HEARTBEAT_TAG: f"{time.time():.0f}"}
+    if os.environ.get("SLURM_JOB_ID"):
+        tags[SLURM_JOB_TAG] = os.environ["SLURM_JOB_ID"]
+    return tags
 
 
 def process_alive(pid: int) -> bool:
