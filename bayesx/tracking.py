@@ -323,7 +323,7 @@ class Tracker:
         """Open a run with its params and config (or reopen ``start.resume_run_id``, a killed one, whose
         params are already there); it ends with the status of the record it stored, FAILED on an error
         or KILLED on an interrupt. While open, it carries its host and pid and a heartbeat (see the
-        module's docstring)."""
+        module's docstring). A resumed run of an ended sweep then settles its parent (:meth:`settle_parent`)."""
         all_tags = {**start.tags, **liveness_tags()}
         if start.parent_run_id:
             all_tags[PARENT_TAG] = start.parent_run_id
@@ -348,6 +348,8 @@ class Tracker:
             raise
         finally:
             retry_locked(self.client.set_terminated, tracked.run_id, status or tracked.status)
+            if start.resume_run_id:
+                self.settle_parent(tracked.run_id)
 
     def resume(self, run_id: str, params: dict[str, object], ignored: tuple[str, ...], stale_after_s: float,
                folder: str, into: Path) -> tuple[str, Path | None]:
@@ -384,6 +386,14 @@ class Tracker:
         status = "FAILED" if "FAILED" in statuses else "KILLED" if "KILLED" in statuses else "FINISHED"
         retry_locked(self.client.set_terminated, run_id, status)
         return status
+
+    def settle_parent(self, child_id: str) -> None:
+        """After a resumed run ends: the sweep it belongs to, if that sweep has ended, ends again with its
+        children's statuses (:meth:`end_parent`), so a sweep whose killed job was resumed to the end
+        is FINISHED. A parent still RUNNING is its sweep's to close."""
+        parent_id = self.client.get_run(child_id).data.tags.get(PARENT_TAG)
+        if parent_id and self.client.get_run(parent_id).info.status != "RUNNING":
+            self.end_parent(parent_id)
 
     def terminate(self, run_id: str, status: str) -> None:
         retry_locked(self.client.set_terminated, run_id, status)

@@ -1,7 +1,8 @@
 """A sweep on a real Slurm cluster: the `slurm` launcher preset (hydra-submitit-launcher) submits three
 jobs to a one-node cluster started here (tests/slurm_cluster.py), which log to a `bayesx server`
 started here. Every job is a Slurm job whose id its run records; `scancel` of the long one ends its
-run KILLED and leaves the others FINISHED; resuming it (as a Slurm job too) completes it.
+run KILLED and leaves the others FINISHED; resuming it (as a Slurm job too) completes it, and the
+sweep's parent run, KILLED with it, ends FINISHED.
 
 Skipped, with the reason, where the cluster cannot start (no Slurm, munge or MariaDB binaries, not
 root) or PostgreSQL is missing; `.ci/run` sets BAYESX_REQUIRE_SLURM=1, which makes that a failure."""
@@ -115,7 +116,7 @@ def test_a_sweep_of_slurm_jobs_logs_to_the_server_and_a_cancelled_job_resumes(cl
                                timeout=300)
         assert clean.returncode == 0, clean.stderr[-2000:]
         parent, children = sweep_runs(url)
-        assert children[LONG].info.status == "KILLED"
+        assert parent.info.status == "KILLED" and children[LONG].info.status == "KILLED"
         for draws in SHORT:  # the others are unaffected
             assert children[draws].info.status == "FINISHED" and "ess_bulk_min" in children[draws].data.metrics
         job_ids = {r.data.tags[SLURM_JOB_TAG] for r in children.values()}
@@ -127,7 +128,7 @@ def test_a_sweep_of_slurm_jobs_logs_to_the_server_and_a_cancelled_job_resumes(cl
                                  cwd=folder, env=env, capture_output=True, text=True, timeout=600)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         again, children = sweep_runs(url)
-        assert again.info.run_id == parent.info.run_id
+        assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED"  # the sweep is whole
         assert {r.info.status for r in children.values()} == {"FINISHED"}
         assert children[LONG].data.tags[SLURM_JOB_TAG] not in job_ids  # it finished in a Slurm job of its own
         assert children[LONG].data.metrics["n_grad_evals"] == int(LONG) * 4 * 5  # every draw: 4 chains, 5 steps
