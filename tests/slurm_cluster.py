@@ -16,6 +16,7 @@ No cgroups here (a container): process tracking by /proc (proctrack/linuxproc), 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -25,8 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DAEMONS = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "slurmdbd", "sbatch", "squeue", "sinfo", "scancel",
-           "sacct", "mariadbd", "mariadb-install-db")
+PROGRAMS = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "slurmdbd", "sbatch", "srun", "squeue", "sinfo",
+            "scancel", "sacct", "mariadbd", "mariadb-install-db")
 PARTITION = "debug"
 INSTALL = "apt-get install slurmctld slurmd slurm-client munge slurmdbd mariadb-server"
 
@@ -35,7 +36,7 @@ def why_not() -> str | None:
     """Why a cluster cannot be started here, or None."""
     if not sys.platform.startswith("linux"):
         return "a Slurm cluster needs Linux"
-    missing = [name for name in DAEMONS if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
+    missing = [name for name in PROGRAMS if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
     if missing:
         return f"Slurm is not installed ({', '.join(missing)} missing; {INSTALL})"
     if os.geteuid() != 0:
@@ -124,9 +125,9 @@ class SlurmCluster:
 
     def daemon(self, name: str, args: list[str], pid_file: Path | None = None) -> None:
         """Start a daemon that forks (its pid from ``pid_file``) or one kept in the background here."""
-        log = open(self.folder / f"{name}.out", "ab")
-        proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        with open(self.folder / f"{name}.out", "ab") as log:
+            proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         if pid_file is None:
             self.daemons.append((name, proc.pid))
             return
@@ -139,7 +140,7 @@ class SlurmCluster:
         """Cancel every job, wait for the queue to empty, then stop the daemons, newest first."""
         if any(name == "slurmctld" for name, _ in self.daemons):
             try:
-                self.command("scancel", "--user", "root")
+                self.command("scancel", "--user", pwd.getpwuid(os.geteuid()).pw_name)
                 wait_for("jobs were still queued", lambda: not self.queue(), 60)
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 print(f"slurm_cluster: {exc}", file=sys.stderr)

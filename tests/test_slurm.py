@@ -109,8 +109,9 @@ def test_a_sweep_of_slurm_jobs_logs_to_the_server_and_a_cancelled_job_resumes(cl
         log = (folder / "sweep.out").read_text()
         assert sweep.returncode != 0, log[-3000:]  # the sweep reports the job it lost
         slurm_cluster.wait_for("jobs were still queued", lambda: not cluster.queue(), 120)
-        accounted = cluster.command("sacct", "-X", "-n", "-P", "-o", "JobIDRaw,State").split()
-        assert f"{cancelled}|CANCELLED" in {line.split(" ")[0] for line in accounted}, accounted
+        accounted = dict(line.split("|") for line in
+                         cluster.command("sacct", "-X", "-n", "-P", "-o", "JobIDRaw,State").splitlines())
+        assert accounted[cancelled].startswith("CANCELLED"), accounted
 
         clean = subprocess.run(bayesx("runs", "clean", "--uri", url), env=env, capture_output=True, text=True,
                                timeout=300)
@@ -120,7 +121,7 @@ def test_a_sweep_of_slurm_jobs_logs_to_the_server_and_a_cancelled_job_resumes(cl
         for draws in SHORT:  # the others are unaffected
             assert children[draws].info.status == "FINISHED" and "ess_bulk_min" in children[draws].data.metrics
         job_ids = {r.data.tags[SLURM_JOB_TAG] for r in children.values()}
-        assert len(job_ids) == 3 and job_ids <= {line.split("|")[0] for line in accounted}  # each its own Slurm job
+        assert len(job_ids) == 3 and job_ids <= set(accounted)  # each its own Slurm job
 
         resumed = subprocess.run(["srun", "--partition", cluster.partition, "--cpus-per-task=1",
                                   *bayesx("run", *job, f"method.num_draws={LONG}",
