@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: install run test test-slow test-all bench check-gpu clean
+.PHONY: install run test test-slow test-all test-ray bench check-gpu clean
 
 install: $(STAMP)
 
@@ -33,6 +33,20 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# the Ray launcher's tests in an environment of their own, .venv-ray: hydra-ray-launcher pins cloudpickle<3,
+# which joblib (bayesx[parallel]) refuses; .venv-ray sees .venv's packages behind its own (a .pth file)
+RAY_VENV  := .venv-ray
+RAY_STAMP := $(RAY_VENV)/.installed
+$(RAY_STAMP): $(STAMP)
+	$(PYTHON) -m venv $(RAY_VENV)
+	$(BIN)/python -c "import sysconfig; print(f\"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\")" \
+		> "$$($(RAY_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/bayesx-venv.pth"
+	$(RAY_VENV)/bin/python -m pip install --quiet "hydra-ray-launcher>=1.2"
+	touch $(RAY_STAMP)
+
+test-ray: $(RAY_STAMP)
+	$(RAY_VENV)/bin/python -m pytest -q -m slow tests/test_launchers.py -k ray
+
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python experiments/peers.py --bayesx "method=nuts method.init=prior method.mass=diag,dense"
@@ -44,4 +58,4 @@ check-gpu: $(STAMP)
 	$(BIN)/python -m bayesx.gpu_check
 
 clean:
-	rm -rf $(VENV) outputs multirun mlflow.db mlartifacts .pytest_cache
+	rm -rf $(VENV) $(RAY_VENV) outputs multirun mlflow.db mlartifacts .pytest_cache

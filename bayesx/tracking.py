@@ -45,6 +45,7 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 
 PARENT_TAG = "mlflow.parentRunId"
 HOST_TAG, PID_TAG, HEARTBEAT_TAG = "host", "pid", "heartbeat"  # heartbeat: unix time of the last beat
+SLURM_JOB_TAG = "slurm_job_id"  # the Slurm job a run ran in (a resumed run: the last one)
 COMPARE_TAG = "compare_metrics"  # each run names its key metrics for `bayesx compare` (its family's choice)
 WARNINGS_TAG, NOTES_TAG, ERROR_TAG = "health_warnings", "evaluation_notes", "error"
 CONFIG_FILE = "config.yaml"
@@ -212,8 +213,12 @@ class Heartbeat:
 
 
 def liveness_tags() -> dict[str, str]:
-    """Who runs this run: the host, the process id and the first heartbeat."""
-    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()), HEARTBEAT_TAG: f"{time.time():.0f}"}
+    """Who runs this run: the host, the process id and the first heartbeat; inside a Slurm job also its
+    job id (``SLURM_JOB_ID``: an array task's own id), which ``scancel`` and ``sacct`` take."""
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()), HEARTBEAT_TAG: f"{time.time():.0f}"}
+    if os.environ.get("SLURM_JOB_ID"):
+        tags[SLURM_JOB_TAG] = os.environ["SLURM_JOB_ID"]
+    return tags
 
 
 def process_alive(pid: int) -> bool:
@@ -323,7 +328,7 @@ class Tracker:
         """Open a run with its params and config (or reopen ``start.resume_run_id``, a killed one, whose
         params are already there); it ends with the status of the record it stored, FAILED on an error
         or KILLED on an interrupt. While open, it carries its host and pid and a heartbeat (see the
-        module's docstring)."""
+        module's docstring). A resumed run of an ended sweep then settles its parent (:meth:`settle_parent`)."""
         all_tags = {**start.tags, **liveness_tags()}
         if start.parent_run_id:
             all_tags[PARENT_TAG] = start.parent_run_id
@@ -348,6 +353,8 @@ class Tracker:
             raise
         finally:
             retry_locked(self.client.set_terminated, tracked.run_id, status or tracked.status)
+            if start.resume_run_id:
+                self.settle_parent(tracked.run_id)
 
     def resume(self, run_id: str, params: dict[str, object], ignored: tuple[str, ...], stale_after_s: float,
                folder: str, into: Path) -> tuple[str, Path | None]:
@@ -395,6 +402,14 @@ class Tracker:
         status = "FAILED" if "FAILED" in statuses else "KILLED" if "KILLED" in statuses else "FINISHED"
         retry_locked(self.client.set_terminated, run_id, status)
         return status
+
+    def settle_parent(self, child_id: str) -> None:
+        """After a resumed run ends: the sweep it belongs to, if that sweep has ended, ends again with its
+        children's statuses (:meth:`end_parent`), so a sweep whose killed job was resumed to the end
+        is FINISHED. A parent still RUNNING is its sweep's to close."""
+        parent_id = self.client.get_run(child_id).data.tags.get(PARENT_TAG)
+        if parent_id and self.client.get_run(parent_id).info.status != "RUNNING":
+            self.end_parent(parent_id)
 
     def terminate(self, run_id: str, status: str) -> None:
         retry_locked(self.client.set_terminated, run_id, status)

@@ -4,10 +4,7 @@ the reason, where PostgreSQL or its Python driver is missing."""
 
 from __future__ import annotations
 
-import glob
-import importlib.util
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -18,21 +15,9 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import call, error_line
+from tracking_server import why_not as _why_not
 
 from bayesx.server import free_port
-
-
-def _why_not() -> str | None:
-    if not (shutil.which("initdb") or glob.glob("/usr/lib/postgresql/*/bin/initdb")):
-        return "PostgreSQL's initdb is not installed"
-    if importlib.util.find_spec("psycopg") is None:
-        return "the PostgreSQL driver psycopg is not installed (pip install 'bayesx[server]')"
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            return "running as root and there is no 'postgres' user to run PostgreSQL"
-    return None
 
 
 @pytest.mark.slow

@@ -1,0 +1,43 @@
+"""A sweep's parent run after one of its killed jobs is resumed: it ends again with its children's
+statuses (FINISHED once every job finished), and a parent whose sweep still runs is left alone."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from bayesx.record import RunStart
+from bayesx.tracking import Tracker
+
+
+def test_a_sweep_whose_killed_job_is_resumed_to_the_end_ends_finished(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "sweep", str(tmp_path / "artifacts"))
+    status = lambda run_id: MlflowClient(tracking_uri=uri).get_run(run_id).info.status  # noqa: E731
+    parent = tracker.start_parent("sweep seed=0,1", {"sweep": "parent"})
+    job = RunStart("job", {}, {"seed": 0}, "seed: 0\n", parent_run_id=parent)
+    with tracker.run(job):
+        pass
+    with pytest.raises(KeyboardInterrupt), tracker.run(job) as killed:
+        raise KeyboardInterrupt
+    assert tracker.end_parent(parent) == "KILLED"
+
+    resume = RunStart("job", {}, {}, "", resume_run_id=killed.run_id)
+    with pytest.raises(KeyboardInterrupt), tracker.run(resume):  # killed again: the sweep stays KILLED
+        raise KeyboardInterrupt
+    assert status(parent) == "KILLED"
+    with tracker.run(resume):
+        pass
+    assert status(killed.run_id) == "FINISHED" and status(parent) == "FINISHED"
+
+
+def test_a_resumed_job_leaves_a_running_sweep_to_close_itself(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "sweep", str(tmp_path / "artifacts"))
+    parent = tracker.start_parent("sweep seed=0,1", {"sweep": "parent"})
+    job = RunStart("job", {}, {"seed": 0}, "seed: 0\n", parent_run_id=parent)
+    with pytest.raises(KeyboardInterrupt), tracker.run(job) as killed:
+        raise KeyboardInterrupt
+    with tracker.run(RunStart("job", {}, {}, "", resume_run_id=killed.run_id)):
+        pass
+    assert MlflowClient(tracking_uri=uri).get_run(parent).info.status == "RUNNING"
