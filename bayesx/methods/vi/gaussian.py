@@ -41,7 +41,9 @@ from torch import Tensor
 
 from bayesx.distributions import GaussianQ
 from bayesx.kernels import backend
+from bayesx.optimize import find_mode
 from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.curvature import SecantCurvature
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.progress import interruptible, progress_bar
@@ -58,8 +60,14 @@ class GaussianVISettings(ApproximationSettings):
     init_sd: Annotated[float, Positive()] = 0.1
     tol: Annotated[float, AtLeast(0.0)] = 0.01
     check_every: Annotated[int, AtLeast(1)] = 100
+    whiten: bool = True
+    init: Literal["mode", "points"] = "mode"
+    mode_iter: Annotated[int, AtLeast(1)] = 250
     divergence: Literal["kl_qp", "kl_pq", "hellinger", "alpha"] = "kl_qp"
     alpha: Annotated[float, Between(0.0, 1.0)] = 0.5  # the Renyi order of divergence=alpha
+
+
+RUNAWAY = 1.0  # nats: a second mode search that rises more than this says the first did not end at a mode
 
 
 class Ascent(NamedTuple):
@@ -69,6 +77,8 @@ class Ascent(NamedTuple):
     raw: Tensor
     objective: Tensor
     elbo: Tensor
+    points: Tensor  # the draws (num_mc, dim) in the coordinates of (mean, raw)
+    gradients: Tensor  # grad log p at them, in the same coordinates
 
 
 class GaussianVI(Approximation):
@@ -89,6 +99,26 @@ class GaussianVI(Approximation):
     Settings = GaussianVISettings
     name = "vi"
 
+    def _start(self, target, initial: Tensor) -> tuple[Tensor, int, str]:
+        """The first mean, the gradients spent finding it and where it came from: the mean of the initial points,
+        or (``init: mode``) the L-BFGS mode searched from there (bayesx.optimize.find_mode, ``mode_iter``
+        iterations). The search is run again from its end: where that second search still raises log p by more
+        than RUNAWAY nats the density has no mode that L-BFGS can reach (a funnel's neck, an improper
+        posterior), and the fit starts from the initial points instead."""
+        start = initial.mean(0, keepdim=True)
+        if self.settings.init != "mode":
+            return start, 0, "initial points"
+        mode, calls = find_mode(target, start, max_iter=self.settings.mode_iter)
+        again, more = find_mode(target, mode, max_iter=self.settings.mode_iter)
+        with torch.no_grad():
+            before, at_mode, after = (float(target.log_prob(x)[0]) for x in (start, mode, again))
+        if not (math.isfinite(after) and after > before):
+            return start, calls + more, "initial points (the mode search found no higher finite density)"
+        if after - at_mode > RUNAWAY:
+            return start, calls + more, (f"initial points (the mode search ran away: log p rose by "
+                                         f"{after - at_mode:.3g} more in a second search)")
+        return again, calls + more, "mode"
+
     def _parameters(self, initial: Tensor) -> tuple[Tensor, Tensor]:
         """(mean, raw): raw is log sigma (meanfield), or sqrt(dim) L below the diagonal with log L_jj
         on it (fullrank). Adam moves every raw entry by about lr per step whatever its gradient's
@@ -101,6 +131,17 @@ class GaussianVI(Approximation):
         return mean, (log_sd if self.settings.family == "meanfield" else torch.diag(log_sd))
 
     @staticmethod
+    def _identity(mean: Tensor, raw: Tensor) -> tuple[Tensor, Tensor]:
+        """(mean, raw) of N(0, I): zeros (log 1 = 0 on the diagonal)."""
+        return torch.zeros_like(mean), torch.zeros_like(raw)
+
+    @staticmethod
+    def _compose(frame: GaussianQ, q: GaussianQ) -> GaussianQ:
+        """q given in the frame's whitened coordinates w (z = m0 + L0 w) as a q over z: N(m0 + L0 m, L0 L)."""
+        scale = frame.scale @ q.scale if frame.dense else frame.scale * q.scale
+        return GaussianQ(frame.transform(q.mean), scale)
+
+    @staticmethod
     def _off_diagonal_scale(raw: Tensor) -> float:
         return 1.0 / math.sqrt(raw.shape[0])
 
@@ -110,7 +151,7 @@ class GaussianVI(Approximation):
         off = torch.tril(raw, -1) * self._off_diagonal_scale(raw)
         return GaussianQ(mean, off + torch.diag(torch.exp(raw.diagonal())))
 
-    def ascent(self, target, mean: Tensor, raw: Tensor, eps: Tensor) -> Ascent:
+    def ascent(self, target, mean: Tensor, raw: Tensor, eps: Tensor, frame: GaussianQ | None = None) -> Ascent:
         """The configured objective at the draws z = mean + L eps and its gradient in (mean, raw).
 
         kl_qp      the ELBO, mean_i l_i with l_i = log p(z_i) - log q(z_i); w_i = 1 / num_mc
@@ -124,7 +165,12 @@ class GaussianVI(Approximation):
         """
         q = self._q(mean, raw)
         z = q.transform(eps)
-        log_p, grad = backend.density_and_grad(target, z)
+        if frame is None:
+            log_p, grad = backend.density_and_grad(target, z)
+        else:  # (mean, raw) describe q in the frame's whitened coordinates w, z = frame mean + frame scale w
+            log_p, grad = backend.density_and_grad(target, frame.transform(z))
+            log_p = log_p + frame.log_det_scale()
+            grad = grad @ frame.scale if frame.dense else grad * frame.scale
         log_q = q.log_prob_of_noise(eps)
         log_w = log_p - log_q
         elbo = log_w.mean()
@@ -152,7 +198,7 @@ class GaussianVI(Approximation):
                         + torch.diag(outer.diagonal() * q.scale.diagonal() + sign))
         else:
             grad_raw = (weighted * eps).sum(0) * q.scale + sign
-        return Ascent(grad_mean, grad_raw, objective, elbo)
+        return Ascent(grad_mean, grad_raw, objective, elbo, z, grad)
 
     def check(self, target, n_chains: int) -> None:
         if self.settings.family == "jj" and target.logistic_design() is None:
@@ -169,51 +215,79 @@ class GaussianVI(Approximation):
             self.check(target, 1)
             return fit_jaakkola_jordan(target, cfg)
         out = Fit()
-        mean, raw = self._parameters(initial)
+        start, mode_calls, started_at = self._start(target, initial)
+        mean, raw = self._parameters(start)
+        frame = None
+        if cfg.whiten:  # the first frame: the starting q; (mean, raw) then start at N(0, I) in its coordinates
+            frame = self._q(mean, raw)
+            mean, raw = self._identity(mean, raw)
         mean.grad, raw.grad = torch.zeros_like(mean), torch.zeros_like(raw)
+        curvature = (SecantCurvature(mean.shape[0], mean.dtype, mean.device)
+                     if frame is not None and cfg.family == "meanfield" else None)
+        preconditioner = None  # B: q's mean in the frame is B times Adam's parameter (curvature.py)
         lr, halvings = cfg.lr, 0
         optim = torch.optim.Adam([mean, raw], lr=lr, fused=mean.device.type in ("cpu", "cuda"))
         eps = torch.empty((cfg.num_mc, mean.shape[0]), dtype=mean.dtype, device=mean.device)
         elbo_windows, objective_windows = ElboWindows(cfg.check_every), ElboWindows(cfg.check_every)
-        lr_trace, previous = [], None
+        lr_trace, previous, rise, converged = [], None, float("nan"), False
         averaged = (mean.clone(), raw.clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
         bar = progress_bar(cfg.num_steps, f"vi ({cfg.family})", progress, "step")
         with interruptible(out, bar, lambda: f"fit (step {steps})"):
             for steps in range(1, cfg.num_steps + 1):
                 eps.normal_(generator=gen)
-                step = self.ascent(target, mean, raw, eps)
+                located = mean if preconditioner is None else preconditioner @ mean
+                step = self.ascent(target, located, raw, eps, frame)
                 if not torch.isfinite(step.objective):
                     out.error = (f"the {cfg.divergence} objective is not finite at step {steps}: lower "
                                  f"method.lr (now {cfg.lr:g}) or method.init_sd (now {cfg.init_sd:g})")
                     break
-                torch.neg(step.mean, out=mean.grad)  # Adam descends
-                torch.neg(step.raw, out=raw.grad)
+                torch.neg(step.mean if preconditioner is None else preconditioner @ step.mean, out=mean.grad)
+                torch.neg(step.raw, out=raw.grad)  # Adam descends
                 optim.step()
-                sums[0] += mean
+                if curvature is not None:
+                    curvature.add(step.points, step.gradients)
+                sums[0] += mean if preconditioner is None else preconditioner @ mean
                 sums[1] += raw
                 bar.update(1)
                 objective_windows.add(steps, float(step.objective))
                 if elbo_windows.add(steps, float(step.elbo)):  # a window of check_every steps closed
                     averaged = (sums[0] / cfg.check_every, sums[1] / cfg.check_every)
                     sums = [torch.zeros_like(mean), torch.zeros_like(raw)]
+                    if frame is not None:  # the window's average q becomes the next frame
+                        previous_frame, frame = frame, self._compose(frame, self._q(*averaged))
+                        if curvature is not None:
+                            preconditioner = curvature.mean_preconditioner(frame.scale / previous_frame.scale)
+                            curvature = SecantCurvature(mean.shape[0], mean.dtype, mean.device)
+                        averaged = self._identity(mean, raw)
+                        with torch.no_grad():
+                            mean.copy_(averaged[0])
+                            raw.copy_(averaged[1])
+                        optim.state.clear()
                     current = objective_windows.last
                     lr_trace.append((steps, lr))
                     bar.set_postfix(objective=f"{current:.4g}", lr=f"{lr:.2g}")
-                    if previous is not None and cfg.tol > 0 and current - previous < cfg.tol:
-                        if halvings == cfg.lr_halvings:
-                            break
-                        halvings, lr = halvings + 1, lr / 2.0
-                        for group in optim.param_groups:
-                            group["lr"] = lr
+                    if previous is not None:
+                        rise = current - previous
+                        if cfg.tol > 0 and rise < cfg.tol:
+                            if halvings == cfg.lr_halvings:
+                                converged = True
+                                break
+                            halvings, lr = halvings + 1, lr / 2.0
+                            for group in optim.param_groups:
+                                group["lr"] = lr
                     previous = current
         elbo_windows.record(out)  # the stepped elbo and the seconds into the fit at each window
         out.traces["lr"] = lr_trace
         if cfg.divergence != "kl_qp":
             out.traces["objective"] = objective_windows.trace  # what the fit maximizes (see ``ascent``)
-        out.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc)})
-        out.tags.update({"q_family": cfg.family, "divergence": cfg.divergence})
+        out.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc + mode_calls),
+                            "converged": float(converged), "objective_window_rise": rise})
+        out.tags.update({"q_family": cfg.family, "divergence": cfg.divergence, "vi_start": started_at,
+                         "converged": str(converged).lower()})
         q = self._q(*averaged) if steps >= cfg.check_every else self._q(mean, raw)
+        if frame is not None:
+            q = self._compose(frame, q)
         out.fitted.update({"q_mean": q.mean.cpu(), "q_scale": q.scale.cpu()})
         out.approximation = q
         return out
