@@ -67,7 +67,8 @@ class GaussianVISettings(ApproximationSettings):
     alpha: Annotated[float, Between(0.0, 1.0)] = 0.5  # the Renyi order of divergence=alpha
 
 
-RUNAWAY = 1.0  # nats: a second mode search that rises more than this says the first did not end at a mode
+RUNAWAY = 1.0  # nats: a round of the mode search that rises less than this ended at the mode
+MODE_ROUNDS = 4  # rounds of the mode search; one still rising by RUNAWAY after them ran away
 
 
 class Ascent(NamedTuple):
@@ -101,23 +102,28 @@ class GaussianVI(Approximation):
 
     def _start(self, target, initial: Tensor) -> tuple[Tensor, int, str]:
         """The first mean, the gradients spent finding it and where it came from: the mean of the initial points,
-        or (``init: mode``) the L-BFGS mode searched from there (bayesx.optimize.find_mode, ``mode_iter``
-        iterations). The search is run again from its end: where that second search still raises log p by more
-        than RUNAWAY nats the density has no mode that L-BFGS can reach (a funnel's neck, an improper
-        posterior), and the fit starts from the initial points instead."""
+        or (``init: mode``) the L-BFGS mode searched from there (bayesx.optimize.find_mode) in rounds of
+        ``mode_iter`` iterations, until a round raises log p by less than RUNAWAY nats. A search still rising
+        after MODE_ROUNDS rounds has no mode that L-BFGS can reach (a funnel's neck, an improper posterior): the
+        fit then starts from the initial points."""
         start = initial.mean(0, keepdim=True)
         if self.settings.init != "mode":
             return start, 0, "initial points"
-        mode, calls = find_mode(target, start, max_iter=self.settings.mode_iter)
-        again, more = find_mode(target, mode, max_iter=self.settings.mode_iter)
+        point, calls = start, 0
         with torch.no_grad():
-            before, at_mode, after = (float(target.log_prob(x)[0]) for x in (start, mode, again))
-        if not (math.isfinite(after) and after > before):
-            return start, calls + more, "initial points (the mode search found no higher finite density)"
-        if after - at_mode > RUNAWAY:
-            return start, calls + more, (f"initial points (the mode search ran away: log p rose by "
-                                         f"{after - at_mode:.3g} more in a second search)")
-        return again, calls + more, "mode"
+            log_p = float(target.log_prob(start)[0])
+        for _ in range(MODE_ROUNDS):
+            found, more = find_mode(target, point, max_iter=self.settings.mode_iter)
+            calls += more
+            with torch.no_grad():
+                found_log_p = float(target.log_prob(found)[0])
+            if not math.isfinite(found_log_p) or found_log_p <= log_p:
+                break
+            point, log_p, rise = found, found_log_p, found_log_p - log_p
+            if rise < RUNAWAY:
+                return point, calls, "mode"
+        reason = "found no higher finite density" if point is start else f"ran away: still rising by {rise:.3g} nats"
+        return start, calls, f"initial points (the mode search {reason} after {calls} gradients)"
 
     def _parameters(self, initial: Tensor) -> tuple[Tensor, Tensor]:
         """(mean, raw): raw is log sigma (meanfield), or sqrt(dim) L below the diagonal with log L_jj
@@ -207,6 +213,16 @@ class GaussianVI(Approximation):
 
     def gradient_batch(self, inputs: RunInputs) -> int:
         return self.settings.num_mc
+
+    def warnings(self, metrics: dict[str, float]) -> list[str]:
+        """k-hat's warning (the family's), and one line where the fit stopped before its convergence rule was met."""
+        found = super().warnings(metrics)
+        if metrics.get("converged") == 0.0:
+            found.append(f"vi did not converge: the windowed objective still rose by "
+                         f"{metrics.get('objective_window_rise', float('nan')):.3g} nats (rule: a rise below method.tol "
+                         f"after {self.settings.lr_halvings} step halvings) when method.num_steps = "
+                         f"{self.settings.num_steps} ran out; raise method.num_steps")
+        return found
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
         initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
