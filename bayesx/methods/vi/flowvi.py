@@ -21,6 +21,16 @@ compilation of tens of seconds, worth it for long fits only (results/bench_flows
 A target that lives in a box (``support_box``: U2-U4 on [-4, 4]^2) gets a last layer y = h tanh(z)
 onto it, so no draw falls where its density is zero.
 
+``frame: gaussian`` (the default) first fits full-rank Gaussian VI with method=vi's defaults and ends
+the flow with the fixed affine layer z = m + L w of its q (FixedAffine): the flow then starts at that q
+and refines it in whitened coordinates, where the base N(0, I) and Adam's steps of ``lr`` fit whatever
+the posterior's scales (posteriordb's diamonds: from 0.001 to 0.3; without the frame the flow ends
+hundreds of sds off there). Its gradients are counted in ``n_grad_evals``. ``frame: none`` is the flow
+before issue 34; a target in a box never gets a frame (the squashing layer must come last).
+Convergence of the fixed budget: ``converged`` where the mean windowed ELBO of the last fifth of the
+iterations rose by less than ``tol`` nats over the fifth before (``elbo_last_fifth_rise``); else a
+one-line warning.
+
 ``base``: ``standard`` keeps q0 = N(base_mean, base_scale^2 I) fixed (the journal's choice, and
 its Figure 34 with base_mean [4, 0] and base_scale^2 1 or 10); ``diagonal`` learns its mean and
 scales from that start. Cost per iteration: batch_size gradients of the target and a forward and
@@ -64,7 +74,7 @@ class FlowVISettings(ApproximationSettings):
     anneal_rate: Annotated[float, Positive()] = 1e-3  # a in beta_t = 1 - exp(-a t)
     check_every: Annotated[int, AtLeast(1)] = 100
     frame: Literal["gaussian", "none"] = "gaussian"
-    tol: Annotated[float, AtLeast(0.0)] = 0.5  # the convergence rule's largest rise of the last fifth's ELBO (nats)
+    tol: Annotated[float, AtLeast(0.0)] = 0.05  # the convergence rule's largest rise of the last fifth's ELBO (nats)
     compile: bool = False  # torch.compile the flow's layers: fewer, fused kernels per iteration after a compilation
 
 
