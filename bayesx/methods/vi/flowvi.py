@@ -69,7 +69,7 @@ class FlowVISettings(ApproximationSettings):
     base_scale: Annotated[float, Positive()] = 1.0
     batch_size: Annotated[int, AtLeast(1)] = 256
     iterations: Annotated[int, AtLeast(1)] = 5000
-    lr: Annotated[float, Positive()] = 1e-3
+    lr: Annotated[float, Positive()] = 3e-3
     anneal: Literal["none", "exp"] = "none"
     anneal_rate: Annotated[float, Positive()] = 1e-3  # a in beta_t = 1 - exp(-a t)
     check_every: Annotated[int, AtLeast(1)] = 100
