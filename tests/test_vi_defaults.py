@@ -31,7 +31,8 @@ def badly_scaled():
     index = torch.arange(dim, dtype=torch.float64)
     correlation = 0.99 ** (index[:, None] - index[None, :]).abs()
     sd = torch.logspace(-2, 0, dim, dtype=torch.float64)
-    return Gaussian(cov=correlation * torch.outer(sd, sd), mean=3.0 + torch.linspace(-1.0, 1.0, dim, dtype=torch.float64))
+    mean = 3.0 + torch.linspace(-1.0, 1.0, dim, dtype=torch.float64)
+    return Gaussian(cov=correlation * torch.outer(sd, sd), mean=mean)
 
 
 def mean_error(target, result) -> float:

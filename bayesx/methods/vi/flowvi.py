@@ -164,7 +164,8 @@ class FlowVI(Approximation):
         windows.record(out)
         frame_grads = 0.0 if frame is None else frame.metrics["n_grad_evals"]
         out.metrics.update(last_fifth_rise(windows.trace, cfg.tol))
-        out.metrics.update({"n_steps": float(iteration), "n_grad_evals": float(iteration * cfg.batch_size) + frame_grads,
+        out.metrics.update({"n_steps": float(iteration),
+                            "n_grad_evals": float(iteration * cfg.batch_size) + frame_grads,
                             "n_flow_parameters": float(sum(p.numel() for p in flow.parameters()))})
         out.tags["flow_frame"] = "none" if frame is None else "full-rank Gaussian VI"
         out.tags.update({"q_family": f"flow:{cfg.flow}", "flow_layers": str(cfg.n_layers), "anneal": cfg.anneal})

@@ -137,13 +137,17 @@ class GaussianVI(Approximation):
             calls += more
             with torch.no_grad():
                 found_log_p = float(target.log_prob(found)[0])
-            if not math.isfinite(found_log_p) or found_log_p <= log_p:
-                break
-            point, log_p, rise = found, found_log_p, found_log_p - log_p
-            if rise < RUNAWAY:
-                return point, calls, "mode"
-        reason = "found no higher finite density" if point is start else f"ran away: still rising by {rise:.3g} nats"
-        return start, calls, f"initial points (the mode search {reason} after {calls} gradients)"
+            if not math.isfinite(found_log_p):
+                return start, calls, (f"initial points (the mode search reached a non-finite density after "
+                                      f"{calls} gradients)")
+            rise = found_log_p - log_p
+            if rise > 0:
+                point, log_p = found, found_log_p
+            if rise < RUNAWAY:  # this round ended where it began (or nearly): a mode
+                return (start, calls, "initial points (the mode search found no higher density)") if point is start \
+                    else (point, calls, "mode")
+        return start, calls, (f"initial points (the mode search ran away: still rising by {rise:.3g} nats after "
+                              f"{calls} gradients)")
 
     def _parameters(self, initial: Tensor) -> tuple[Tensor, Tensor]:
         """(mean, raw): raw is log sigma (meanfield), or sqrt(dim) L below the diagonal with log L_jj
@@ -238,8 +242,9 @@ class GaussianVI(Approximation):
         """k-hat's warning (the family's), and one line where the fit stopped before its convergence rule was met."""
         found = super().warnings(metrics)
         if metrics.get("converged") == 0.0:
-            found.append(f"vi did not converge: the windowed objective still rose by "
-                         f"{metrics.get('objective_window_rise', float('nan')):.3g} nats (rule: a rise below method.tol "
+            rise = metrics.get("objective_window_rise", float("nan"))
+            found.append(f"vi did not converge: the windowed objective still rose by {rise:.3g} nats "
+                         f"(rule: a rise below method.tol "
                          f"after {self.settings.lr_halvings} step halvings) when method.num_steps = "
                          f"{self.settings.num_steps} ran out; raise method.num_steps")
         return found
@@ -318,7 +323,7 @@ class GaussianVI(Approximation):
         if cfg.divergence != "kl_qp":
             out.traces["objective"] = objective_windows.trace  # what the fit maximizes (see ``ascent``)
         out.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc + mode_calls),
-                            "objective_window_rise": rise})
+                            "objective_window_rise": rise, "mode_search_grad_evals": float(mode_calls)})
         if cfg.tol > 0:  # tol = 0 is a fixed budget: the rule is off and convergence is not judged
             out.metrics["converged"] = float(converged)
         out.tags.update({"q_family": cfg.family, "divergence": cfg.divergence, "vi_start": started_at,
