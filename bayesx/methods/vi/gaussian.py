@@ -86,6 +86,7 @@ class GaussianVISettings(ApproximationSettings):
 
 RUNAWAY = 1.0  # nats: a round of the mode search that rises less than this ended at the mode
 MODE_ROUNDS = 4  # rounds of the mode search; one still rising by RUNAWAY after them ran away
+START_DRAWS = 64  # draws of the first q's ELBO at the mode and at the initial points (``_start``)
 
 
 class Ascent(NamedTuple):
@@ -123,9 +124,10 @@ class GaussianVI(Approximation):
     def _start(self, target, initial: Tensor) -> tuple[Tensor, int, str]:
         """The first mean, the gradients spent finding it and where it came from: the mean of the initial points,
         or (``init: mode``) the L-BFGS mode searched from there (bayesx.optimize.find_mode) in rounds of
-        ``mode_iter`` iterations, until a round raises log p by less than RUNAWAY nats. A search still rising
-        after MODE_ROUNDS rounds has no mode that L-BFGS can reach (a funnel's neck, an improper posterior): the
-        fit then starts from the initial points."""
+        ``mode_iter`` iterations until a round raises log p by less than RUNAWAY nats. A search can end in a
+        funnel's neck, where log p is high but a q of any width is not: the mode is kept only where the first
+        q there, N(mode, init_sd^2 I), has the higher ELBO (START_DRAWS draws) than at the initial points'
+        mean; otherwise, or where the search is still rising after MODE_ROUNDS rounds, the fit starts there."""
         start = initial.mean(0, keepdim=True)
         if self.settings.init != "mode":
             return start, 0, "initial points"
@@ -144,10 +146,27 @@ class GaussianVI(Approximation):
             if rise > 0:
                 point, log_p = found, found_log_p
             if rise < RUNAWAY:  # this round ended where it began (or nearly): a mode
-                return (start, calls, "initial points (the mode search found no higher density)") if point is start \
-                    else (point, calls, "mode")
-        return start, calls, (f"initial points (the mode search ran away: still rising by {rise:.3g} nats after "
-                              f"{calls} gradients)")
+                break
+        else:
+            return start, calls, (f"initial points (the mode search ran away: still rising by {rise:.3g} nats "
+                                  f"after {calls} gradients)")
+        if point is start:
+            return start, calls, "initial points (the mode search found no higher density)"
+        at_mode, at_start = (self._first_elbo(target, x) for x in (point, start))
+        if not at_mode > at_start:
+            return start, calls, (f"initial points (a q at the mode found after {calls} gradients has the lower "
+                                  f"ELBO, {at_mode:.4g} against {at_start:.4g}: a funnel's neck)")
+        return point, calls, "mode"
+
+    def _first_elbo(self, target, point: Tensor) -> float:
+        """The ELBO of N(point, init_sd^2 I) by START_DRAWS draws (the candidates' common first q), from a generator
+        of its own: the run's random stream is the fit's alone."""
+        q = GaussianQ(point[0], torch.full_like(point[0], self.settings.init_sd))
+        gen = torch.Generator(device=point.device).manual_seed(0)
+        with torch.no_grad():
+            z, log_q = q.sample_and_log_prob(START_DRAWS, gen)
+            elbo = float((target.log_prob(z) - log_q).mean())
+        return elbo if math.isfinite(elbo) else -math.inf
 
     def _parameters(self, initial: Tensor) -> tuple[Tensor, Tensor]:
         """(mean, raw): raw is log sigma (meanfield), or sqrt(dim) L below the diagonal with log L_jj
