@@ -28,7 +28,8 @@ sds from 0.001 to 0.3, correlations whose precision is 3e4 times the conditional
 absolute units and the ridge takes thousands of steps to cross. So, by default:
 
 - ``init: mode``: the fit starts at the L-BFGS mode (``_start``), or at the initial points' mean where the
-  mode search runs away (a funnel); the gradients it spends are counted;
+  mode search runs away or ends in a funnel's neck (a q there has the lower ELBO); the gradients it spends
+  are counted (``mode_search_grad_evals``) and the tag ``vi_start`` says which start was taken and why;
 - ``whiten: true``: (mean, raw) describe q in the whitened coordinates w = L0^-1 (z - m0) of a frame
   N(m0, L0 L0^T), the average q of the last window of ``check_every`` steps (Polyak and Juditsky 1992),
   renewed at every window with Adam's moments reset. A step of lr is then lr posterior sds along q's own
