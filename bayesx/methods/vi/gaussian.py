@@ -135,8 +135,13 @@ class GaussianVI(Approximation):
         point, calls = start, 0
         with torch.no_grad():
             log_p = float(target.log_prob(start)[0])
+        if not math.isfinite(log_p):
+            return start, 0, "initial points (log p is not finite there: no mode search)"
         for _ in range(MODE_ROUNDS):
-            found, more = find_mode(target, point, max_iter=self.settings.mode_iter)
+            try:
+                found, more = find_mode(target, point, max_iter=self.settings.mode_iter)
+            except IndexError:  # torch's L-BFGS fails so when the density turns NaN along its line search
+                return start, calls, "initial points (the mode search met a NaN density)"
             calls += more
             with torch.no_grad():
                 found_log_p = float(target.log_prob(found)[0])
