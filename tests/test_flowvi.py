@@ -158,3 +158,55 @@ def test_cli_rejects_a_coupling_flow_in_one_dimension(tmp_path_factory):
     with isolated_store(tmp_path_factory, "flowvi_bad") as (_, uri):
         assert_rejected(["run", "method=flowvi", "method.flow=realnvp", "model=density", "model.name=t1"], uri,
                         "method.flow=realnvp", "dimension >= 2")
+
+
+# --- issue 34: the Gaussian VI frame and the convergence rule ---------------------------------------------------
+def test_fixed_affine_layer_maps_whitened_coordinates_and_inverts():
+    from bayesx.distributions import GaussianQ
+    from bayesx.nn.flows.base import FixedAffine
+
+    scale = torch.tensor([[0.5, 0.0, 0.0], [0.3, 0.02, 0.0], [-1.0, 0.4, 2.0]], dtype=torch.float64)
+    layer = FixedAffine(GaussianQ(torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64), scale))
+    w = torch.randn(5, 3, generator=gen(0), dtype=torch.float64)
+    z, log_det = layer(w)
+    torch.testing.assert_close(z, layer.mean + w @ scale.T)
+    torch.testing.assert_close(log_det, torch.full((5,), float(torch.logdet(scale)), dtype=torch.float64))
+    torch.testing.assert_close(layer.inverse(z), w)
+    assert not list(layer.parameters())  # fixed: nothing for Adam to move
+
+
+def test_last_fifth_rule():
+    from bayesx.methods.vi.flowvi import last_fifth_rise
+
+    flat = [(100 * i, 5.0 + 0.001 * (i % 2)) for i in range(1, 21)]
+    rising = [(100 * i, 0.1 * i) for i in range(1, 21)]
+    assert last_fifth_rise(flat, 0.05)["converged"] == 1.0
+    rule = last_fifth_rise(rising, 0.05)
+    assert rule["converged"] == 0.0 and rule["elbo_last_fifth_rise"] == pytest.approx(0.4)
+    assert last_fifth_rise(rising[:9], 0.05)["converged"] == 0.0  # too few windows to judge
+
+
+@pytest.fixture(scope="module")
+def badly_scaled():
+    """8-d AR(1) correlation 0.99 with sds from 0.01 to 1, its mean at 3 +- 1: far in sds from the base N(0, I)."""
+    index = torch.arange(8, dtype=torch.float64)
+    sd = torch.logspace(-2, 0, 8, dtype=torch.float64)
+    cov = 0.99 ** (index[:, None] - index[None, :]).abs() * torch.outer(sd, sd)
+    return Gaussian(cov=cov, mean=3.0 + torch.linspace(-1.0, 1.0, 8, dtype=torch.float64))
+
+
+def test_the_gaussian_frame_fits_a_badly_scaled_posterior(badly_scaled):
+    """With the frame (the default) a short planar fit is the Gaussian: mean within 0.1 sd, k-hat small, its
+    gradients counted. Negative control: the same budget without the frame is far off, k-hat flags it and the
+    last-fifth rule reports that the ELBO was still rising, in one warning line."""
+    options = dict(flow="planar", n_layers=2, batch_size=32, iterations=500, num_draws=2000)
+    sd = badly_scaled.cov.diagonal().sqrt()
+    framed = infer(FlowVI(**options), badly_scaled, seed=0)
+    assert framed.tags["flow_frame"] == "full-rank Gaussian VI"
+    assert float(((framed.draws[0].mean(0) - badly_scaled.mean).abs() / sd).max()) < 0.15
+    assert framed.metrics["psis_khat"] < 0.5 and framed.metrics["n_grad_evals"] > 500 * 32
+    method = FlowVI(frame="none", **options)
+    bare = infer(method, badly_scaled, seed=0)
+    assert float(((bare.draws[0].mean(0) - badly_scaled.mean).abs() / sd).max()) > 1.0
+    assert bare.metrics["psis_khat"] > 0.7 and bare.metrics["converged"] == 0.0
+    assert len([line for line in method.warnings(bare.metrics) if "flowvi did not converge" in line]) == 1

@@ -21,12 +21,30 @@ For a Gaussian target with precision P the mean-field optimum has the exact mean
 1 / P_jj: it under-estimates marginal variances where the posterior is correlated (MacKay 2003,
 ch. 33; Bishop 2006, sec. 10.1.2), which the tests use as a known answer.
 
-Step sizes and convergence: Adam starts at ``lr``. Every ``check_every`` steps the window's mean
-objective is compared with the previous window's; where it rose by less than ``tol`` nats (a
-plateau), the step size is halved, up to ``lr_halvings`` times, and the next plateau ends the fit
-(or ``num_steps`` does). A large first step crosses a badly scaled posterior quickly and the
-smaller ones settle the noise of the constant-step iterates. The fitted q has the parameters
-averaged over the last window (Polyak and Juditsky 1992).
+Start, coordinates, step sizes and convergence (issue 34). Adam moves every parameter by about ``lr`` per
+step whatever the posterior's scale, so on a badly scaled, correlated posterior (posteriordb's diamonds:
+sds from 0.001 to 0.3, correlations whose precision is 3e4 times the conditional one) Adam on the raw
+(mean, log sd or Cholesky) parameters ends many posterior sds from the optimum: its noise floor is lr in
+absolute units and the ridge takes thousands of steps to cross. So, by default:
+
+- ``init: mode``: the fit starts at the L-BFGS mode (``_start``), or at the initial points' mean where the
+  mode search runs away or ends in a funnel's neck (a q there has the lower ELBO); the gradients it spends
+  are counted (``mode_search_grad_evals``) and the tag ``vi_start`` says which start was taken and why;
+- ``whiten: true``: (mean, raw) describe q in the whitened coordinates w = L0^-1 (z - m0) of a frame
+  N(m0, L0 L0^T), the average q of the last window of ``check_every`` steps (Polyak and Juditsky 1992),
+  renewed at every window with Adam's moments reset. A step of lr is then lr posterior sds along q's own
+  axes whatever the target's units: a preconditioning by q's covariance, close to the natural gradient
+  of a Gaussian family near its optimum. Mean-field q's own axes are the coordinate axes, which do not
+  decorrelate the mean, so its mean is also moved through B u with B = |P|^-1/2 for the window's
+  least-squares secant estimate of the average Hessian (bayesx.methods.vi.curvature).
+- the plateau rule, unchanged: every ``check_every`` steps the window's mean objective is compared with the
+  previous window's; a rise below ``tol`` nats halves the step size, up to ``lr_halvings`` times, and the
+  next plateau ends the fit. ``converged`` (metric 1/0 and tag) says whether that rule ended the fit
+  rather than ``num_steps``, with the last window's rise as ``objective_window_rise``; a fit that did not
+  converge warns in one line.
+
+``whiten: false, init: points`` is the optimizer before issue 34 (Adam on the raw parameters from the
+initial points' mean); results/vi_posteriordb.md compares the two on the posteriordb suite.
 """
 
 from __future__ import annotations
@@ -41,7 +59,9 @@ from torch import Tensor
 
 from bayesx.distributions import GaussianQ
 from bayesx.kernels import backend
+from bayesx.optimize import find_mode
 from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.curvature import SecantCurvature
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.progress import interruptible, progress_bar
@@ -58,8 +78,16 @@ class GaussianVISettings(ApproximationSettings):
     init_sd: Annotated[float, Positive()] = 0.1
     tol: Annotated[float, AtLeast(0.0)] = 0.01
     check_every: Annotated[int, AtLeast(1)] = 100
+    whiten: bool = True
+    init: Literal["mode", "points"] = "mode"
+    mode_iter: Annotated[int, AtLeast(1)] = 250
     divergence: Literal["kl_qp", "kl_pq", "hellinger", "alpha"] = "kl_qp"
     alpha: Annotated[float, Between(0.0, 1.0)] = 0.5  # the Renyi order of divergence=alpha
+
+
+RUNAWAY = 1.0  # nats: a round of the mode search that rises less than this ended at the mode
+MODE_ROUNDS = 4  # rounds of the mode search; one still rising by RUNAWAY after them ran away
+START_DRAWS = 64  # draws of the first q's ELBO at the mode and at the initial points (``_start``)
 
 
 class Ascent(NamedTuple):
@@ -69,6 +97,8 @@ class Ascent(NamedTuple):
     raw: Tensor
     objective: Tensor
     elbo: Tensor
+    points: Tensor  # the draws (num_mc, dim) in the coordinates of (mean, raw)
+    gradients: Tensor  # grad log p at them, in the same coordinates
 
 
 class GaussianVI(Approximation):
@@ -82,12 +112,67 @@ class GaussianVI(Approximation):
     init_sd      the starting standard deviations (the mean starts at the mean of the initial points)
     tol          a plateau: the windowed mean objective rose by less than this (nats); 0: run num_steps
                  at the first learning rate
-    check_every  the window of the plateau rule and of the stepped ``elbo`` metric
+    check_every  the window of the plateau rule, of the stepped ``elbo`` metric and of the frame's renewal
+    whiten       move q in the whitened coordinates of the last window's average q (module docstring)
+    init         mode: start at the L-BFGS mode (``_start``) | points: at the mean of the initial points
+    mode_iter    L-BFGS iterations per round of the mode search
     num_draws    iid draws from the fitted q for the evidence, k-hat and the target's evaluation
     """
 
     Settings = GaussianVISettings
     name = "vi"
+
+    def _start(self, target, initial: Tensor) -> tuple[Tensor, int, str]:
+        """The first mean, the gradients spent finding it and where it came from: the mean of the initial points,
+        or (``init: mode``) the L-BFGS mode searched from there (bayesx.optimize.find_mode) in rounds of
+        ``mode_iter`` iterations until a round raises log p by less than RUNAWAY nats. A search can end in a
+        funnel's neck, where log p is high but a q of any width is not: the mode is kept only where the first
+        q there, N(mode, init_sd^2 I), has the higher ELBO (START_DRAWS draws) than at the initial points'
+        mean; otherwise, or where the search is still rising after MODE_ROUNDS rounds, the fit starts there."""
+        start = initial.mean(0, keepdim=True)
+        if self.settings.init != "mode":
+            return start, 0, "initial points"
+        point, calls = start, 0
+        with torch.no_grad():
+            log_p = float(target.log_prob(start)[0])
+        if not math.isfinite(log_p):
+            return start, 0, "initial points (log p is not finite there: no mode search)"
+        for _ in range(MODE_ROUNDS):
+            try:
+                found, more = find_mode(target, point, max_iter=self.settings.mode_iter)
+            except IndexError:  # torch's L-BFGS fails so when the density turns NaN along its line search
+                return start, calls, "initial points (the mode search met a NaN density)"
+            calls += more
+            with torch.no_grad():
+                found_log_p = float(target.log_prob(found)[0])
+            if not math.isfinite(found_log_p):
+                return start, calls, (f"initial points (the mode search reached a non-finite density after "
+                                      f"{calls} gradients)")
+            rise = found_log_p - log_p
+            if rise > 0:
+                point, log_p = found, found_log_p
+            if rise < RUNAWAY:  # this round ended where it began (or nearly): a mode
+                break
+        else:
+            return start, calls, (f"initial points (the mode search ran away: still rising by {rise:.3g} nats "
+                                  f"after {calls} gradients)")
+        if point is start:
+            return start, calls, "initial points (the mode search found no higher density)"
+        at_mode, at_start = (self._first_elbo(target, x) for x in (point, start))
+        if not at_mode > at_start:
+            return start, calls, (f"initial points (a q at the mode found after {calls} gradients has the lower "
+                                  f"ELBO, {at_mode:.4g} against {at_start:.4g}: a funnel's neck)")
+        return point, calls, "mode"
+
+    def _first_elbo(self, target, point: Tensor) -> float:
+        """The ELBO of N(point, init_sd^2 I) by START_DRAWS draws (the candidates' common first q), from a generator
+        of its own: the run's random stream is the fit's alone."""
+        q = GaussianQ(point[0], torch.full_like(point[0], self.settings.init_sd))
+        gen = torch.Generator(device=point.device).manual_seed(0)
+        with torch.no_grad():
+            z, log_q = q.sample_and_log_prob(START_DRAWS, gen)
+            elbo = float((target.log_prob(z) - log_q).mean())
+        return elbo if math.isfinite(elbo) else -math.inf
 
     def _parameters(self, initial: Tensor) -> tuple[Tensor, Tensor]:
         """(mean, raw): raw is log sigma (meanfield), or sqrt(dim) L below the diagonal with log L_jj
@@ -101,6 +186,17 @@ class GaussianVI(Approximation):
         return mean, (log_sd if self.settings.family == "meanfield" else torch.diag(log_sd))
 
     @staticmethod
+    def _identity(mean: Tensor, raw: Tensor) -> tuple[Tensor, Tensor]:
+        """(mean, raw) of N(0, I): zeros (log 1 = 0 on the diagonal)."""
+        return torch.zeros_like(mean), torch.zeros_like(raw)
+
+    @staticmethod
+    def _compose(frame: GaussianQ, q: GaussianQ) -> GaussianQ:
+        """q given in the frame's whitened coordinates w (z = m0 + L0 w) as a q over z: N(m0 + L0 m, L0 L)."""
+        scale = frame.scale @ q.scale if frame.dense else frame.scale * q.scale
+        return GaussianQ(frame.transform(q.mean), scale)
+
+    @staticmethod
     def _off_diagonal_scale(raw: Tensor) -> float:
         return 1.0 / math.sqrt(raw.shape[0])
 
@@ -110,7 +206,7 @@ class GaussianVI(Approximation):
         off = torch.tril(raw, -1) * self._off_diagonal_scale(raw)
         return GaussianQ(mean, off + torch.diag(torch.exp(raw.diagonal())))
 
-    def ascent(self, target, mean: Tensor, raw: Tensor, eps: Tensor) -> Ascent:
+    def ascent(self, target, mean: Tensor, raw: Tensor, eps: Tensor, frame: GaussianQ | None = None) -> Ascent:
         """The configured objective at the draws z = mean + L eps and its gradient in (mean, raw).
 
         kl_qp      the ELBO, mean_i l_i with l_i = log p(z_i) - log q(z_i); w_i = 1 / num_mc
@@ -124,7 +220,12 @@ class GaussianVI(Approximation):
         """
         q = self._q(mean, raw)
         z = q.transform(eps)
-        log_p, grad = backend.density_and_grad(target, z)
+        if frame is None:
+            log_p, grad = backend.density_and_grad(target, z)
+        else:  # (mean, raw) describe q in the frame's whitened coordinates w, z = frame mean + frame scale w
+            log_p, grad = backend.density_and_grad(target, frame.transform(z))
+            log_p = log_p + frame.log_det_scale()
+            grad = grad @ frame.scale if frame.dense else grad * frame.scale
         log_q = q.log_prob_of_noise(eps)
         log_w = log_p - log_q
         elbo = log_w.mean()
@@ -152,7 +253,7 @@ class GaussianVI(Approximation):
                         + torch.diag(outer.diagonal() * q.scale.diagonal() + sign))
         else:
             grad_raw = (weighted * eps).sum(0) * q.scale + sign
-        return Ascent(grad_mean, grad_raw, objective, elbo)
+        return Ascent(grad_mean, grad_raw, objective, elbo, z, grad)
 
     def check(self, target, n_chains: int) -> None:
         if self.settings.family == "jj" and target.logistic_design() is None:
@@ -162,6 +263,17 @@ class GaussianVI(Approximation):
     def gradient_batch(self, inputs: RunInputs) -> int:
         return self.settings.num_mc
 
+    def warnings(self, metrics: dict[str, float]) -> list[str]:
+        """k-hat's warning (the family's), and one line where the fit stopped before its convergence rule was met."""
+        found = super().warnings(metrics)
+        if metrics.get("converged") == 0.0:
+            rise = metrics.get("objective_window_rise", float("nan"))
+            found.append(f"vi did not converge: the windowed objective still rose by {rise:.3g} nats "
+                         f"(rule: a rise below method.tol "
+                         f"after {self.settings.lr_halvings} step halvings) when method.num_steps = "
+                         f"{self.settings.num_steps} ran out; raise method.num_steps")
+        return found
+
     def approximate(self, target, inputs: RunInputs) -> Fit:
         initial, gen, progress = inputs.initial, inputs.gen, inputs.progress
         cfg = self.settings
@@ -169,51 +281,81 @@ class GaussianVI(Approximation):
             self.check(target, 1)
             return fit_jaakkola_jordan(target, cfg)
         out = Fit()
-        mean, raw = self._parameters(initial)
+        start, mode_calls, started_at = self._start(target, initial)
+        mean, raw = self._parameters(start)
+        frame = None
+        if cfg.whiten:  # the first frame: the starting q; (mean, raw) then start at N(0, I) in its coordinates
+            frame = self._q(mean, raw)
+            mean, raw = self._identity(mean, raw)
         mean.grad, raw.grad = torch.zeros_like(mean), torch.zeros_like(raw)
+        curvature = (SecantCurvature(mean.shape[0], mean.dtype, mean.device)
+                     if frame is not None and cfg.family == "meanfield" else None)
+        preconditioner = None  # B: q's mean in the frame is B times Adam's parameter (curvature.py)
         lr, halvings = cfg.lr, 0
         optim = torch.optim.Adam([mean, raw], lr=lr, fused=mean.device.type in ("cpu", "cuda"))
         eps = torch.empty((cfg.num_mc, mean.shape[0]), dtype=mean.dtype, device=mean.device)
         elbo_windows, objective_windows = ElboWindows(cfg.check_every), ElboWindows(cfg.check_every)
-        lr_trace, previous = [], None
+        lr_trace, previous, rise, converged = [], None, float("nan"), False
         averaged = (mean.clone(), raw.clone())  # the last complete window's average
         sums, steps = [torch.zeros_like(mean), torch.zeros_like(raw)], 0
         bar = progress_bar(cfg.num_steps, f"vi ({cfg.family})", progress, "step")
         with interruptible(out, bar, lambda: f"fit (step {steps})"):
             for steps in range(1, cfg.num_steps + 1):
                 eps.normal_(generator=gen)
-                step = self.ascent(target, mean, raw, eps)
+                located = mean if preconditioner is None else preconditioner @ mean
+                step = self.ascent(target, located, raw, eps, frame)
                 if not torch.isfinite(step.objective):
                     out.error = (f"the {cfg.divergence} objective is not finite at step {steps}: lower "
                                  f"method.lr (now {cfg.lr:g}) or method.init_sd (now {cfg.init_sd:g})")
                     break
-                torch.neg(step.mean, out=mean.grad)  # Adam descends
-                torch.neg(step.raw, out=raw.grad)
+                torch.neg(step.mean if preconditioner is None else preconditioner @ step.mean, out=mean.grad)
+                torch.neg(step.raw, out=raw.grad)  # Adam descends
                 optim.step()
-                sums[0] += mean
+                if curvature is not None:
+                    curvature.add(step.points, step.gradients)
+                sums[0] += mean if preconditioner is None else preconditioner @ mean
                 sums[1] += raw
                 bar.update(1)
                 objective_windows.add(steps, float(step.objective))
                 if elbo_windows.add(steps, float(step.elbo)):  # a window of check_every steps closed
                     averaged = (sums[0] / cfg.check_every, sums[1] / cfg.check_every)
                     sums = [torch.zeros_like(mean), torch.zeros_like(raw)]
+                    if frame is not None:  # the window's average q becomes the next frame
+                        previous_frame, frame = frame, self._compose(frame, self._q(*averaged))
+                        if curvature is not None:
+                            preconditioner = curvature.mean_preconditioner(frame.scale / previous_frame.scale)
+                            curvature = SecantCurvature(mean.shape[0], mean.dtype, mean.device)
+                        averaged = self._identity(mean, raw)
+                        with torch.no_grad():
+                            mean.copy_(averaged[0])
+                            raw.copy_(averaged[1])
+                        optim.state.clear()
                     current = objective_windows.last
                     lr_trace.append((steps, lr))
                     bar.set_postfix(objective=f"{current:.4g}", lr=f"{lr:.2g}")
-                    if previous is not None and cfg.tol > 0 and current - previous < cfg.tol:
-                        if halvings == cfg.lr_halvings:
-                            break
-                        halvings, lr = halvings + 1, lr / 2.0
-                        for group in optim.param_groups:
-                            group["lr"] = lr
+                    if previous is not None:
+                        rise = current - previous
+                        if cfg.tol > 0 and rise < cfg.tol:
+                            if halvings == cfg.lr_halvings:
+                                converged = True
+                                break
+                            halvings, lr = halvings + 1, lr / 2.0
+                            for group in optim.param_groups:
+                                group["lr"] = lr
                     previous = current
         elbo_windows.record(out)  # the stepped elbo and the seconds into the fit at each window
         out.traces["lr"] = lr_trace
         if cfg.divergence != "kl_qp":
             out.traces["objective"] = objective_windows.trace  # what the fit maximizes (see ``ascent``)
-        out.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc)})
-        out.tags.update({"q_family": cfg.family, "divergence": cfg.divergence})
+        out.metrics.update({"n_steps": float(steps), "n_grad_evals": float(steps * cfg.num_mc + mode_calls),
+                            "objective_window_rise": rise, "mode_search_grad_evals": float(mode_calls)})
+        if cfg.tol > 0:  # tol = 0 is a fixed budget: the rule is off and convergence is not judged
+            out.metrics["converged"] = float(converged)
+        out.tags.update({"q_family": cfg.family, "divergence": cfg.divergence, "vi_start": started_at,
+                         "converged": str(converged).lower() if cfg.tol > 0 else "not judged (tol = 0)"})
         q = self._q(*averaged) if steps >= cfg.check_every else self._q(mean, raw)
+        if frame is not None:
+            q = self._compose(frame, q)
         out.fitted.update({"q_mean": q.mean.cpu(), "q_scale": q.scale.cpu()})
         out.approximation = q
         return out

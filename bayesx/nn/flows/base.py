@@ -40,6 +40,24 @@ class FlowLayer(nn.Module):
                             f"(sample_and_log_prob), or use a coupling or autoregressive flow")
 
 
+class FixedAffine(FlowLayer):
+    """z -> mean + L z with a fixed lower-triangular L (positive diagonal), log|det| = sum log L_jj: the last
+    layer of a flow fitted in the whitened coordinates of a Gaussian q = N(mean, L L^T)."""
+
+    def __init__(self, gaussian: GaussianQ):
+        super().__init__()
+        scale = gaussian.scale if gaussian.dense else torch.diag(gaussian.scale)
+        self.register_buffer("mean", gaussian.mean.detach().clone())
+        self.register_buffer("scale", scale.detach().clone())
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        log_det = torch.log(self.scale.diagonal()).sum().expand(z.shape[0])
+        return self.mean + z @ self.scale.T, log_det
+
+    def inverse(self, y: Tensor) -> Tensor:
+        return torch.linalg.solve_triangular(self.scale, (y - self.mean).T, upper=False).T
+
+
 class GaussianBase(nn.Module):
     """q0 = N(mean, diag(scale^2)); ``learned``: mean and log scale are parameters (the learned diagonal
     base), else fixed buffers (e.g. the standard normal)."""
