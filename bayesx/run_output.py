@@ -68,13 +68,19 @@ def emit(obj: dict[str, object]) -> None:
 
 def save_job(obj: dict[str, object], folder: str | Path) -> None:
     """A sweep's job leaves its object in its Hydra output folder, for the sweeping process to print."""
-    (Path(folder) / JOB_FILE).write_text(to_line(obj) + "\n")
+    path = Path(folder) / JOB_FILE
+    partial = path.with_suffix(".tmp")
+    partial.write_text(to_line(obj) + "\n")
+    os.replace(partial, path)  # the sweeping process never reads half a file
 
 
 def sweep_objects(sweep_dir: str | Path, parent_run_id: str) -> list[dict[str, object]]:
     """The objects the jobs of the sweep ``parent_run_id`` left under ``sweep_dir``, in job order (an
     earlier sweep that shared the folder is left out by its parent run id)."""
-    found = [json.loads(path.read_text()) for path in Path(sweep_dir).rglob(JOB_FILE)]
+    found = []
+    for path in Path(sweep_dir).rglob(JOB_FILE):
+        with contextlib.suppress(OSError, ValueError):  # a job killed while writing leaves no line, not a crash
+            found.append(json.loads(path.read_text()))
     mine = [obj for obj in found if obj.get("parent_run_id") == parent_run_id]
     return sorted(mine, key=lambda obj: (obj.get("job") is None, obj.get("job") or 0))
 

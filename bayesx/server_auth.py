@@ -130,8 +130,11 @@ def flask_secret_key(folder: Path) -> str:
 
 
 def write_auth_config(folder: Path, database_uri: str) -> Path:
-    """MLflow's basic-auth configuration for this server; it holds no secret."""
+    """MLflow's basic-auth configuration for this server: no password of bayesx's, but the user database's URI,
+    which may carry one (``--auth-db-uri``), so the file is the owner's alone (mode 600)."""
     path = folder / "basic_auth.ini"
+    path.unlink(missing_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     path.write_text("# written by bayesx server --auth; the admin password is not kept here\n"
                     "[mlflow]\n"
                     f"default_permission = {SERVER_DEFAULT_PERMISSION}\n"
@@ -144,6 +147,17 @@ def write_auth_config(folder: Path, database_uri: str) -> Path:
                     f"auth_cache_ttl_seconds = {AUTH_CACHE_TTL_S}\n",
                     encoding="utf-8")
     return path
+
+
+def without_password(uri: str) -> str:
+    """A database URI fit to print: its password, if any, replaced by ***."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def server_environment(folder: Path, database_uri: str, password: str) -> dict[str, str]:

@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -406,10 +407,20 @@ class Tracker:
     def settle_parent(self, child_id: str) -> None:
         """After a resumed run ends: the sweep it belongs to, if that sweep has ended, ends again with its
         children's statuses (:meth:`end_parent`), so a sweep whose killed job was resumed to the end
-        is FINISHED. A parent still RUNNING is its sweep's to close."""
-        parent_id = self.client.get_run(child_id).data.tags.get(PARENT_TAG)
-        if parent_id and self.client.get_run(parent_id).info.status != "RUNNING":
-            self.end_parent(parent_id)
+        is FINISHED. A parent still RUNNING is its sweep's to close, and one with a child still RUNNING (another
+        resumed job) is left to that child. Runs inside the run's ``finally``: a store that fails here is a
+        warning, never the run's outcome."""
+        try:
+            parent_id = retry_locked(self.client.get_run, child_id).data.tags.get(PARENT_TAG)
+            if not parent_id or retry_locked(self.client.get_run, parent_id).info.status == "RUNNING":
+                return
+            children = retry_locked(self.client.search_runs, [self.experiment_id],
+                                    f"tags.`{PARENT_TAG}` = '{parent_id}'")
+            if all(c.info.status != "RUNNING" for c in children):
+                self.end_parent(parent_id)
+        except Exception as exc:  # noqa: BLE001 - the sweep's status is a courtesy; the run's own is recorded
+            print(f"bayesx: warning: the sweep's parent run was not settled ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
 
     def terminate(self, run_id: str, status: str) -> None:
         retry_locked(self.client.set_terminated, run_id, status)

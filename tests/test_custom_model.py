@@ -154,7 +154,7 @@ def test_a_density_without_gradient_runs_under_a_method_without_gradients(store,
 
 
 def test_a_per_point_function_indexing_theta_is_not_taken_for_a_batched_one():
-    """theta[0] of a batch of dim points is a row: the probe uses dim + 1 distinct points and checks one of them
+    """theta[0] of a batch of dim points is a row: the probe uses a batch size other than dim, of distinct points, and checks one of them
     against a single-point call (with two points of dim 2 this function passed as batched and failed later)."""
     target = CustomModel(log_density="custom_models:first_coordinate_shifted", dim=2)
     q = torch.randn(4, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

@@ -377,15 +377,17 @@ def _torch_shim() -> ctypes.CDLL:
 
 
 PROBE_TIMEOUT_S = 120.0
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT}
 
 
 def _probe(path: Path, dim: int, dtype: torch.dtype) -> None:
     """Load the library and evaluate it once in a child process before this process does: a library that
     crashes when loaded (seen under torch 2.11 on a GPU machine: a segmentation fault creating AOTInductor's
     model container, whose C interface this module calls directly and was written against torch 2.13) then
-    stops only the child. A library
-    that passed leaves a ``.loads`` mark beside it and is not probed again; one that failed leaves the
-    ``.failed`` mark that compiled_density reads, so the density runs on PyTorch from then on."""
+    stops only the child. A library that passed leaves a ``.loads`` mark beside it and is not probed again;
+    one whose child crashed (SIGSEGV, SIGBUS, SIGILL, SIGABRT) or exited with an error leaves the ``.failed``
+    mark that compiled_density reads, so the density runs on PyTorch from then on. A child that was killed
+    otherwise or did not answer (a loaded machine, memory) says so for this run only."""
     mark = path.with_suffix(".loads")
     if mark.exists():
         return
@@ -398,12 +400,16 @@ def _probe(path: Path, dim: int, dtype: torch.dtype) -> None:
     except subprocess.TimeoutExpired:
         status, why = None, f"no answer in {PROBE_TIMEOUT_S:.0f} s"
     if status == 0:
-        _write_atomically(mark, f"torch {torch.__version__}\n")
+        with contextlib.suppress(OSError):  # a read-only cache probes again next time
+            _write_atomically(mark, f"torch {torch.__version__}\n")
         return
+    crashed = status is not None and -status in CRASH_SIGNALS
     if status is not None and status < 0:
-        why = f"killed by {signal.Signals(-status).name}"
+        why = f"killed by {signal.Signals(-status).name if -status in signal.valid_signals() else -status}"
     reason = f"the compiled library {path.name} failed when loaded under torch {torch.__version__} ({why})"
-    _write_atomically(path.with_suffix(".failed"), reason + "\n")
+    if crashed or (status is not None and status > 0):
+        with contextlib.suppress(OSError):
+            _write_atomically(path.with_suffix(".failed"), reason + "\n")
     raise NotCompiled(reason)
 
 

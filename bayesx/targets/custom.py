@@ -138,8 +138,9 @@ class CustomModel(TargetBase):
         near the starting point (shape, agreement with one point at a time, finiteness, and a gradient that
         autograd can compute), so a bad function fails in one line before a run."""
         name = self.settings.log_density
-        offsets = torch.linspace(-0.1, 0.1, self.dim + 1, dtype=self.dtype, device=self.device)
-        points = self.centre + offsets[:, None] * self.init_scale  # dim + 1 points: never mistaken for one point
+        n = 3 if self.dim == 2 else 2  # a batch size other than dim: a row of one point is never taken for a batch
+        offsets = torch.linspace(-0.1, 0.1, n, dtype=self.dtype, device=self.device)
+        points = self.centre + offsets[:, None] * self.init_scale
         try:
             single = torch.as_tensor(self._call(points[0]))
         except Exception as exc:  # noqa: BLE001 - maybe a function for batches only; tried below

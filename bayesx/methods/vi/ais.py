@@ -50,7 +50,7 @@ class AIS(Approximation):
 
     @property
     def uses_gradients(self) -> bool:  # the HMC move does, the Metropolis move does not
-        return self.settings.kernel == "hmc"
+        return self.settings.kernel == "hmc" or self.settings.base == "laplace"  # Laplace's base searches the mode
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
         cfg, gen, out = self.settings, inputs.gen, Fit()

@@ -46,6 +46,7 @@ from typing import Annotated, Literal
 import torch
 
 from bayesx.distributions import LOG_2PI, GaussianQ
+from bayesx.errors import RunInterrupted
 from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
@@ -112,6 +113,8 @@ class FlowVI(Approximation):
         if self.settings.frame == "none" or target.support_box() is not None:
             return None
         fit = GaussianVI(family="fullrank").approximate(target, inputs)
+        if fit.interrupted:  # Ctrl-C or SIGTERM during the frame's fit stops the run, as during the flow's
+            raise RunInterrupted("interrupted while fitting the flow's Gaussian frame")
         return fit if fit.error is None and fit.approximation is not None else None
 
     def beta(self, iteration: int) -> float:
@@ -176,11 +179,11 @@ class FlowVI(Approximation):
 
 def last_fifth_rise(trace: list[tuple[int, float]], tol: float) -> dict[str, float]:
     """The convergence rule of a fixed budget: the mean windowed ELBO of the last fifth of the windows less that
-    of the fifth before it; ``converged`` where it rose by less than ``tol`` nats (with fewer than ten windows
-    the rule cannot be judged: NaN, not converged)."""
+    of the fifth before it; ``converged`` where it rose by less than ``tol`` nats (with fewer than ten windows,
+    or ``tol`` 0, no verdict: an empty dict)."""
     fifth = len(trace) // 5
-    if fifth < 2:
-        return {"converged": 0.0, "elbo_last_fifth_rise": float("nan")}
+    if fifth < 2 or tol <= 0:  # too short to judge, or not asked to: no verdict, no warning
+        return {}
     values = [v for _, v in trace]
     rise = sum(values[-fifth:]) / fifth - sum(values[-2 * fifth:-fifth]) / fifth
     return {"converged": float(rise < tol), "elbo_last_fifth_rise": rise}

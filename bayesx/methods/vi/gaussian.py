@@ -62,6 +62,10 @@ from bayesx.kernels import backend
 from bayesx.optimize import find_mode
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.curvature import SecantCurvature
+
+SECANT_UP_TO = 2000
+"""Mean-field's secant preconditioner keeps dim x dim matrices and an eigendecomposition per window: O(dim^2)
+memory and O(dim^3) work, so above this dimension the mean is not preconditioned (mean-field stays O(dim))."""
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.progress import interruptible, progress_bar
@@ -289,7 +293,7 @@ class GaussianVI(Approximation):
             mean, raw = self._identity(mean, raw)
         mean.grad, raw.grad = torch.zeros_like(mean), torch.zeros_like(raw)
         curvature = (SecantCurvature(mean.shape[0], mean.dtype, mean.device)
-                     if frame is not None and cfg.family == "meanfield" else None)
+                     if frame is not None and cfg.family == "meanfield" and mean.shape[0] <= SECANT_UP_TO else None)
         preconditioner = None  # B: q's mean in the frame is B times Adam's parameter (curvature.py)
         lr, halvings = cfg.lr, 0
         optim = torch.optim.Adam([mean, raw], lr=lr, fused=mean.device.type in ("cpu", "cuda"))
