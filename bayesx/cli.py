@@ -293,11 +293,13 @@ def cmd_server(ns: argparse.Namespace) -> int:
             server.wait_until_serving(proc, ns.host, ns.port)
             if ns.auth:
                 server_auth.check_admin(url, server_auth.admin_username(), password)
-            print(f"MLflow tracking server at {url}  (database {server_auth.without_password(backend)}, artifacts in {artifacts}; Ctrl-C to stop)\n"
+            print(f"MLflow tracking server at {url}  (database {server_auth.without_password(backend)}, "
+                  f"artifacts in {artifacts}; Ctrl-C to stop)\n"
                   f"log runs to it:  bayesx run tracking=server tracking.uri={url} ...  "
                   f"(or export MLFLOW_TRACKING_URI={url})", flush=True)
             if ns.auth:
-                print(f"authentication on (users in {server_auth.without_password(users)}): clients set MLFLOW_TRACKING_USERNAME and "
+                print(f"authentication on (users in {server_auth.without_password(users)}): clients set "
+                      f"MLFLOW_TRACKING_USERNAME and "
                       f"MLFLOW_TRACKING_PASSWORD; add users with  bayesx server user add NAME --uri {url}", flush=True)
             elif ns.insecure:
                 print(f"WARNING: --insecure: {url} has no authentication and listens beyond this machine; anyone "

@@ -46,9 +46,8 @@ FAMILIES: dict[str, str] = {"sampler": "bayesx.methods.mcmc.family:Sampler",  # 
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What the runner hands a method: starting points (None for trainers), the run's generator,
-    whether to show progress bars, a folder for the files the method writes, and where a sampler
-    saves its draws as it goes (bayesx.checkpoint; None: only at the end)."""
+    """What the runner hands a method: starting points (None for trainers), the run's generator, progress bars or not,
+    a folder for the method's files, and where a sampler saves its draws as it goes (None: only at the end)."""
 
     initial: Tensor | None
     gen: torch.Generator
@@ -59,9 +58,8 @@ class RunInputs:
 
 
 class Method(ABC):
-    """A configured inference method (built from the ``method`` config group). Its options are one
-    :class:`bayesx.settings.Settings` dataclass, ``Settings``; the method is built from checked values,
-    ``Method(settings)`` or ``Method(**options)`` (errors naming ``method.<key>``), read from ``self.settings``."""
+    """A configured inference method (the ``method`` config group): its options are one Settings dataclass, checked
+    when built (``Method(settings)`` or ``Method(**options)``, errors naming ``method.<key>``), in ``self.settings``."""
 
     Settings: ClassVar[type[Settings]] = Settings
     family: ClassVar[str]
@@ -69,21 +67,17 @@ class Method(ABC):
     name: ClassVar[str] = "method"
     summary_keys: ClassVar[tuple[str, ...]] = ()
     compare_keys: ClassVar[tuple[str, ...]] = ()  # the few of those that `bayesx compare` puts in its table
-    resumable: ClassVar[bool] = False  # ``resume=<run_id>`` can continue a killed run from its checkpoint
-    uses_gradients: ClassVar[bool] = True  # evaluates grad log pi: check_fits asks the target whether it has one
-    approximate_draws: ClassVar[bool] = False  # the draws follow the posterior only approximately: the runner
-    # then compares them with a reference posterior by default (reference.enabled=null)
+    resumable: ClassVar[bool] = False  # ``resume=<run_id>`` continues a killed run from its checkpoint
+    approximate_draws: ClassVar[bool] = False  # approximate draws: compared with a reference by default
 
     def __init__(self, settings: Settings | None = None, **options):
         self.settings = configure(self.Settings, settings if settings is not None else options, "method")
 
     def check(self, target, n_chains: int) -> None:
-        """Settings that do not fit this target (before a run is recorded): raise
-        ``InvalidSetting(key, problem)`` (the runner names it ``method.<key>``) or a BayesxError."""
+        """Settings that do not fit the target, before a run: raise InvalidSetting(key, problem) or a BayesxError."""
 
-    def needs_gradients(self) -> bool:
-        """Whether a run evaluates grad log pi anywhere (its kernel or fit, a mode search for its start)."""
-        return self.uses_gradients
+    def needs_gradients(self) -> bool:  # grad log pi anywhere in a run (kernel, fit, the start's mode search)
+        return True
 
     def initial_points(self, target, n_chains: int, gen: torch.Generator) -> Tensor | None:
         """Starting points (chains, dim): the target's own (None for trainers)."""
@@ -112,16 +106,14 @@ def family_class(family: str) -> type[Method]:
 
 
 def check_fits(method: Method, target, method_choice: str, model_choice: str) -> None:
-    """Samplers and approximations need a posterior; trainers need a model that is trained."""
+    """Samplers and approximations need a posterior (with a gradient if they use one); trainers a trained model."""
     from bayesx.config import methods_of_family  # the choices are read from conf/method, not listed here
-
     if method.family == "trainer" and target.capabilities.posterior:
         raise BayesxError(f"method={method_choice} trains a VAE; use model=vae (got model={model_choice})")
     if method.family != "trainer" and not target.capabilities.posterior:
         verb = "samples" if method.family == "sampler" else "approximates"
         raise BayesxError(f"method={method_choice} {verb} a posterior, but model={model_choice} is trained: use "
                           + ", ".join(f"method={name}" for name in methods_of_family("trainer")))
-    problem = target.gradient_problem() if method.needs_gradients() and method.family != "trainer" else None
-    if problem is not None:
+    if method.family != "trainer" and method.needs_gradients() and (problem := target.gradient_problem()):
         raise BayesxError(f"method={method_choice} needs the gradient of the log density, but {problem}; fix the "
                           f"density, or use a method without gradients (method=rwm method.init=prior)")

@@ -48,8 +48,7 @@ class AIS(Approximation):
     summary_keys = ("log_evidence", "log_evidence_se", "weights_ess", "psis_khat", "n_grad_evals", "fit_time_s")
     compare_keys = ("log_evidence", "weights_ess", "fit_time_s")
 
-    @property
-    def uses_gradients(self) -> bool:  # the HMC move does, the Metropolis move does not
+    def needs_gradients(self) -> bool:  # the HMC move does, the Metropolis move does not
         return self.settings.kernel == "hmc" or self.settings.base == "laplace"  # Laplace's base searches the mode
 
     def approximate(self, target, inputs: RunInputs) -> Fit:

@@ -100,7 +100,8 @@ class Approximation(Method):
             fit = self.approximate(target, inputs)
         except (KeyboardInterrupt, RunInterrupted, DensityError) as exc:
             failed = str(exc) if isinstance(exc, DensityError) else None  # the run ends FAILED with this line
-            return Result(interrupted=failed is None, error=failed, tags={"stopped_during": "fit", **backend_record.tags},
+            return Result(interrupted=failed is None, error=failed,
+                          tags={"stopped_during": "fit", **backend_record.tags},
                           timings={"fit_time_s": time.perf_counter() - start, **backend_record.timings})
         result = Result(**fit.outcome())
         result.tags.update(backend_record.tags)

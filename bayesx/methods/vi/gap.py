@@ -141,9 +141,11 @@ class GAP(Approximation):
 
     Settings = GAPSettings
     name = "gap"
-    uses_gradients = False  # the Hellinger fit evaluates log p only
     summary_keys = ("distance_final", *Approximation.summary_keys)
     compare_keys = ("distance_final", *Approximation.compare_keys)
+
+    def needs_gradients(self) -> bool:  # the Hellinger fit evaluates log p only
+        return False
 
     def family_for(self, target) -> str:
         """The family a run uses: ``auto`` is the thesis' full rank where its basis fits ``max_basis``."""

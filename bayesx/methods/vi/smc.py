@@ -68,8 +68,7 @@ class SMC(Approximation):
     summary_keys = ("log_evidence", "n_stages", "n_grad_evals", "fit_time_s")
     compare_keys = ("log_evidence", "n_stages", "fit_time_s")
 
-    @property
-    def uses_gradients(self) -> bool:  # the HMC move does, the Metropolis move does not
+    def needs_gradients(self) -> bool:  # the HMC move does, the Metropolis move does not
         return self.settings.kernel == "hmc" or self.settings.base == "laplace"  # Laplace's base searches the mode
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
