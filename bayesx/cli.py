@@ -432,12 +432,12 @@ def cmd_data(ns: argparse.Namespace) -> int:
 
 # --- entry point ------------------------------------------------------------------------------------
 def help_text() -> str:
-    from bayesx.config import all_group_choices
+    from bayesx.config import all_group_choices, default_choices
 
     lines = ["usage: bayesx <command> [options]", "", "commands:"]
     lines += [f"  {name:<9} {text}" for name, text in COMMANDS.items()]
     lines += ["", "config groups (bayesx run GROUP=CHOICE; defaults marked *):"]
-    defaults = {"model": "logreg", "data": "synthetic", "method": "hmc", "device": "cpu", "tracking": "sqlite"}
+    defaults = default_choices()  # read from conf/config.yaml, so the marks follow it
     for group, choices in all_group_choices().items():
         shown = ", ".join(c + ("*" if defaults.get(group) == c else "") for c in choices)
         lines.append(f"  {group:<11} {shown}")

@@ -8,9 +8,10 @@ every sweep) and turns any problem into a one-line :class:`BayesxError` with the
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from bayesx.errors import BayesxError
 from bayesx.launchers import PLUGINS, missing_plugin
@@ -32,6 +33,13 @@ def group_choices(group: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
+def default_choices() -> dict[str, str]:
+    """The choice ``conf/config.yaml``'s defaults list makes for each config group (``null`` ones left out)."""
+    entries = OmegaConf.load(conf_dir() / "config.yaml").get("defaults", [])
+    return {str(k): str(v) for entry in entries if isinstance(entry, Mapping) for k, v in entry.items()
+            if v is not None and "/" not in str(k) and not str(k).startswith("override")}
+
+
 def all_group_choices() -> dict[str, list[str]]:
     return {g: group_choices(g) for g in GROUPS}
 
@@ -39,7 +47,6 @@ def all_group_choices() -> dict[str, list[str]]:
 def methods_of_family(family: str) -> list[str]:
     """The ``method`` choices whose class belongs to ``family`` (sampler, approximation, trainer)."""
     from hydra.utils import get_class
-    from omegaconf import OmegaConf
 
     names = []
     for name in group_choices("method"):

@@ -392,6 +392,10 @@ def test_help_lists_commands_groups_and_choices():
         assert group in groups, text
         for choice in choices:
             assert choice in groups[group].replace("*", "").replace(",", " ").split(), (group, choice)
+    # the marks are conf/config.yaml's defaults (issue 37: --help marked hmc while the config ran nuts)
+    marked = {group: [c.strip().rstrip("*") for c in line.split(None, 1)[1].split(",") if c.strip().endswith("*")]
+              for group, line in groups.items()}
+    assert marked["method"] == ["nuts"] and marked["model"] == ["logreg"] and marked["data"] == ["synthetic"]
 
 
 def test_unknown_command_is_a_one_line_error():
