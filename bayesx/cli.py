@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from bayesx import run_output
 from bayesx.errors import (
@@ -254,7 +255,6 @@ def _supervise(command: list[str], when_ready=None) -> int:
 
 # --- bayesx server ----------------------------------------------------------------------------------
 def cmd_server(ns: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from bayesx import server, server_auth
 
@@ -372,6 +372,11 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     from bayesx.tracking import search_runs
 
     notes = sys.stdout if ns.format == "table" else sys.stderr  # stdout holds nothing but the table
+    if ns.limit is not None and ns.limit < 1:
+        raise BayesxError(f"--limit must be at least 1, got {ns.limit}; leave it out to show every run")
+    if ns.csv and not Path(ns.csv).expanduser().resolve().parent.is_dir():
+        raise BayesxError(f"--csv {ns.csv}: the folder {Path(ns.csv).expanduser().resolve().parent} does not exist; "
+                          f"create it or write the file elsewhere")
     tracking = _tracking(ns.overrides)
     uri = ns.uri or str(tracking.uri)
     runs = search_runs(uri, ns.experiment)  # read once: cleaned, then tabulated
@@ -398,7 +403,6 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
 # --- bayesx report --------------------------------------------------------------------------------
 def cmd_report(ns: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from bayesx.report import report
 

@@ -254,6 +254,12 @@ def test_compare_bad_format_and_bad_sort_exit_2(compared):
     assert code == 2 and "invalid choice" in err and out == ""
     code, out, err = call(["compare", "--format", "json", "--sort", "nonexistent"])
     assert code == 2 and out == "" and "'nonexistent'" in error_line(err)
+    # issue 37, point 7: a csv into a folder that does not exist, and a limit below 1, were a pandas traceback
+    # and a silently shortened table
+    code, out, err = call(["compare", "--csv", "/nonexistent/x.csv"])
+    assert code == 2 and out == "" and "the folder /nonexistent does not exist" in error_line(err)
+    code, out, err = call(["compare", "--limit", "-3"])
+    assert code == 2 and out == "" and "--limit must be at least 1, got -3" in error_line(err)
 
 
 # --- the issue's command, as written ---------------------------------------------------------------------
