@@ -166,6 +166,8 @@ def cmd_run(args: list[str]) -> int:
         return not a.startswith("-") and ("=" in a or a.startswith("~"))
 
     as_json = "--json" in args
+    if not as_json:  # $BAYESX_JSON is a sweeping command's word to its own jobs, not to a command it started
+        os.environ.pop(run_output.ENV, None)
     args = [a for a in args if a != "--json"]
     asks_info = any(a in HYDRA_INFO_FLAGS for a in args)
     if as_json and asks_info:

@@ -110,6 +110,14 @@ def test_a_failed_run_exits_1_without_json_too(store):
     assert "[FAILED]" in out and "not finite" in error_line(err)
 
 
+def test_an_inherited_json_variable_does_not_reach_a_run_without_json(store, monkeypatch):
+    """$BAYESX_JSON is a sweeping command's word to its own jobs: a `bayesx run` without --json started where it is
+    set (a shell that exported it, a job that starts a command) runs and prints its human summary."""
+    monkeypatch.setenv(run_output.ENV, "1")
+    code, out, err = call(["run", *TINY_SWEEP])
+    assert code == 0 and "[FINISHED]" in out, err
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["method=nosuch"], "unknown method 'nosuch'"),  # refused before Hydra runs
     (["model=gaussian", "method=rwm", "n_chains=0"], "n_chains"),  # refused by the runner, before a run opens
