@@ -48,8 +48,8 @@ class AIS(Approximation):
     summary_keys = ("log_evidence", "log_evidence_se", "weights_ess", "psis_khat", "n_grad_evals", "fit_time_s")
     compare_keys = ("log_evidence", "weights_ess", "fit_time_s")
 
-    def needs_gradients(self) -> bool:  # the HMC move does, the Metropolis move does not
-        return self.settings.kernel == "hmc" or self.settings.base == "laplace"  # Laplace's base searches the mode
+    def needs_gradients(self) -> bool:
+        return self.settings.uses_gradients()
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
         cfg, gen, out = self.settings, inputs.gen, Fit()

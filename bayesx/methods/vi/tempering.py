@@ -47,6 +47,10 @@ class TemperedSettings(ApproximationSettings):
     base_mean: float = 0.0  # base=gaussian
     base_scale: Annotated[float | None, Positive()] = None  # base=gaussian; null: the prior's sd, else 1
 
+    def uses_gradients(self) -> bool:
+        """The HMC move needs grad log pi, and so does the Laplace base's mode search; the MH move does not."""
+        return self.kernel == "hmc" or self.base == "laplace"
+
 
 class Tempered(TargetBase):
     """pi_beta as a target the kernels can move on."""
