@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from cli_helpers import call, error_line
+from tracking_server import running_server
 from tracking_server import why_not as _why_not
 
 from bayesx.server import free_port
@@ -26,18 +25,7 @@ def test_four_parallel_jobs_log_to_a_postgresql_backed_server():
     from mlflow.tracking import MlflowClient
 
     folder = Path(tempfile.mkdtemp(prefix="bayesx-server-", dir="/tmp"))
-    folder.chmod(0o755)  # the postgres user must reach its data directory
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(folder / "server.out", "w+")
-    server = subprocess.Popen([sys.executable, "-m", "bayesx", "server", "--dir", str(folder / "srv"), "--port",
-                               str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while "MLflow tracking server at" not in (folder / "server.out").read_text():
-            assert server.poll() is None, (folder / "server.out").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the server did not start within 180 s"
-            time.sleep(0.5)
+    with running_server(folder) as url:
         env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
         sweep = subprocess.run([sys.executable, "-m", "bayesx", "run", "-m", "hydra/launcher=local_parallel",
                                 "hydra.launcher.n_jobs=4", "tracking=server", f"tracking.uri={url}", "method=laplace",
@@ -52,10 +40,6 @@ def test_four_parallel_jobs_log_to_a_postgresql_backed_server():
             assert run.info.status == "FINISHED" and "log_evidence" in run.data.metrics
             assert "config.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}
         assert not (folder / "mlflow.db").exists()  # nothing went to a local file
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=120)
-        log.close()
     assert not (folder / "srv" / "pgdata" / "postmaster.pid").exists()  # the cluster was stopped too
     shutil.rmtree(folder, ignore_errors=True)
 
