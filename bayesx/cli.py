@@ -90,9 +90,20 @@ def _task(cfg) -> float | None:
         if multirun:
             sweep.abort_parent(cfg, "KILLED")
         raise SystemExit(EXIT_INTERRUPTED)
-    except Exception as exc:  # a fault of bayesx: its traceback follows; the run is recorded FAILED
-        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        raise
+    except Exception as exc:  # a fault of bayesx before a run was recorded (one inside a run is a BayesxError)
+        from bayesx.tracking import FAULT_FILE, fault_line, traceback_text
+
+        kept = Path(hydra_cfg.runtime.output_dir) / FAULT_FILE
+        try:
+            kept.write_text(traceback_text(exc))
+            error = fault_line(exc, choices.get("method", "?"), f"its traceback is {kept}")
+        except OSError:
+            error = fault_line(exc, choices.get("method", "?"), "rerun with BAYESX_DEBUG=1 to print its traceback")
+        print(f"bayesx: error: {error}", file=sys.stderr)
+        if not multirun:
+            raise SystemExit(EXIT_RUN_FAILED) from None
+        sweep.outcome["failed"] = "yes"
+        return float("nan") if objective else None
     finally:
         if as_json or multirun:
             _report_run(opened, error, multirun, parent)

@@ -53,9 +53,11 @@ def _end_parent(config: DictConfig, failed: bool) -> None:
     _open.pop("config", None)
     if not run_id:
         return
-    unrecorded = [FailedJob(" ".join(job.get("overrides") or []) or f"job {job.get('job')}", REJECTED,
-                            str(job.get("error") or "no error recorded"))
-                  for job in sweep_objects(config.hydra.sweep.dir, run_id) if job["status"] == REJECTED]
+    jobs = sweep_objects(config.hydra.sweep.dir, run_id)
+    shared = set.intersection(*(set(job.get("overrides") or []) for job in jobs)) if len(jobs) > 1 else set()
+    unrecorded = [FailedJob(" ".join(o for o in job.get("overrides") or [] if o not in shared)
+                            or f"job {job.get('job')}", REJECTED, str(job.get("error") or "no error recorded"))
+                  for job in jobs if job["status"] == REJECTED]
     outcome["status"] = _tracker(config).end_parent(run_id, unrecorded, failed)
 
 

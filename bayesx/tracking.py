@@ -105,6 +105,22 @@ def check_scheme(uri: str) -> None:
                           f"{known}, in tracking.uri or MLFLOW_TRACKING_URI")
 
 
+def traceback_text(exc: BaseException) -> str:
+    """An internal error's traceback, to keep with what it stopped; printed too with ``BAYESX_DEBUG=1``."""
+    text = "".join(traceback.format_exception(exc))
+    if os.environ.get(DEBUG_ENV) == "1":
+        print(text, file=sys.stderr, end="")
+    return text
+
+
+def fault_line(exc: BaseException, method: str, where: str) -> str:
+    """The one line for an exception that is not a user error (a bug in bayesx or in a method's code): the
+    method, the exception's type and first line, and ``where`` its traceback was kept."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
+    return (f"method={method} stopped on an internal error, {type(exc).__name__}: {message}; {where} (a fault of "
+            f"bayesx or of the method's code, not of your input: please report it)")
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///path`` URI (relative paths are relative to the cwd)."""
     if not uri.startswith("sqlite:///"):
@@ -541,22 +557,15 @@ class Tracker:
 
     def _record_fault(self, tracked: TrackedRun, start: RunStart, exc: Exception) -> BayesxError:
         """A run stopped by an exception that is not a user error (a bug in bayesx or in a method's code):
-        the one line that names the method and the exception, stored as the run's error, with the traceback
-        saved as the run's file ``traceback.txt`` (and printed with ``BAYESX_DEBUG=1``)."""
-        text = "".join(traceback.format_exception(exc))
-        if os.environ.get(DEBUG_ENV) == "1":
-            print(text, file=sys.stderr, end="")
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
-        saved = True
+        :func:`fault_line`, stored as the run's error, with the traceback saved as the run's file
+        ``traceback.txt``."""
         try:
-            tracked.log_text(text, FAULT_FILE)
+            tracked.log_text(traceback_text(exc), FAULT_FILE)
+            where = f"the run {tracked.run_id[:8]} is recorded FAILED and its traceback is the run's file {FAULT_FILE}"
         except Exception:  # noqa: BLE001 - the store refuses files: the line says where else to look
-            saved = False
-        where = (f"its traceback is the run's file {FAULT_FILE}" if saved
-                 else f"its traceback could not be saved with the run; rerun with {DEBUG_ENV}=1 to print it")
-        line = (f"method={start.tags.get('method') or '?'} stopped on an internal error, {type(exc).__name__}: "
-                f"{message}; the run {tracked.run_id[:8]} is recorded FAILED and {where} (a fault of bayesx or of "
-                f"the method's code, not of your input: please report it)")
+            where = (f"the run {tracked.run_id[:8]} is recorded FAILED; its traceback could not be saved with it "
+                     f"(rerun with {DEBUG_ENV}=1 to print it)")
+        line = fault_line(exc, start.tags.get("method") or "?", where)
         self._tag_error(tracked, line)
         return BayesxError(line)
 
@@ -686,7 +695,8 @@ def _search_runs(uri: str, experiment: str | None, shown: str) -> pd.DataFrame:
         mlflow.set_tracking_uri(uri)
         return mlflow.search_runs(experiment_ids=ids, order_by=["attributes.start_time DESC"])
     except MlflowException as exc:
-        raise BayesxError(f"cannot read the MLflow store '{shown}': {str(exc).splitlines()[0]}; check tracking.uri") from exc
+        first = str(exc).splitlines()[0]
+        raise BayesxError(f"cannot read the MLflow store '{shown}': {first}; check tracking.uri") from exc
 
 
 def ui_command(uri: str, host: str, port: int, artifact_root: str | None) -> list[str]:

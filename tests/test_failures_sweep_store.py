@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL_RWM = ["method=rwm", "model=gaussian", "method.num_warmup=20", "method.num_draws=40", "method.init=prior",
              "progress=false", "plots.n_coords=0", "device.compile=never"]
 FAULTY_METHOD = '''
-"""Random-walk Metropolis whose kernel raises RuntimeError (an internal fault) after 30 steps on 3-d targets."""
+"""Random-walk Metropolis with internal faults (RuntimeError): its kernel's after 30 steps on 3-d targets, its
+check's before the run on 4-d ones."""
 from bayesx.kernels import rwm
 from bayesx.methods.mcmc.rwm import RWM
 
@@ -63,6 +64,11 @@ class FaultyRWM(RWM):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.kernel = FaultyKernel()
+
+    def check(self, target, n_chains):
+        if target.dim == 4:
+            raise RuntimeError("a fault before the run")
+        super().check(target, n_chains)
 '''
 
 
@@ -86,8 +92,9 @@ def newest_parent(uri: str):
     return max(parents, key=lambda r: r.info.start_time)
 
 
-def check_failed_sweep(uri: str, parent):
-    """The parent FAILED, naming its one failed job (the 3-d one) and not the one that finished."""
+def check_failed_sweep(uri: str, parent, before_the_run: str = ""):
+    """The parent FAILED, naming its job that failed mid-sampling (the 3-d one), and first the one that failed
+    ``before_the_run`` where there was one, and not the one that finished."""
     client = MlflowClient(tracking_uri=uri)
     children = [r for r in all_runs(uri) if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     failed = [r for r in children if r.info.status == "FAILED"]
@@ -102,7 +109,10 @@ def check_failed_sweep(uri: str, parent):
     trace = Path(client.download_artifacts(bad.info.run_id, FAULT_FILE)).read_text()
     assert "Traceback" in trace and "faulty_method.py" in trace and "RuntimeError" in trace
     note = parent.data.tags[DESCRIPTION_TAG]
-    assert note.startswith(f"Failed jobs (1): {bad.info.run_name} (FAILED, run {bad.info.run_id[:8]}): "), note
+    unrecorded = f"{before_the_run} (REJECTED): method=rwm stopped on an internal error, RuntimeError: a fault " \
+                 "before the run; its traceback is " if before_the_run else ""
+    assert note.startswith(f"Failed jobs ({2 if before_the_run else 1}): {unrecorded}"), note
+    assert f"{bad.info.run_name} (FAILED, run {bad.info.run_id[:8]}): " in note, note
     assert "RuntimeError: index 7 is out of bounds" in note and finished[0].info.run_id[:8] not in note
 
 
@@ -132,15 +142,19 @@ def test_a_run_stopped_by_an_internal_error_is_one_line_and_failed_with_its_trac
 
 
 def test_a_sweep_whose_job_fails_mid_sampling_ends_its_parent_failed_naming_the_job(store, faulty_method):
-    """The basic launcher (jobs in this process): the sweep goes on to its other job, which finishes; the
-    parent ends FAILED (it had stayed RUNNING), the failed job named in its description; exit 1."""
+    """The basic launcher (jobs in this process): one job fails mid-sampling, one before its run was recorded
+    (its traceback is kept in its output folder); the sweep goes on to the job that finishes; the parent ends
+    FAILED (it had stayed RUNNING), both failed jobs named in its description; one line each, exit 1."""
     _, uri = store
-    code, out, err = call(["run", "-m", *SMALL_RWM, faulty_method, "model.dim=2,3"])
+    code, out, err = call(["run", "-m", *SMALL_RWM, faulty_method, "model.dim=2,3,4"])
     assert code == 1 and "Traceback" not in err + out, err
     errors = [ln for ln in err.splitlines() if ln.startswith("bayesx: error: ")]
-    assert len(errors) == 2 and "RuntimeError: index 7 is out of bounds" in errors[0], errors
-    assert errors[1].startswith("bayesx: error: the sweep ended FAILED")
-    check_failed_sweep(uri, newest_parent(uri))
+    assert len(errors) == 3 and "RuntimeError: index 7 is out of bounds" in errors[0], errors
+    assert "RuntimeError: a fault before the run; its traceback is " in errors[1], errors
+    kept = Path(errors[1].split("its traceback is ")[1].split(" (a fault")[0])
+    assert kept.name == "traceback.txt" and "a fault before the run" in kept.read_text()
+    assert errors[2].startswith("bayesx: error: the sweep ended FAILED")
+    check_failed_sweep(uri, newest_parent(uri), before_the_run="model.dim=4")
 
 
 @pytest.mark.slow
@@ -156,7 +170,7 @@ def test_a_sweep_of_parallel_processes_whose_job_fails_ends_its_parent_failed(tm
     parent = newest_parent(uri)
     check_failed_sweep(uri, parent)
     pids = {r.data.tags["pid"] for r in all_runs(uri) if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
-    assert str(proc.pid) not in pids  # the jobs ran in worker processes
+    assert parent.data.tags["pid"] not in pids  # the jobs ran in worker processes, not the sweeping one
 
 
 def dead_pid() -> str:
@@ -280,18 +294,26 @@ def ui_lists_runs(argv: list[str], port: int, env: dict, cwd: Path) -> list[dict
             proc.wait()
 
 
-def test_a_read_only_store_refuses_runs_in_one_line_and_compare_and_ui_read_it(tmp_path):
+def laplace_job(database: Path, artifacts: Path) -> tuple[str, dict[str, str], list[str]]:
+    """A quick run's tracking URI, environment and overrides, with its store and artifact folder given."""
+    uri = f"sqlite:///{database}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "BAYESX_COMPILE": "never", "PYTHONPATH": str(ROOT)}
+    job = ["method=laplace", "model=gaussian", "model.dim=2", "progress=false", "plots.n_coords=0",
+           f"tracking.artifact_root={artifacts}"]
+    return uri, env, job
+
+
+def test_a_read_only_store_refuses_runs_in_one_line_and_compare_and_ui_read_it(tmp_path, monkeypatch):
     """The store's folder read-only (a read-only file system for root): `bayesx run` is one line, exit 2,
     and records nothing; `bayesx compare` and `bayesx ui` show the run the store holds. Control: the run
     that made the store finished while its folder was writable."""
     folder, work = tmp_path / "store", tmp_path / "work"
     folder.mkdir(), work.mkdir()
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "BAYESX_COMPILE": "never", "PYTHONPATH": str(ROOT)}
-    job = ["method=laplace", "model=gaussian", "model.dim=2", "progress=false", "plots.n_coords=0",
-           f"tracking.artifact_root={folder / 'artifacts'}"]
-    made = subprocess.run(bayesx("run", *job), cwd=work, env=env, capture_output=True, text=True, timeout=600)
-    assert made.returncode == 0, made.stderr[-3000:]
+    uri, env, job = laplace_job(folder / "mlflow.db", folder / "artifacts")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    code, _, err = call(["run", *job])
+    assert code == 0, err
     (finished,) = all_runs(uri)
     before = sorted(p.name for p in folder.iterdir())
     try:
@@ -320,10 +342,7 @@ def test_a_read_only_artifact_folder_refuses_the_run_in_one_line(tmp_path):
     no run left RUNNING or FAILED."""
     artifacts, work = tmp_path / "artifacts", tmp_path / "work"
     artifacts.mkdir(), work.mkdir()
-    uri = f"sqlite:///{work / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "BAYESX_COMPILE": "never", "PYTHONPATH": str(ROOT)}
-    job = ["method=laplace", "model=gaussian", "model.dim=2", "progress=false", "plots.n_coords=0",
-           f"tracking.artifact_root={artifacts}"]
+    uri, env, job = laplace_job(work / "mlflow.db", artifacts)
     try:
         refused = subprocess.run(read_only([artifacts], bayesx("run", *job)), cwd=work, env=env,
                                  capture_output=True, text=True, timeout=600)
