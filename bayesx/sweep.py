@@ -31,10 +31,18 @@ def _tracker(config: DictConfig):
 
 class SweepParentRun(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from bayesx.errors import BayesxError
+
         overrides = " ".join(config.hydra.overrides.task)
-        tracker = _tracker(config)
-        run_id = tracker.start_parent(f"sweep {overrides}"[:250], {"sweep_overrides": overrides, "sweep": "parent",
-                                                                  "sweep_dir": str(config.hydra.sweep.dir)})
+        try:
+            tracker = _tracker(config)
+            run_id = tracker.start_parent(f"sweep {overrides}"[:250], {"sweep_overrides": overrides,
+                                                                      "sweep": "parent",
+                                                                      "sweep_dir": str(config.hydra.sweep.dir)})
+        except BayesxError as exc:  # a store that cannot record the sweep: no job runs (Hydra would only warn
+            from bayesx.cli import fail  # of an Exception here and launch every job into the same error)
+
+            fail(str(exc))
         os.environ[PARENT_ENV] = run_id
         outcome.clear()
         outcome["parent_run_id"] = run_id

@@ -14,6 +14,16 @@ every run records its host and process id and refreshes a heartbeat tag from a b
 :func:`dead_runs` finds RUNNING runs whose process is gone (same host, pid not alive) or whose
 heartbeat is stale (any host), and :func:`mark_killed` ends them KILLED. A run whose process is
 alive on this host is never touched.
+
+Failures are one line and recorded: a run stopped by an exception that is not a user error (a bug in bayesx
+or in a method's code) ends FAILED with :func:`fault_line` as its ``error`` tag and its traceback saved as
+its file ``traceback.txt`` (printed too with ``BAYESX_DEBUG=1``). A sweep's parent ends FAILED when any job
+failed, before or after recording its run, and names the failed jobs in its description
+(:func:`failed_jobs_note`, one paragraph of ``mlflow.note.content``; the others are left as they are).
+A tracking URI with a scheme MLflow cannot open, or a SQLite store or local artifact folder that cannot be
+written (a read-only file system, a folder without write permission), is refused in one line before a run
+opens; the commands that only read (compare, report, ui) read a read-only SQLite store from a consistent
+copy (:func:`snapshot`).
 """
 
 from __future__ import annotations
@@ -700,8 +710,8 @@ def _search_runs(uri: str, experiment: str | None, shown: str) -> pd.DataFrame:
 
 
 def ui_command(uri: str, host: str, port: int, artifact_root: str | None) -> list[str]:
-    """The command line that serves the MLflow UI on ``uri`` (a SQLite store this process cannot write: read
-    only, :func:`read_only_uri`)."""
+    """The command line that serves the MLflow UI on ``uri`` (a SQLite store this process cannot write: a copy
+    of it, :func:`snapshot`, since MLflow's server cannot open a WAL database in a folder it cannot write)."""
     check_scheme(uri)
     path = sqlite_path(uri)
     if path is not None and path.is_file() and unwritable_reason(path):

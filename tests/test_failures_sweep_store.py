@@ -213,9 +213,11 @@ def test_runs_clean_ends_a_dead_sweep_whose_job_failed_failed_and_one_whose_job_
 
 # --- case 3: store and cache faults ------------------------------------------------------------------
 def test_an_unknown_uri_scheme_is_one_line_naming_the_schemes(tmp_path, monkeypatch):
+    """`MLFLOW_TRACKING_URI=foo://bar`: one line, exit 2, for a run, a sweep (no job is launched), compare and
+    runs clean; nothing is written."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "foo://bar")
-    for argv in (["run", *SMALL_RWM], ["compare"], ["runs", "clean"]):
+    for argv in (["run", *SMALL_RWM], ["run", "-m", *SMALL_RWM, "seed=0,1"], ["compare"], ["runs", "clean"]):
         code, out, err = call(argv)
         line = error_line(err)
         assert code == 2 and "'foo://bar'" in line and "scheme 'foo'" in line, line
