@@ -91,14 +91,14 @@ def _task(cfg) -> float | None:
             sweep.abort_parent(cfg, "KILLED")
         raise SystemExit(EXIT_INTERRUPTED)
     except Exception as exc:  # a fault of bayesx before a run was recorded (one inside a run is a BayesxError)
-        from bayesx.tracking import FAULT_FILE, fault_line, traceback_text
+        from bayesx.tracking import DEBUG_ENV, FAULT_FILE, fault_line, traceback_text
 
         kept = Path(hydra_cfg.runtime.output_dir) / FAULT_FILE
         try:
             kept.write_text(traceback_text(exc))
             error = fault_line(exc, choices.get("method", "?"), f"its traceback is {kept}")
         except OSError:
-            error = fault_line(exc, choices.get("method", "?"), "rerun with BAYESX_DEBUG=1 to print its traceback")
+            error = fault_line(exc, choices.get("method", "?"), f"rerun with {DEBUG_ENV}=1 to print its traceback")
         print(f"bayesx: error: {error}", file=sys.stderr)
         if not multirun:
             raise SystemExit(EXIT_RUN_FAILED) from None
