@@ -37,7 +37,7 @@ COMMANDS = {
     "compare": "table of recorded runs with their key metrics (--experiment, --sort, --format json|csv|markdown)",
     "server": "start an MLflow tracking server on PostgreSQL (a cluster it owns in --dir, or --backend-uri)",
     "report": "markdown table (and plot) of one sweep's runs from the store, published numbers beside (--parent, --out)",
-    "runs": "runs clean: mark RUNNING runs whose process is gone (or whose heartbeat is stale) KILLED",
+    "runs": "runs clean: mark RUNNING runs whose process is gone (or heartbeat stale) KILLED; a sweep with a failed job FAILED",
     "data": "list the data sets (data list) or download one (data fetch NAME)",
 }
 
