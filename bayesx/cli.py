@@ -37,7 +37,7 @@ COMMANDS = {
     "compare": "table of recorded runs with their key metrics (--experiment, --sort, --format json|csv|markdown)",
     "server": "start an MLflow tracking server on PostgreSQL (a cluster it owns in --dir, or --backend-uri)",
     "report": "markdown table (and plot) of one sweep's runs from the store, published numbers beside (--parent, --out)",
-    "runs": "runs clean: mark RUNNING runs whose process is gone (or whose heartbeat is stale) KILLED",
+    "runs": "runs clean: mark RUNNING runs whose process is gone (or heartbeat stale) KILLED; a sweep with a failed job FAILED",
     "data": "list the data sets (data list) or download one (data fetch NAME)",
 }
 
@@ -90,9 +90,20 @@ def _task(cfg) -> float | None:
         if multirun:
             sweep.abort_parent(cfg, "KILLED")
         raise SystemExit(EXIT_INTERRUPTED)
-    except Exception as exc:  # a fault of bayesx: its traceback follows; the run is recorded FAILED
-        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        raise
+    except Exception as exc:  # a fault of bayesx before a run was recorded (one inside a run is a BayesxError)
+        from bayesx.tracking import DEBUG_ENV, FAULT_FILE, fault_line, traceback_text
+
+        kept = Path(hydra_cfg.runtime.output_dir) / FAULT_FILE
+        try:
+            kept.write_text(traceback_text(exc))
+            error = fault_line(exc, choices.get("method", "?"), f"its traceback is {kept}")
+        except OSError:
+            error = fault_line(exc, choices.get("method", "?"), f"rerun with {DEBUG_ENV}=1 to print its traceback")
+        print(f"bayesx: error: {error}", file=sys.stderr)
+        if not multirun:
+            raise SystemExit(EXIT_RUN_FAILED) from None
+        sweep.outcome["failed"] = "yes"
+        return float("nan") if objective else None
     finally:
         if as_json or multirun:
             _report_run(opened, error, multirun, parent)
@@ -185,6 +196,9 @@ def cmd_run(args: list[str]) -> int:
     with run_output.json_stdout() if as_json else contextlib.nullcontext():
         try:
             main_fn()
+        except BaseException as exc:  # an error that escaped the sweep's jobs must not leave its parent RUNNING
+            sweep.close_open_parent(interrupted=isinstance(exc, (KeyboardInterrupt, RunInterrupted)))
+            raise
         finally:
             jobs = _sweep_jobs(sweep.outcome, as_json)
     failed_jobs = [j for j in jobs if j.get("status") != "FINISHED"]
@@ -347,10 +361,11 @@ def clean_dead_runs(uri: str, runs, stale_after_s: float, dry_run: bool = False)
     dead = dead_runs(runs, stale_after_s)
     verb = "would mark" if dry_run else "marked"
     for run in dead:
-        print(f"{verb} run {run.run_id[:8]} ({run.run_name}) KILLED: {run.reason}")
+        print(f"{verb} run {run.run_id[:8]} ({run.run_name}) {run.status}: {run.reason}")
     if not dry_run and dead:
         mark_killed(uri, dead)
-        runs.loc[runs["run_id"].isin([d.run_id for d in dead]), "status"] = "KILLED"
+        for run in dead:
+            runs.loc[runs["run_id"] == run.run_id, "status"] = run.status
     return len(dead)
 
 
@@ -371,7 +386,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     """The runs as a table on standard output: aligned for a terminal (the default, with its notes), or as
     json, csv or markdown (whole run ids in json and csv), the notes then on standard error."""
     from bayesx.compare import ESS_PER_CHAIN, ID_CHARS, compare_table, render
-    from bayesx.tracking import search_runs
+    from bayesx.tracking import search_runs, store_writable
 
     notes = sys.stdout if ns.format == "table" else sys.stderr  # stdout holds nothing but the table
     if ns.limit is not None and ns.limit < 1:
@@ -383,7 +398,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     uri = ns.uri or str(tracking.uri)
     runs = search_runs(uri, ns.experiment)  # read once: cleaned, then tabulated
     with contextlib.redirect_stdout(notes):
-        clean_dead_runs(uri, runs, float(tracking.stale_after_s))
+        clean_dead_runs(uri, runs, float(tracking.stale_after_s), dry_run=not store_writable(uri))  # read-only: say
     table = compare_table(runs, ns.sort, ns.ascending, None if ns.format in ("json", "csv") else ID_CHARS)
     if table.empty:
         print(f"no runs recorded in {uri}" + (f" under experiment '{ns.experiment}'" if ns.experiment else ""),

@@ -23,8 +23,10 @@ the wall time of the run that asked for it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -38,6 +40,7 @@ from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.record import Artifact, RunRecord, RunStart, Summary
 from bayesx.run_settings import ReferenceSettings
+from bayesx.tracking import ERROR_TAG
 
 ROLE_TAG, KEY_TAG, USED_TAG = "role", "reference_key", "reference_run_id"
 FOLDER, FILE = "reference", "moments.npz"
@@ -52,6 +55,7 @@ class Reference:
     ess_bulk_min: float
     run_id: str
     seconds: float  # spent by this process computing and recording it: 0 when reused from the store
+    not_cached: str | None = None  # why it could not be saved in the store (then later runs compute it again)
 
     @property
     def computed_now(self) -> bool:
@@ -116,10 +120,28 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
         np.savez(path, mean=mean, sd=sd, ess_bulk_min=diagnostics["ess_bulk_min"])
         metrics = {**{k: float(v) for k, v in diagnostics.items()}, **result.timings,
                    "wall_time_s": time.perf_counter() - start}
-        run.store(RunRecord("FINISHED", metrics, tags=dict(result.tags), artifacts=(Artifact(path, FOLDER),),
-                            summary=Summary(compared=("ess_bulk_min", "rhat_max", "wall_time_s"))))
+        not_cached = _store(run, RunRecord("FINISHED", metrics, tags=dict(result.tags),
+                                           artifacts=(Artifact(path, FOLDER),),
+                                           summary=Summary(compared=("ess_bulk_min", "rhat_max", "wall_time_s"))))
         run_id = run.run_id
-    return Reference(mean, sd, float(diagnostics["ess_bulk_min"]), run_id, time.perf_counter() - start)
+    return Reference(mean, sd, float(diagnostics["ess_bulk_min"]), run_id, time.perf_counter() - start, not_cached)
+
+
+def _store(run, record: RunRecord) -> str | None:
+    """Record the reference run; a store that refuses (its files cannot be written, say) is a warning, not the
+    failure of the run that asked for the reference: that run uses the moments computed here, and the
+    reference run ends FAILED, so that no later run takes it for a cached reference. Returns why, or None."""
+    try:
+        run.store(record)
+        return None
+    except Exception as exc:  # noqa: BLE001 - any refusal of the store; interrupts are BaseExceptions and pass
+        why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        print(f"bayesx: warning: the reference posterior could not be saved in the store ({why}); this run uses "
+              f"it, and later runs of this posterior will compute it again", file=sys.stderr)
+        run.status = "FAILED"
+        with contextlib.suppress(Exception):
+            run.set_tags({ERROR_TAG: f"its moments could not be saved in the store: {why}"})
+        return why
 
 
 def posterior_error(draws: np.ndarray, reference: Reference) -> dict[str, float]:
@@ -132,6 +154,9 @@ def posterior_error(draws: np.ndarray, reference: Reference) -> dict[str, float]
 
 def remark(reference: Reference) -> str:
     """The summary's sentence on where the reference came from."""
+    if reference.not_cached:
+        return (f"reference posterior: NUTS run {reference.run_id[:8]} computed now in {reference.seconds:.1f} s, "
+                f"not saved in the store ({reference.not_cached}), so later runs compute it again")
     if reference.computed_now:
         return (f"reference posterior: NUTS run {reference.run_id[:8]} computed now in {reference.seconds:.1f} s "
                 "(its own run; not in this run's wall_time_s)")

@@ -2,8 +2,11 @@
 
 The parent is opened in ``on_multirun_start`` and its id passed to the jobs through the
 environment (so launchers that start new processes see it too). ``on_multirun_end`` closes it
-FAILED if any child failed or a job was refused before it recorded a run (each job leaves its outcome
-in its output folder, bayesx.run_output), KILLED if one was interrupted, else FINISHED.
+FAILED if any child failed or a job failed before it recorded a run (each job leaves its outcome
+in its output folder, bayesx.run_output), KILLED if one was interrupted, else FINISHED; the failed
+jobs are named in the parent's description (bayesx.tracking.failed_jobs_note). A sweep stopped by an
+error that escaped its jobs (the launcher's, or an internal one before a job recorded its run) is
+closed FAILED by :func:`close_open_parent`, so that no parent is left RUNNING.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from bayesx.run_output import REJECTED, sweep_objects
 
 PARENT_ENV = "BAYESX_PARENT_RUN_ID"
 outcome: dict[str, str] = {}
+_open: dict[str, DictConfig] = {}  # the config of the sweep whose parent is open in this process
 
 
 def _tracker(config: DictConfig):
@@ -27,26 +31,55 @@ def _tracker(config: DictConfig):
 
 class SweepParentRun(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from bayesx.errors import BayesxError
+
         overrides = " ".join(config.hydra.overrides.task)
-        tracker = _tracker(config)
-        run_id = tracker.start_parent(f"sweep {overrides}"[:250], {"sweep_overrides": overrides, "sweep": "parent",
-                                                                  "sweep_dir": str(config.hydra.sweep.dir)})
+        try:
+            tracker = _tracker(config)
+            run_id = tracker.start_parent(f"sweep {overrides}"[:250], {"sweep_overrides": overrides,
+                                                                      "sweep": "parent",
+                                                                      "sweep_dir": str(config.hydra.sweep.dir)})
+        except BayesxError as exc:  # a store that cannot record the sweep: no job runs (Hydra would only warn
+            from bayesx.cli import fail  # of an Exception here and launch every job into the same error)
+
+            fail(str(exc))
         os.environ[PARENT_ENV] = run_id
         outcome.clear()
         outcome["parent_run_id"] = run_id
         outcome["sweep_dir"] = str(config.hydra.sweep.dir)  # where the jobs leave their --json objects
+        _open["config"] = config
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        run_id = os.environ.pop(PARENT_ENV, None)
-        if run_id:
-            tracker = _tracker(config)
-            rejected = [job for job in sweep_objects(config.hydra.sweep.dir, run_id) if job["status"] == REJECTED]
-            if outcome.get("failed") or rejected:  # a job failed before it recorded a run (in this process or
-                # another, which left its outcome in its folder): the sweep still failed
-                tracker.terminate(run_id, "FAILED")
-                outcome["status"] = "FAILED"
-            else:
-                outcome["status"] = tracker.end_parent(run_id)
+        _end_parent(config, failed=bool(outcome.get("failed")))
+
+
+def _end_parent(config: DictConfig, failed: bool) -> None:
+    """End the open parent with its jobs' outcomes (``failed``: the sweep failed whatever they say)."""
+    from bayesx.tracking import FailedJob
+
+    run_id = os.environ.pop(PARENT_ENV, None)
+    _open.pop("config", None)
+    if not run_id:
+        return
+    jobs = sweep_objects(config.hydra.sweep.dir, run_id)
+    shared = set.intersection(*(set(job.get("overrides") or []) for job in jobs)) if len(jobs) > 1 else set()
+    unrecorded = [FailedJob(" ".join(o for o in job.get("overrides") or [] if o not in shared)
+                            or f"job {job.get('job')}", REJECTED, str(job.get("error") or "no error recorded"))
+                  for job in jobs if job["status"] == REJECTED]
+    outcome["status"] = _tracker(config).end_parent(run_id, unrecorded, failed)
+
+
+def close_open_parent(interrupted: bool = False) -> None:
+    """After a sweep stopped on an error that escaped its jobs (Hydra then skips ``on_multirun_end``): its
+    parent, if still open, ends FAILED with the failed jobs it knows of named (KILLED if ``interrupted``)."""
+    config = _open.get("config")
+    if config is None or not os.environ.get(PARENT_ENV):
+        return
+    if interrupted:
+        abort_parent(config, "KILLED")
+    else:
+        outcome["failed"] = "yes"
+        _end_parent(config, failed=True)
 
 
 def objective_value(metrics: dict[str, float], objective: str) -> float:
@@ -62,6 +95,7 @@ def objective_value(metrics: dict[str, float], objective: str) -> float:
 def abort_parent(config: DictConfig | None, status: str) -> None:
     """Close a still-open parent run (the sweep was interrupted or a job stopped it)."""
     run_id = os.environ.pop(PARENT_ENV, None)
+    _open.pop("config", None)
     if run_id and config is not None:
         _tracker(config).terminate(run_id, status)
         outcome["status"] = status

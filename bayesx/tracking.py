@@ -14,19 +14,34 @@ every run records its host and process id and refreshes a heartbeat tag from a b
 :func:`dead_runs` finds RUNNING runs whose process is gone (same host, pid not alive) or whose
 heartbeat is stale (any host), and :func:`mark_killed` ends them KILLED. A run whose process is
 alive on this host is never touched.
+
+Failures are one line and recorded: a run stopped by an exception that is not a user error (a bug in bayesx
+or in a method's code) ends FAILED with :func:`fault_line` as its ``error`` tag and its traceback saved as
+its file ``traceback.txt`` (printed too with ``BAYESX_DEBUG=1``). A sweep's parent ends FAILED when any job
+failed, before or after recording its run, and names the failed jobs in its description
+(:func:`failed_jobs_note`, one paragraph of ``mlflow.note.content``; the others are left as they are).
+A tracking URI with a scheme MLflow cannot open, or a SQLite store or local artifact folder that cannot be
+written (a read-only file system, a folder without write permission), is refused in one line before a run
+opens; the commands that only read (compare, report, ui) read a read-only SQLite store from a consistent
+copy (:func:`snapshot`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import json
 import logging
 import os
+import shutil
 import socket
 import sqlite3
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +64,14 @@ HOST_TAG, PID_TAG, HEARTBEAT_TAG = "host", "pid", "heartbeat"  # heartbeat: unix
 SLURM_JOB_TAG = "slurm_job_id"  # the Slurm job a run ran in (a resumed run: the last one)
 COMPARE_TAG = "compare_metrics"  # each run names its key metrics for `bayesx compare` (its family's choice)
 WARNINGS_TAG, NOTES_TAG, ERROR_TAG = "health_warnings", "evaluation_notes", "error"
+DESCRIPTION_TAG = "mlflow.note.content"  # a run's description, as MLflow's UI shows and edits it
+UNRECORDED_FAILURES_TAG = "sweep_unrecorded_failures"  # a sweep parent's jobs that failed before recording a run
+FAULT_FILE = "traceback.txt"  # a run stopped by an internal error keeps its traceback here
+DEBUG_ENV = "BAYESX_DEBUG"  # "1": an internal error's traceback is printed too, not only saved with the run
 CONFIG_FILE = "config.yaml"
 IDENTITY_TAGS = ("method", "model", "data", "family", "seed", "n_chains", "device", "dtype")  # what a run ran
 MAX_PARAM_LENGTH = 6000
+MAX_TAG_LENGTH = 8000  # MLflow's limit on a tag's value (a description is a tag)
 
 
 def is_local_store(uri: str) -> bool:
@@ -80,11 +100,99 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     check_credentials(uri)  # a wrong password is one line here, not a failure after the run
 
 
+SCHEMES = {"sqlite": "sqlite:///PATH (a file)", "file": "a folder or file:///PATH",
+           "http": "http(s)://HOST:PORT (an MLflow server)", "https": "", "postgresql": "postgresql://, mysql:// or "
+           "mssql:// (a database)", "mysql": "", "mssql": "", "databricks": "", "databricks-uc": "", "uc": ""}
+"""The tracking URI schemes MLflow can open; those with a text are the ones bayesx documents."""
+
+
+def check_scheme(uri: str) -> None:
+    """One line for a tracking URI whose scheme MLflow cannot open (``foo://bar``), naming those it can."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else "file"
+    if scheme not in SCHEMES:
+        known = ", ".join(text for text in SCHEMES.values() if text)
+        raise BayesxError(f"the tracking URI '{uri}' has the scheme '{scheme}', which MLflow cannot open; use "
+                          f"{known}, in tracking.uri or MLFLOW_TRACKING_URI")
+
+
+def traceback_text(exc: BaseException) -> str:
+    """An internal error's traceback, to keep with what it stopped; printed too with ``BAYESX_DEBUG=1``."""
+    text = "".join(traceback.format_exception(exc))
+    if os.environ.get(DEBUG_ENV) == "1":
+        print(text, file=sys.stderr, end="")
+    return text
+
+
+def fault_line(exc: BaseException, method: str, where: str) -> str:
+    """The one line for an exception that is not a user error (a bug in bayesx or in a method's code): the
+    method, the exception's type and first line, and ``where`` its traceback was kept."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
+    return (f"method={method} stopped on an internal error, {type(exc).__name__}: {message}; {where} (a fault of "
+            f"bayesx or of the method's code, not of your input: please report it)")
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a ``sqlite:///path`` URI (relative paths are relative to the cwd)."""
     if not uri.startswith("sqlite:///"):
         return None
     return Path(uri[len("sqlite:///"):])
+
+
+def unwritable_reason(path: Path) -> str | None:
+    """Why this process cannot write the file ``path`` or create files beside it (a SQLite store's lock,
+    journal and shared memory; an artifact folder's files), or None when it can. ``path`` need not exist:
+    its nearest existing folder decides. A read-only mount refuses everyone, root included."""
+    path = path.resolve()
+    folder = path if path.is_dir() else path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    with contextlib.suppress(OSError):
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return f"{folder} is on a read-only file system"
+    if not os.access(folder, os.W_OK):
+        return f"the folder {folder} is not writable by this user"
+    if path.is_file() and not os.access(path, os.W_OK):
+        return f"the file {path} is read-only"
+    return None
+
+
+def store_writable(uri: str) -> bool:
+    """Whether runs can be written to ``uri`` as far as this machine can tell (a SQLite file's folder and
+    file; a server or database is taken as writable, and says otherwise when written to)."""
+    path = sqlite_path(uri)
+    return path is None or unwritable_reason(path) is None
+
+
+def check_writable(uri: str, doing: str) -> None:
+    """One line when a SQLite store cannot be written (``doing``: what needed to write, e.g. 'record runs')."""
+    path = sqlite_path(uri)
+    reason = unwritable_reason(path) if path is not None else None
+    if reason:
+        raise BayesxError(f"cannot {doing} in the MLflow store '{path}': {reason}; point tracking.uri (or "
+                          f"MLFLOW_TRACKING_URI) at a writable place, e.g. sqlite:///$HOME/mlflow.db "
+                          f"(bayesx compare, report and ui only read it)")
+
+
+def snapshot(path: Path, into: Path) -> Path:
+    """A copy, in the folder ``into``, of the SQLite store ``path`` that this process cannot write, for the
+    commands that only read (compare, report, ui). A WAL database (bayesx's) cannot be opened in place in a
+    folder nobody can write (SQLite wants to create its shared-memory file), and MLflow's engine would try
+    to create folders for a ``file:`` URI; SQLite's backup reads it read-only (``immutable`` where no writer
+    has it open) into a consistent copy."""
+    copy = into / path.name
+    last: sqlite3.Error | None = None
+    for mode in ("mode=ro", "immutable=1"):
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?{mode}", uri=True, timeout=60)) as src, \
+                    contextlib.closing(sqlite3.connect(copy)) as dst:
+                src.backup(dst)
+            return copy
+        except sqlite3.Error as exc:
+            last = exc
+            copy.unlink(missing_ok=True)
+    raise BayesxError(f"cannot read the MLflow store '{path}' ({last}); check tracking.uri")
 
 
 STORE_LOCK_TIMEOUT_S = 300
@@ -125,6 +233,7 @@ class TrackedRun:
     def __init__(self, client: MlflowClient, run_id: str):
         self.client, self.run_id = client, run_id
         self.status = "FINISHED"  # what the run ends as when its block exits normally (see ``store``)
+        self.error: str | None = None  # the error its record stored, if any
 
     def log_params(self, params: dict[str, object]) -> None:
         items = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items()]
@@ -169,7 +278,7 @@ class TrackedRun:
         if summary.remarks:
             tags[NOTES_TAG] = " | ".join(summary.remarks)
         if record.error:
-            tags[ERROR_TAG] = record.error
+            tags[ERROR_TAG] = self.error = record.error
         self.set_tags(tags)
         for folder in record.discard:
             self.delete_artifacts(folder)
@@ -249,15 +358,82 @@ def dead_reason(tags: dict[str, str], start_time_ms: int, now: float, stale_afte
     return None
 
 
+# --- a sweep parent's failed jobs, named in its description ---------------------------------------
+FAILED_JOBS_HEAD = "Failed jobs"  # the paragraph of a parent's description that names them starts so
+ERROR_SHOWN = 300  # characters of each failed job's error in that paragraph
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """One failed job of a sweep: what to call it (its overrides, or its run's name), how it ended (FAILED: a
+    recorded run; REJECTED: refused before it recorded one) and its error line."""
+
+    name: str
+    status: str
+    error: str
+    run_id: str | None = None
+
+
+def failed_jobs_note(jobs: Sequence[FailedJob]) -> str:
+    """The paragraph of a sweep parent's description that names its failed jobs ('' when none failed):
+    ``Failed jobs (2): seed=1 (FAILED, run 1a2b3c4d): <error>; seed=3 (REJECTED): <error>``."""
+    if not jobs:
+        return ""
+    named = []
+    for job in jobs:
+        where = f"{job.status}, run {job.run_id[:8]}" if job.run_id else job.status
+        error = job.error if len(job.error) <= ERROR_SHOWN else job.error[:ERROR_SHOWN - 3] + "..."
+        named.append(f"{job.name} ({where}): {error}")
+    return f"{FAILED_JOBS_HEAD} ({len(jobs)}): " + "; ".join(named)
+
+
+def failed_child(run) -> FailedJob:
+    """A sweep's child run that ended FAILED, as its description names it."""
+    return FailedJob(run.info.run_name or run.info.run_id[:8], run.info.status,
+                     run.data.tags.get(ERROR_TAG) or "no error recorded (see the job's output)", run.info.run_id)
+
+
+def sweep_failures(client: MlflowClient, parent_id: str) -> tuple[list, list[FailedJob]]:
+    """A sweep parent's child runs and its failed jobs: those that failed before recording a run (kept in
+    the parent's tags), then its FAILED children in the order they started."""
+    parent = retry_locked(client.get_run, parent_id)
+    children = retry_locked(client.search_runs, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'",
+                            order_by=["attributes.start_time ASC"])
+    failed = [failed_child(c) for c in children if c.info.status == "FAILED"]
+    return children, unrecorded_failures(parent.data.tags) + failed
+
+
+def unrecorded_failures(tags: dict[str, str]) -> list[FailedJob]:
+    """The failed jobs that recorded no run, as the parent's tag keeps them (:meth:`Tracker.end_parent`)."""
+    with contextlib.suppress(ValueError, TypeError):
+        return [FailedJob(**job) for job in json.loads(tags.get(UNRECORDED_FAILURES_TAG) or "[]")]
+    return []
+
+
+def set_description_part(client: MlflowClient, run_id: str, head: str, paragraph: str) -> None:
+    """Put ``paragraph`` in the run's description in place of its paragraph that starts with ``head``
+    (removed when ``paragraph`` is empty); the description's other paragraphs (blank-line separated, e.g.
+    another part's summary, or what a user wrote in the UI) stay as they are."""
+    current = retry_locked(client.get_run, run_id).data.tags.get(DESCRIPTION_TAG, "")
+    parts = [part for part in current.split("\n\n") if part.strip() and not part.startswith(head)]
+    if paragraph:
+        parts.append(paragraph)
+    text = "\n\n".join(parts)[:MAX_TAG_LENGTH]
+    if text != current:
+        retry_locked(client.set_tag, run_id, DESCRIPTION_TAG, text)
+
+
 class Tracker:
     """One tracking store and experiment."""
 
     def __init__(self, uri: str, experiment_name: str, artifact_root: str | None = None,
                  heartbeat_s: float = 30.0):
         self.uri, self.heartbeat_s, self.experiment_name = uri, heartbeat_s, experiment_name
+        check_scheme(uri)
         path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
             raise BayesxError(f"the folder of the MLflow database '{path}' does not exist; create it or set tracking.uri")
+        check_writable(uri, "record runs")
         check_reachable(uri)
         if path is None:
             self.client = MlflowClient(tracking_uri=uri)
@@ -271,6 +447,26 @@ class Tracker:
         except Timeout:
             raise BayesxError(f"another process has held the lock on the MLflow store '{path}' for "
                               f"{STORE_LOCK_TIMEOUT_S} s; if none is running, delete {path}.lock") from None
+        except OSError as exc:  # a refusal the checks above did not foresee (a lock file left read-only, say)
+            raise BayesxError(f"cannot record runs in the MLflow store '{path}': {exc.strerror or exc} "
+                              f"({exc.filename or path}); point tracking.uri at a writable place") from None
+        self._check_artifact_location()
+
+    def _check_artifact_location(self) -> None:
+        """One line, before a run opens, when the experiment's artifact folder (a local one) cannot be written:
+        every run stores its config and files there."""
+        from urllib.parse import unquote, urlsplit
+
+        location = retry_locked(self.client.get_experiment, self.experiment_id).artifact_location or ""
+        parts = urlsplit(location)
+        if parts.scheme not in ("", "file"):
+            return
+        folder = Path(unquote(parts.path))
+        reason = unwritable_reason(folder)
+        if reason:
+            raise BayesxError(f"cannot store the runs' files in '{folder}', experiment '{self.experiment_name}''s "
+                              f"artifact folder: {reason}; make it writable, or use another experiment_name with a "
+                              f"writable tracking.artifact_root")
 
     def _experiment(self, name: str, artifact_root: str | None) -> str:
         try:
@@ -349,6 +545,14 @@ class Tracker:
         except (KeyboardInterrupt, RunInterrupted):
             status = "KILLED"
             raise
+        except BayesxError as exc:
+            status = "FAILED"
+            if tracked.error is None:  # raised in the block rather than stored with a record
+                self._tag_error(tracked, str(exc))
+            raise
+        except Exception as exc:  # a fault inside bayesx or a method's code: one line, its traceback kept
+            status = "FAILED"
+            raise self._record_fault(tracked, start, exc) from exc
         except BaseException:
             status = "FAILED"
             raise
@@ -356,6 +560,24 @@ class Tracker:
             retry_locked(self.client.set_terminated, tracked.run_id, status or tracked.status)
             if start.resume_run_id:
                 self.settle_parent(tracked.run_id)
+
+    def _tag_error(self, tracked: TrackedRun, line: str) -> None:
+        with contextlib.suppress(Exception):  # a store that fails here must not hide the run's own error
+            tracked.set_tags({ERROR_TAG: line})
+
+    def _record_fault(self, tracked: TrackedRun, start: RunStart, exc: Exception) -> BayesxError:
+        """A run stopped by an exception that is not a user error (a bug in bayesx or in a method's code):
+        :func:`fault_line`, stored as the run's error, with the traceback saved as the run's file
+        ``traceback.txt``."""
+        try:
+            tracked.log_text(traceback_text(exc), FAULT_FILE)
+            where = f"the run {tracked.run_id[:8]} is recorded FAILED and its traceback is the run's file {FAULT_FILE}"
+        except Exception:  # noqa: BLE001 - the store refuses files: the line says where else to look
+            where = (f"the run {tracked.run_id[:8]} is recorded FAILED; its traceback could not be saved with it "
+                     f"(rerun with {DEBUG_ENV}=1 to print it)")
+        line = fault_line(exc, start.tags.get("method") or "?", where)
+        self._tag_error(tracked, line)
+        return BayesxError(line)
 
     def resume(self, run_id: str, params: dict[str, object], ignored: tuple[str, ...], stale_after_s: float,
                folder: str, into: Path) -> tuple[str, Path | None]:
@@ -396,11 +618,19 @@ class Tracker:
                               f"'{self.experiment_name}' (HTTP 403); its admin can grant more with  bayesx server "
                               f"user add {user} --permission edit --experiment {self.experiment_name}") from None
 
-    def end_parent(self, run_id: str) -> str:
-        """End a sweep's parent run: FAILED if a child failed, KILLED if one was killed."""
-        children = self.client.search_runs([self.experiment_id], f"tags.`{PARENT_TAG}` = '{run_id}'")
+    def end_parent(self, run_id: str, unrecorded: Sequence[FailedJob] = (), failed: bool = False) -> str:
+        """End a sweep's parent run: FAILED if a child failed, a job failed before it recorded a run
+        (``unrecorded``, kept in the parent's tags for a later settling) or the sweep says so (``failed``);
+        else KILLED if a child was killed, else FINISHED. The failed jobs are named in its description."""
+        if unrecorded:
+            kept = [{**vars(job), "error": job.error[:ERROR_SHOWN]} for job in unrecorded]
+            while len(json.dumps(kept)) > MAX_TAG_LENGTH:  # whole entries only: the tag stays JSON
+                kept.pop()
+            retry_locked(self.client.set_tag, run_id, UNRECORDED_FAILURES_TAG, json.dumps(kept))
+        children, jobs = sweep_failures(self.client, run_id)
         statuses = {c.info.status for c in children}
-        status = "FAILED" if "FAILED" in statuses else "KILLED" if "KILLED" in statuses else "FINISHED"
+        status = "FAILED" if jobs or failed else "KILLED" if "KILLED" in statuses else "FINISHED"
+        set_description_part(self.client, run_id, FAILED_JOBS_HEAD, failed_jobs_note(jobs))
         retry_locked(self.client.set_terminated, run_id, status)
         return status
 
@@ -442,23 +672,31 @@ class Tracker:
 
 def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:
     """All runs of one experiment (or of every experiment) as a DataFrame, newest first."""
+    check_scheme(uri)
     path = sqlite_path(uri)
     if path is not None and not path.is_file():  # reading must not create an empty store
         if experiment:
             raise BayesxError(f"no MLflow store at '{path}', so no experiment '{experiment}'; check tracking.uri")
         return pd.DataFrame()
     check_reachable(uri)
+    if path is not None and unwritable_reason(path):  # read-only: a copy is read, without the store's lock
+        with tempfile.TemporaryDirectory(prefix="bayesx-store-") as tmp:
+            return _search_runs(f"sqlite:///{snapshot(path, Path(tmp))}", experiment, uri)
     if path is not None:
         with store_lock(path):  # not while another process creates the store's tables
-            client = MlflowClient(tracking_uri=uri)
-    else:
-        client = MlflowClient(tracking_uri=uri)
+            MlflowClient(tracking_uri=uri)
+    return _search_runs(uri, experiment, uri)
+
+
+def _search_runs(uri: str, experiment: str | None, shown: str) -> pd.DataFrame:
+    """:func:`search_runs` on a store that exists (``shown``: its URI as the user gave it, for the messages)."""
+    client = MlflowClient(tracking_uri=uri)
     try:
         if experiment:
             found = client.get_experiment_by_name(experiment)
             if found is None:
                 names = [e.name for e in client.search_experiments()]
-                raise BayesxError(f"no experiment named '{experiment}' in {uri}; known: {', '.join(names) or 'none'}")
+                raise BayesxError(f"no experiment named '{experiment}' in {shown}; known: {', '.join(names) or 'none'}")
             ids = [found.experiment_id]
         else:
             ids = [e.experiment_id for e in client.search_experiments()]
@@ -467,13 +705,21 @@ def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:
         mlflow.set_tracking_uri(uri)
         return mlflow.search_runs(experiment_ids=ids, order_by=["attributes.start_time DESC"])
     except MlflowException as exc:
-        raise BayesxError(f"cannot read the MLflow store '{uri}': {str(exc).splitlines()[0]}; check tracking.uri") from exc
+        first = str(exc).splitlines()[0]
+        raise BayesxError(f"cannot read the MLflow store '{shown}': {first}; check tracking.uri") from exc
 
 
 def ui_command(uri: str, host: str, port: int, artifact_root: str | None) -> list[str]:
-    """The command line that serves the MLflow UI on ``uri``."""
-    import sys
-
+    """The command line that serves the MLflow UI on ``uri`` (a SQLite store this process cannot write: a copy
+    of it, :func:`snapshot`, since MLflow's server cannot open a WAL database in a folder it cannot write)."""
+    check_scheme(uri)
+    path = sqlite_path(uri)
+    if path is not None and path.is_file() and unwritable_reason(path):
+        copy = snapshot(path, Path(tempfile.mkdtemp(prefix="bayesx-ui-")))
+        atexit.register(shutil.rmtree, copy.parent, True)
+        print(f"bayesx: note: {unwritable_reason(path)}, so the UI shows a copy of the store made now: what you "
+              "change in it is not kept", file=sys.stderr)
+        uri = f"sqlite:///{copy}"
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
     if artifact_root and is_local_store(uri):
         cmd += ["--default-artifact-root", Path(artifact_root).resolve().as_uri()]
@@ -486,11 +732,13 @@ class DeadRun:
     run_id: str
     run_name: str
     reason: str
+    status: str = "KILLED"  # what it is marked: KILLED, or FAILED for a sweep's parent whose jobs failed
 
 
 def dead_runs(df: pd.DataFrame, stale_after_s: float) -> list[DeadRun]:
     """The RUNNING runs among ``df`` (:func:`search_runs`) whose process is gone (:func:`dead_reason`).
-    A sweep's parent counts as alive while any of its children is."""
+    A sweep's parent counts as alive while any of its children is; a dead one whose sweep had a failed job
+    (a FAILED child, or a job that failed before it recorded a run) is to be marked FAILED, else KILLED."""
     if df.empty:
         return []
     running = df[df["status"] == "RUNNING"]
@@ -501,25 +749,32 @@ def dead_runs(df: pd.DataFrame, stale_after_s: float) -> list[DeadRun]:
         start_ms = int(row["start_time"].timestamp() * 1000)
         reason = dead_reason(tags, start_ms, now, stale_after_s)
         if tags.get("sweep") == "parent":
-            parents[row["run_id"]] = (tags.get("mlflow.runName", ""), reason)
+            parents[row["run_id"]] = (tags.get("mlflow.runName", ""), reason, bool(unrecorded_failures(tags)))
         elif reason:
             out.append(DeadRun(row["run_id"], tags.get("mlflow.runName", ""), reason))
     dead_ids = {d.run_id for d in out}
     parent_col = f"tags.{PARENT_TAG}"
-    for run_id, (name, reason) in parents.items():
-        children = running[running[parent_col] == run_id] if parent_col in running else running.iloc[:0]
-        if reason and all(c in dead_ids for c in children["run_id"]):
-            out.append(DeadRun(run_id, name, reason))
+    for run_id, (name, reason, unrecorded) in parents.items():
+        children = df[df[parent_col] == run_id] if parent_col in df else df.iloc[:0]
+        alive = [c for c in children[children["status"] == "RUNNING"]["run_id"] if c not in dead_ids]
+        if reason and not alive:
+            failed = unrecorded or (children["status"] == "FAILED").any()
+            out.append(DeadRun(run_id, name, reason, "FAILED" if failed else "KILLED"))
     return out
 
 
 def mark_killed(uri: str, runs: list[DeadRun]) -> None:
-    """End the given runs KILLED, each with a ``killed_reason`` tag."""
+    """End the given runs with their status (KILLED; FAILED for a sweep whose jobs failed, which are then
+    named in its description), each with a ``killed_reason`` tag."""
     if not runs:
         return
+    check_writable(uri, "mark dead runs")
     path = sqlite_path(uri)
     with store_lock(path) if path is not None else contextlib.nullcontext():
         client = MlflowClient(tracking_uri=uri)
     for run in runs:
         retry_locked(client.set_tag, run.run_id, "killed_reason", run.reason)
-        retry_locked(client.set_terminated, run.run_id, "KILLED")
+        if run.status == "FAILED":
+            _, jobs = sweep_failures(client, run.run_id)
+            set_description_part(client, run.run_id, FAILED_JOBS_HEAD, failed_jobs_note(jobs))
+        retry_locked(client.set_terminated, run.run_id, run.status)

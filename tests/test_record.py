@@ -46,10 +46,16 @@ def test_a_record_is_stored_whole_and_the_run_ends_with_its_status(tracker, tmp_
 
 
 def test_an_error_inside_the_block_fails_the_run_whatever_it_stored(tracker):
-    with pytest.raises(RuntimeError), tracker.run(opening("two")) as run:
+    """An internal error (not a user's) fails the run with one line, kept as its error, and its traceback."""
+    with pytest.raises(BayesxError, match="stopped on an internal error, RuntimeError: after the record") as caught, \
+            tracker.run(opening("two")) as run:
         run.store(RunRecord("FINISHED", {"x": 1.0}))
         raise RuntimeError("after the record")
-    assert MlflowClient(tracking_uri=tracker.uri).get_run(run.run_id).info.status == "FAILED"
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    client = MlflowClient(tracking_uri=tracker.uri)
+    stored = client.get_run(run.run_id)
+    assert stored.info.status == "FAILED" and stored.data.tags["error"] == str(caught.value)
+    assert "traceback.txt" in [a.path for a in client.list_artifacts(run.run_id)]
 
 
 def test_resume_compares_configs_in_the_tracker(tracker, tmp_path):
