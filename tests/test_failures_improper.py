@@ -12,6 +12,7 @@ that does not trip the check:
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 
@@ -21,8 +22,9 @@ import torch
 from cli_helpers import all_runs, assert_rejected, call, error_line, isolated_store, run_ok
 
 from bayesx.diagnostics import convergence
-from bayesx.kernels import nuts
+from bayesx.kernels import backend, nuts
 from bayesx.kernels.metric import identity_metric
+from bayesx.native import logistic as native
 from bayesx.targets.custom import CustomModel
 
 FAST = ["progress=false", "plots.n_coords=0", "reference.enabled=false", "device.compile=never", "n_chains=2",
@@ -132,13 +134,25 @@ def test_divergences_at_a_nan_log_density_name_the_density_not_the_step_size(sto
     assert run.data.metrics["n_divergent_nan"] == 0 and "NaN" not in run.data.tags.get("health_warnings", "")
 
 
-def test_the_pytorch_nuts_tree_counts_nan_and_plus_inf_leaves_and_keeps_a_point(tmp_path):
-    """Kernel level: the faults a transition reports are the leaves where the density is NaN or +inf."""
+COMPILER = native.available() and shutil.which("g++")
+
+
+@pytest.mark.parametrize("kernels", [backend.PYTORCH, pytest.param(backend.COMPILED, marks=[
+    pytest.mark.slow, pytest.mark.skipif(not COMPILER, reason="no C/C++ compiler: densities cannot be compiled")])])
+def test_the_nuts_tree_counts_nan_and_plus_inf_leaves_and_keeps_a_point(tmp_path, monkeypatch, kernels):
+    """Kernel level, in PyTorch's trees and in the native ones (nuts.h, what a long model=custom run uses): the
+    faults a transition reports are the leaves where the density is NaN or +inf."""
     spec = density_file(tmp_path, "both", "torch.where(theta[..., 1] > 1.0, torch.full_like(theta[..., 1], "
                                           "float('inf')), -0.5 * (theta ** 2).sum(-1) + 0.0 * torch.log(theta[..., 0]))")
     target = CustomModel(log_density=spec.split("=", 1)[1], dim=2, init=(0.5, 0.0), init_scale=0.1)
     gen = torch.Generator().manual_seed(0)
-    state = nuts.init(target.initial_point(8, gen), target)
+    start = target.initial_point(8, gen)
+    if kernels == backend.COMPILED:
+        monkeypatch.setenv("BAYESX_CACHE_DIR", str(tmp_path / "cache"))
+        monkeypatch.setenv("BAYESX_COMPILE", "always")
+        assert backend.prepare_sampler(target, start, 10).kernels == backend.COMPILED
+    assert backend.name(target, start) == kernels
+    state = nuts.init(start, target)
     params = nuts.NUTSParams(0.5, identity_metric(2, False, torch.float64, torch.device("cpu")), 6)
     seen = {"nan": 0, "posinf": 0}
     for _ in range(20):
