@@ -351,6 +351,10 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
     artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
     complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
     metrics["wall_time_s"] = wall_time()
+    not_numbers = {k: v for k, v in metrics.items() if not np.isfinite(v)}
+    if not_numbers:  # never logged as if it were a value (an improper posterior's evidence, a zero sd's error)
+        metrics = {k: v for k, v in metrics.items() if k not in not_numbers}
+        remarks.append("not logged, not a number: " + ", ".join(f"{k} ({v})" for k, v in not_numbers.items()))
     summary = Summary(summary_keys(method, evaluation, metrics), compared_keys(method, evaluation, metrics),
                       tuple(result.warnings + method.warnings(metrics)), tuple(remarks))
     status = "KILLED" if result.interrupted else "FAILED" if result.error is not None else "FINISHED"

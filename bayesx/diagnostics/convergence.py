@@ -44,13 +44,20 @@ def summarize(draws: np.ndarray) -> dict[str, float]:
     bulk = ess_per_coordinate(draws, "bulk")
     tail = ess_per_coordinate(draws, "tail")
     out = {
-        "ess_bulk_min": float(np.nanmin(bulk)),
-        "ess_bulk_median": float(np.nanmedian(bulk)),
-        "ess_tail_min": float(np.nanmin(tail)),
+        "ess_bulk_min": _over_coordinates(np.min, bulk),
+        "ess_bulk_median": _over_coordinates(np.median, bulk),
+        "ess_tail_min": _over_coordinates(np.min, tail),
     }
     if draws.shape[0] >= 2:
-        out["rhat_max"] = float(np.nanmax(rhat_per_coordinate(draws)))
+        out["rhat_max"] = _over_coordinates(np.max, rhat_per_coordinate(draws))
     return out
+
+
+def _over_coordinates(reduce, values: np.ndarray) -> float:
+    """``reduce`` over the coordinates where the diagnostic is defined (not NaN: e.g. a coordinate that never
+    moved); NaN where it is defined nowhere (which the runner does not log), without numpy's warning."""
+    defined = np.asarray(values)[~np.isnan(values)]
+    return float(reduce(defined)) if defined.size else float("nan")
 
 
 def lowest_ess_coordinates(draws: np.ndarray, k: int) -> list[int]:

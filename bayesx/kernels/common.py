@@ -56,3 +56,32 @@ def metropolis_accept(log_ratio: Tensor, gen: torch.Generator) -> tuple[Tensor, 
 
 def uniform(n: int, like: Tensor, gen: torch.Generator) -> Tensor:
     return torch.rand(n, generator=gen, dtype=like.dtype, device=like.device)
+
+
+class DensityFaults(NamedTuple):
+    """Where one transition's leapfrog states left the density's domain, per chain: how many had a NaN log
+    density or gradient (a point where the density is undefined: a divergence whose cause is the density, not
+    the step size), how many a log density of +inf (never so on a proper posterior), and the position of the
+    last such state (NaN where there was none)."""
+
+    nan: Tensor  # (chains,) long
+    posinf: Tensor  # (chains,) long
+    position: Tensor  # (chains, dim)
+
+
+def no_faults(position: Tensor) -> DensityFaults:
+    """No faults yet for chains at ``position`` (chains, dim)."""
+    zeros = torch.zeros(position.shape[0], dtype=torch.long, device=position.device)
+    return DensityFaults(zeros, zeros, torch.full_like(position, float("nan")))
+
+
+def add_faults(faults: DensityFaults, position: Tensor, log_prob: Tensor, grad: Tensor,
+               counted: Tensor | None = None) -> DensityFaults:
+    """``faults`` with the states (position, log_prob, grad) of one leapfrog step added, for the chains in
+    ``counted`` (all where None)."""
+    nan = torch.isnan(log_prob) | torch.isnan(grad).any(-1)
+    posinf = torch.isposinf(log_prob)
+    if counted is not None:
+        nan, posinf = nan & counted, posinf & counted
+    return DensityFaults(faults.nan + nan.long(), faults.posinf + posinf.long(),
+                         where_rows(nan | posinf, position, faults.position))

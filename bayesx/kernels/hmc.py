@@ -16,8 +16,11 @@ from torch import Tensor
 from bayesx.kernels import backend
 from bayesx.kernels.common import (
     DIVERGENCE_THRESHOLD,
+    DensityFaults,
+    add_faults,
     energy_error,
     metropolis_accept,
+    no_faults,
     where_rows,
 )
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
@@ -37,6 +40,7 @@ class HMCInfo(NamedTuple):
     energy: Tensor  # (chains,) H at the retained state
     divergent: Tensor  # (chains,) bool, dH > 1000 or not finite
     n_grad_evals: Tensor  # (chains,) int
+    faults: DensityFaults  # a proposal whose density is NaN or +inf (not a per-draw statistic)
 
 
 class HMCParams(NamedTuple):
@@ -73,6 +77,7 @@ def accept(state: HMCState, end: PhaseState, h0: Tensor, h1: Tensor, num_steps: 
         energy=torch.where(accepted, h1, h0),
         divergent=delta > DIVERGENCE_THRESHOLD,
         n_grad_evals=torch.full((state.position.shape[0],), num_steps, device=delta.device),
+        faults=add_faults(no_faults(end.position), end.position, end.log_prob, end.grad),
     )
     return new_state, info
 

@@ -33,7 +33,10 @@ from torch import Tensor
 from bayesx.kernels import backend
 from bayesx.kernels.common import (
     DIVERGENCE_THRESHOLD,
+    DensityFaults,
+    add_faults,
     energy_error,
+    no_faults,
     select,
     uniform,
     where_rows,
@@ -50,6 +53,7 @@ class NUTSInfo(NamedTuple):
     divergent: Tensor  # (chains,) bool
     n_grad_evals: Tensor  # (chains,) leapfrog steps this chain took
     tree_depth: Tensor  # (chains,) number of doublings
+    faults: DensityFaults  # leaves where the density was NaN or +inf (not a per-draw statistic)
 
 
 class NUTSParams(NamedTuple):
@@ -75,6 +79,7 @@ class _Subtree(NamedTuple):
     accept_sum: Tensor
     n_leaves: Tensor
     divergent: Tensor
+    faults: DensityFaults
 
 
 def is_turning(rho: Tensor, velocity_a: Tensor, velocity_b: Tensor) -> Tensor:
@@ -91,6 +96,7 @@ def _build_subtree(
     metric: Metric,
     target,
     gen: torch.Generator,
+    faults: DensityFaults,
 ) -> _Subtree:
     """Take up to ``n_steps`` leapfrog steps from ``start`` for the chains in ``building``.
 
@@ -117,6 +123,7 @@ def _build_subtree(
         masked = n_running < n_chains
         new_phase = leapfrog(phase, signed_step, metric, target)
         phase = select(running, new_phase, phase) if masked else new_phase
+        faults = add_faults(faults, phase.position, phase.log_prob, phase.grad, running if masked else None)
         vel = velocity(metric, phase.momentum)
         h = 0.5 * (phase.momentum * vel).sum(-1) - phase.log_prob
         delta = energy_error(h, h0)
@@ -160,7 +167,7 @@ def _build_subtree(
         running = running & ~stop
         n_running = int(running.sum())
     valid = building & ~broken
-    return _Subtree(phase, edge_velocity, rho, log_weight, draw, valid, accept_sum, n_leaves, divergent)
+    return _Subtree(phase, edge_velocity, rho, log_weight, draw, valid, accept_sum, n_leaves, divergent, faults)
 
 
 def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> tuple[HMCState, NUTSInfo]:
@@ -172,7 +179,8 @@ def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> t
                                      params.max_tree_depth, gen)
     if native is not None:
         return HMCState(native.position, native.log_prob, native.grad), NUTSInfo(
-            native.accept_prob, native.moved, native.energy, native.divergent, native.n_leaves, native.depth)
+            native.accept_prob, native.moved, native.energy, native.divergent, native.n_leaves, native.depth,
+            DensityFaults(native.nan_leaves, native.posinf_leaves, native.fault_position))
     h0 = -state.log_prob + kinetic_energy(metric, p0)
     v0 = velocity(metric, p0)
 
@@ -187,6 +195,7 @@ def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> t
     depth = torch.zeros(n_chains, dtype=torch.long, device=q.device)
     accept_sum = torch.zeros_like(h0)
     n_leaves = torch.zeros_like(depth)
+    faults = no_faults(q)
 
     for d in range(params.max_tree_depth):
         active = ~done
@@ -195,7 +204,8 @@ def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> t
         forward = uniform(n_chains, h0, gen) < 0.5
         signed_step = (torch.where(forward, 1.0, -1.0).to(h0.dtype) * params.step_size).unsqueeze(-1)
         start = select(forward, right, left)
-        sub = _build_subtree(start, signed_step, 2**d, h0, active, metric, target, gen)
+        sub = _build_subtree(start, signed_step, 2**d, h0, active, metric, target, gen, faults)
+        faults = sub.faults
 
         grow_right, grow_left = active & forward, active & ~forward
         right = select(grow_right, sub.edge, right)
@@ -224,5 +234,6 @@ def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> t
         divergent=divergent,
         n_grad_evals=n_leaves,
         tree_depth=depth,
+        faults=faults,
     )
     return HMCState(draw.position, draw.log_prob, draw.grad), info

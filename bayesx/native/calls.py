@@ -25,6 +25,9 @@ class NUTSTransition(NamedTuple):
     divergent: Tensor  # bool
     n_leaves: Tensor  # long: leapfrog steps
     depth: Tensor  # long: doublings
+    nan_leaves: Tensor  # long: leaves whose log pi or gradient was NaN
+    posinf_leaves: Tensor  # long: leaves whose log pi was +inf
+    fault_position: Tensor  # (chains, k): the last such leaf (NaN where none)
 
 
 def ptr(t: Tensor | None) -> int | None:
@@ -40,7 +43,7 @@ def transition(run: Callable, position: Tensor, momentum: Tensor, log_prob: Tens
     the info rows and the failure flag."""
     u, p, g = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum, grad))
     lp = log_prob.detach().clone().contiguous()
-    info = torch.empty(6, u.shape[0], dtype=u.dtype)
+    info = torch.full((8 + u.shape[1], u.shape[0]), float("nan"), dtype=u.dtype)
     inv_mass = inv_mass.detach().contiguous()
     seeds = seeds.to(torch.int64).contiguous()
     failed = ctypes.c_int(0)
@@ -48,7 +51,8 @@ def transition(run: Callable, position: Tensor, momentum: Tensor, log_prob: Tens
         ptr(lp), ptr(info), ctypes.addressof(failed))
     if failed.value:
         raise MemoryError("the native NUTS kernel could not allocate its scratch memory")
-    return NUTSTransition(u, lp, g, info[0], info[1] > 0, info[2], info[3] > 0, info[4].long(), info[5].long())
+    return NUTSTransition(u, lp, g, info[0], info[1] > 0, info[2], info[3] > 0, info[4].long(), info[5].long(),
+                          info[6].long(), info[7].long(), info[8:].T.contiguous())
 
 
 class Trajectory(NamedTuple):

@@ -48,6 +48,11 @@ static inline double nuts_uniform(nuts_rng *r) {
  * isinf are false, so they cannot be trusted here. */
 static inline int finite_f64(double x) { uint64_t b; memcpy(&b, &x, sizeof b); return (b & 0x7ff0000000000000ULL) != 0x7ff0000000000000ULL; }
 static inline int finite_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); return (b & 0x7f800000U) != 0x7f800000U; }
+/* NaN and +inf, from the bits too (a density's faults that NUTS counts, nuts.h) */
+static inline int nan_f64(double x) { uint64_t b; memcpy(&b, &x, sizeof b); return !finite_f64(x) && (b & 0x000fffffffffffffULL); }
+static inline int nan_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); return !finite_f32(x) && (b & 0x007fffffU); }
+static inline int posinf_f64(double x) { uint64_t b; memcpy(&b, &x, sizeof b); return b == 0x7ff0000000000000ULL; }
+static inline int posinf_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); return b == 0x7f800000U; }
 
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)

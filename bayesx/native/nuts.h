@@ -40,9 +40,9 @@ static inline REAL CAT(log_add, SUFFIX)(int has_a, REAL a, REAL b) {
     return hi + LOG((REAL)1 + EXP(lo - hi));
 }
 
-/* Numbers one chain's tree needs: the density's scratch and 18 + 2 (max_depth + 1) vectors. */
+/* Numbers one chain's tree needs: the density's scratch and 19 + 2 (max_depth + 1) vectors. */
 static size_t CAT(nuts_size, SUFFIX)(size_t scratch, int k, int max_depth) {
-    return scratch + (size_t)k * (18 + 2 * ((size_t)max_depth + 1));
+    return scratch + (size_t)k * (19 + 2 * ((size_t)max_depth + 1));
 }
 
 /* One chain's transition as a state machine that halts before every gradient evaluation, so that one
@@ -54,6 +54,8 @@ typedef struct {
     REAL eps;
     PHASE left, right, cur, *edge;
     REAL *draw_q, *draw_g, *sub_q, *sub_g, *rho, *sub_rho, *node_rho, *node_first;  /* stacks of (rho, first velocity) */
+    REAL *fault_q;  /* the last leaf whose log pi or gradient is NaN or whose log pi is +inf */
+    long n_nan, n_posinf;  /* leaves with a NaN log pi or gradient; with log pi = +inf */
     REAL h0, draw_lp, draw_h, sub_lp, sub_h, log_w, accept_sum, sub_log_w, e;
     long n_leaves, leaf;  /* leaves so far; this leaf's index in its subtree */
     int depth, divergent, moved, has_weight, broken, top;
@@ -94,7 +96,8 @@ static int CAT(tree_begin, SUFFIX)(TREE *t, REAL *vecs, int k, const REAL *inv_m
                 .left = {VECTOR(0), VECTOR(1), VECTOR(2), VECTOR(3), 0}, .right = {VECTOR(4), VECTOR(5), VECTOR(6), VECTOR(7), 0},
                 .cur = {VECTOR(8), VECTOR(9), VECTOR(10), VECTOR(11), 0},
                 .draw_q = VECTOR(12), .draw_g = VECTOR(13), .sub_q = VECTOR(14), .sub_g = VECTOR(15),
-                .rho = VECTOR(16), .sub_rho = VECTOR(17), .node_rho = VECTOR(18), .node_first = VECTOR(18 + max_depth + 1)};
+                .rho = VECTOR(16), .sub_rho = VECTOR(17), .node_rho = VECTOR(18), .node_first = VECTOR(18 + max_depth + 1),
+                .fault_q = VECTOR(18 + 2 * (max_depth + 1))};
     #undef VECTOR
     nuts_rng_seed(&t->rng, seed);
     memcpy(t->left.q, q0, sizeof(REAL) * k);
@@ -113,12 +116,25 @@ static int CAT(tree_begin, SUFFIX)(TREE *t, REAL *vecs, int k, const REAL *inv_m
     return CAT(tree_start_subtree, SUFFIX)(t);
 }
 
+/* Counts cur as a fault where its log pi or gradient is NaN or its log pi is +inf, and keeps its position. */
+static void CAT(tree_check_leaf, SUFFIX)(TREE *t) {
+    const PHASE *c = &t->cur;
+    int is_nan = CAT(nan, SUFFIX)(c->lp);
+    for (int j = 0; j < t->k && !is_nan; j++) is_nan = CAT(nan, SUFFIX)(c->g[j]);
+    const int is_posinf = CAT(posinf, SUFFIX)(c->lp);
+    if (!is_nan && !is_posinf) return;
+    t->n_nan += is_nan;
+    t->n_posinf += is_posinf;
+    memcpy(t->fault_q, c->q, sizeof(REAL) * t->k);
+}
+
 /* With cur's gradient and log pi in place: the leaf's second half step, its weight, the progressive
  * sampling and the U-turn checks; then the next leaf's first half step (returns 1: it needs a gradient),
  * or the end of the transition (returns 0). */
 static int CAT(tree_leaf_done, SUFFIX)(TREE *t) {
     const int k = t->k;
     PHASE *c = &t->cur;
+    CAT(tree_check_leaf, SUFFIX)(t);
     for (int j = 0; j < k; j++) c->p[j] += (REAL)0.5 * t->e * c->g[j];
     CAT(apply, SUFFIX)(k, t->inv_mass, t->mass_dense, c->p, c->v);
     const REAL h = -c->lp + (REAL)0.5 * CAT(dot, SUFFIX)(k, c->p, c->v);
@@ -183,12 +199,17 @@ static void CAT(tree_finish, SUFFIX)(const TREE *t, int chains, int ch, REAL *q0
     info[3 * chains + ch] = (REAL)t->divergent;
     info[4 * chains + ch] = (REAL)t->n_leaves;
     info[5 * chains + ch] = (REAL)t->depth;
+    info[6 * chains + ch] = (REAL)t->n_nan;
+    info[7 * chains + ch] = (REAL)t->n_posinf;
+    if (t->n_nan || t->n_posinf)
+        for (int j = 0; j < t->k; j++) info[(8 + (size_t)j) * chains + ch] = t->fault_q[j];
 }
 
 /* u (chains x k), g and lp hold each chain's point, gradient and log pi (constant included); on return
- * the drawn point's. p (chains x k) is the momentum drawn for this transition. info (6 x chains)
+ * the drawn point's. p (chains x k) is the momentum drawn for this transition. info ((8 + k) x chains)
  * receives the mean acceptance statistic over the leaves, whether the draw moved, H at the draw,
- * divergence, leapfrog steps and doublings. *failed is set when scratch memory cannot be had.
+ * divergence, leapfrog steps, doublings, the leaves with a NaN log pi or gradient and those with log pi
+ * = +inf, and (rows 8 to 8 + k, left as they were where there was none) the position of the last such leaf. *failed is set when scratch memory cannot be had.
  *
  * The chains are split into groups of `group` (1 or 2), one group per task on `threads` OpenMP threads
  * (dynamic schedule). A group of two grows its trees in lock-step, leaf by leaf, and evaluates both

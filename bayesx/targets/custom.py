@@ -39,6 +39,12 @@ from bayesx.settings import AtLeast, Described, InvalidSetting, Positive, Settin
 from bayesx.targets.base import Capabilities, TargetBase
 
 
+UNUSED_PROBES = 4
+"""Random points at which a coordinate must leave both the gradient and the log density unchanged to be called
+unused (CustomModel._refuse_unused_coordinates)."""
+UNUSED_PROBE_SEED = 20261126
+
+
 @dataclass(frozen=True)
 class CustomSettings(Settings):
     log_density: Annotated[str | None, Described("package.module:function or path/to/file.py:function")] = None
@@ -170,7 +176,50 @@ class CustomModel(TargetBase):
             raise BayesxError(f"model.log_density {name} is {value} at the starting point {self.centre.tolist()}; "
                               f"fix the function or set model.init to a point of positive density")
         self._no_gradient = self._gradient_problem(evaluate)
+        if self._no_gradient is None:
+            self._refuse_unused_coordinates(evaluate)
         return evaluate
+
+    def _refuse_unused_coordinates(self, evaluate: Callable[[Tensor], Tensor]) -> None:
+        """Refuse a density that does not depend on some coordinates: there the posterior is flat, hence
+        improper (a model.dim larger than the coordinates the function reads, or a parameter without a
+        prior). Coordinate j is unused where, at UNUSED_PROBES random points around the start, the gradient's
+        j-th entry is exactly 0 and moving theta_j by +-init_scale leaves the log density exactly unchanged:
+        a density that uses theta_j has a zero partial derivative at one point by chance, never at all of
+        them together with equal values on both sides."""
+        gen = torch.Generator(device="cpu").manual_seed(UNUSED_PROBE_SEED)
+        u = torch.rand((UNUSED_PROBES, self.dim), generator=gen, dtype=self.dtype).to(self.device)
+        points = (self.centre + self.init_scale * (2.0 * u - 1.0)).requires_grad_(True)
+        with torch.enable_grad():
+            values = torch.as_tensor(evaluate(points))
+            (grad,) = torch.autograd.grad(values.sum(), points)
+        values = values.detach()
+        if not bool(torch.isfinite(values).all()):  # some probes outside the support: no verdict
+            return
+        flat = (grad == 0).all(0)
+        with torch.no_grad():
+            for j in torch.nonzero(flat).flatten().tolist():
+                for shift in (self.init_scale, -self.init_scale):
+                    moved = points.detach().clone()
+                    moved[:, j] += shift
+                    if not bool(torch.equal(torch.as_tensor(evaluate(moved)), values)):
+                        flat[j] = False
+                        break
+        unused = torch.nonzero(flat).flatten().tolist()
+        if not unused:
+            return
+        name = self.settings.log_density
+        if len(unused) == self.dim:
+            raise BayesxError(f"model.log_density {name} does not depend on theta (it is constant around the "
+                              f"starting point): the posterior is improper; return the log density of a proper "
+                              f"posterior (add a prior on every parameter)")
+        names = self.coordinate_names() or [f"theta[{j}]" for j in range(self.dim)]
+        shown = ", ".join(names[j] for j in unused)
+        hint = (f"if the function uses only the first {unused[0]} coordinates, set model.dim={unused[0]}; "
+                if unused == list(range(unused[0], self.dim)) else "")
+        raise BayesxError(f"model.log_density {name} does not depend on {shown} (the posterior is flat, hence "
+                          f"improper, along {'it' if len(unused) == 1 else 'them'}): {hint}else add a prior on "
+                          f"{'it' if len(unused) == 1 else 'them'} in the function")
 
     def _gradient_problem(self, evaluate: Callable[[Tensor], Tensor]) -> str | None:
         """Autograd's gradient at the starting point: it must exist (a function that calls numpy, .item() or

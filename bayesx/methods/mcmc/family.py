@@ -77,8 +77,10 @@ class Sampler(Method):
             shown = shown_against(rhat, RHAT_LIMIT)
             out.append(f"rhat_max = {shown} > {RHAT_LIMIT}: the chains disagree; draw more (method.num_draws, "
                        "method.num_warmup) or use a better-adapted sampler (method=nuts method.mass=dense)")
-        if metrics.get("n_divergent", 0) > 0:
-            out.append(f"{metrics['n_divergent']:.0f} divergent transitions: the draws may be biased; "
+        # divergences that met a NaN log density are the density's (their warning comes with the run's result)
+        from_energy = metrics.get("n_divergent", 0) - metrics.get("n_divergent_nan", 0)
+        if from_energy > 0:
+            out.append(f"{from_energy:.0f} divergent transitions: the draws may be biased; "
                        "raise method.target_accept (e.g. 0.95)")
         return out
 

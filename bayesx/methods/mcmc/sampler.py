@@ -30,6 +30,7 @@ from bayesx.errors import BayesxError, DensityError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import RunInputs
+from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
 from bayesx.methods.mcmc.family import Draws, Sampler
 from bayesx.optimize import laplace_start
 from bayesx.pathfinder import pathfinder_start
@@ -125,11 +126,16 @@ class MCMCMethod(Sampler):
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
         return {}
 
+    def checked_step_size_search(self, state, target, metric: Metric, gen: torch.Generator, guess: float) -> float:
+        """:meth:`search_step_size`, failing the run where the step size runs away (an improper posterior;
+        bayesx.methods.mcmc.health)."""
+        return check_step_size_search(self.search_step_size(state, target, metric, gen, guess), guess)
+
     def make_adaptation(self, target, gen: torch.Generator):
         """The warm-up around the kernel (``run(progress, target, gen, on_step)``): Stan's windows."""
         cfg = self.settings
         return WindowAdaptation(self.kernel.step, self.make_params,
-                                lambda s, m, guess: self.search_step_size(s, target, m, gen, guess),
+                                lambda s, m, guess: self.checked_step_size_search(s, target, m, gen, guess),
                                 cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, self.mass_form(target.dim),
                                 cfg.mass_rank)
 
@@ -198,15 +204,19 @@ class MCMCMethod(Sampler):
                                   f"missing Jacobian term?); use method.init=prior or check the density")
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller "
                               "model.init_scale")
-        if cfg.step_size is not None:
-            step_size = float(cfg.step_size)
-        else:
-            step_size = self.search_step_size(state, target, metric, gen, 1.0)
         adaptation = self.make_adaptation(target, gen)
-        warm = WarmupProgress(state, step_size, metric)
+        warm = WarmupProgress(state, float(cfg.step_size or "nan"), metric)  # nan: not searched yet
         bar = ChainProgress(cfg.num_warmup + cfg.num_draws * cfg.thin, self.name, progress)
+        faults = FaultWatch()
+
+        def on_step(info, eps, it):
+            faults.observe(info, sampling=False)
+            bar.tick(info, eps, it)
+
         try:
-            adaptation.run(warm, target, gen, on_step=lambda info, eps, it: bar.tick(info, eps, it))
+            if cfg.step_size is None:
+                warm.step_size = self.checked_step_size_search(state, target, metric, gen, 1.0)
+            adaptation.run(warm, target, gen, on_step=on_step)
         except (KeyboardInterrupt, RunInterrupted, DensityError) as exc:
             bar.close()
             if isinstance(exc, DensityError):  # the run ends FAILED with this line and what warm-up learned
@@ -215,7 +225,10 @@ class MCMCMethod(Sampler):
                 out.interrupted = True
             out.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
             out.tags["stopped_during"] = "warmup"
-            out.metrics.update(self._summaries({}, warm.step_size, warm.grad_evals))
+            summaries = self._summaries({}, warm.step_size, warm.grad_evals)
+            if warm.step_size != warm.step_size:  # stopped before the first step-size search ended: none to report
+                summaries.pop("step_size", None)
+            out.metrics.update(summaries)
             out.fitted["inverse_mass"] = warm.metric.inv_mass.detach().to("cpu")
             return out
         warmup = {"warmup_time_s": time.perf_counter() - start, "n_grad_evals_warmup": warm.grad_evals,
@@ -252,13 +265,16 @@ class MCMCMethod(Sampler):
         sampling_start = time.perf_counter()
         earlier = float(saved.get("sampling_time_s", 0.0))  # a resumed run's sampling before it was killed
         first = int(saved["iteration"])
+        faults = FaultWatch()
         try:
             for it in range(first, cfg.num_draws * cfg.thin):
                 state, info = self.kernel.step(state, target, params, gen)
+                faults.observe(info, sampling=True, kept=it % cfg.thin == 0)
                 if it % cfg.thin == 0:
                     kept.append(state.position.detach().to("cpu"))
                     for name, value in info._asdict().items():
-                        stats.setdefault(name, []).append(value.detach().to("cpu").numpy())
+                        if name != "faults":  # where the density failed: summarised below, not a per-draw statistic
+                            stats.setdefault(name, []).append(value.detach().to("cpu").numpy())
                     if checkpoint is not None:
                         checkpoint.update(kept, stats, lambda it=it, state=state: {
                             "position": state.position.detach().cpu(), "step_size": step_size,
@@ -281,6 +297,8 @@ class MCMCMethod(Sampler):
             out.sample_stats = {name: np.stack(values, axis=1) for name, values in stats.items()}
         out.metrics.update(self._summaries(out.sample_stats, step_size, saved["warmup"]["n_grad_evals_warmup"]))
         out.metrics.update(self.extra_metrics(out.sample_stats))
+        out.metrics.update(faults.metrics())
+        out.warnings.extend(faults.warnings())
         out.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
         return out
 
