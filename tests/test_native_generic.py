@@ -102,13 +102,14 @@ def test_leapfrog_on_a_density_it_has_never_seen_is_the_leapfrog_recurrence(gaus
 @needs_native
 def test_nuts_on_a_density_it_has_never_seen_has_the_right_moments(gaussian_library):
     from bayesx.diagnostics.convergence import ess_per_coordinate
+    from bayesx.native.calls import info_rows
 
     rng = np.random.default_rng(1)
     chains, k, draws = 4, PREC.size, 4000
     u = rng.normal(size=(chains, k))
     g, lp = -PREC * u, -0.5 * (PREC * u * u).sum(1)
     inv_mass = np.ones(k)
-    info, failed = np.zeros((6, chains)), ctypes.c_int(0)
+    info, failed = np.zeros((info_rows(k), chains)), ctypes.c_int(0)  # nuts.h writes every row
     kept = np.zeros((chains, draws, k))
     for t in range(draws):
         p = rng.normal(size=(chains, k))

@@ -30,6 +30,13 @@ class NUTSTransition(NamedTuple):
     fault_position: Tensor  # (chains, k): the last such leaf (NaN where none)
 
 
+def info_rows(k: int) -> int:
+    """Rows of the info buffer a NUTS transition of k coordinates writes per chain (nuts.h's nuts_chains): six
+    statistics, the NaN and +inf leaf counts, and the k coordinates of the last such leaf. A caller of the C
+    entry points must allocate this many rows: the tree writes all of them."""
+    return 8 + k
+
+
 def ptr(t: Tensor | None) -> int | None:
     """The address a C function receives for a tensor (NULL for None); the caller keeps the tensor alive."""
     return None if t is None else t.data_ptr()
@@ -43,7 +50,7 @@ def transition(run: Callable, position: Tensor, momentum: Tensor, log_prob: Tens
     the info rows and the failure flag."""
     u, p, g = (t.detach().clone(memory_format=torch.contiguous_format) for t in (position, momentum, grad))
     lp = log_prob.detach().clone().contiguous()
-    info = torch.full((8 + u.shape[1], u.shape[0]), float("nan"), dtype=u.dtype)
+    info = torch.full((info_rows(u.shape[1]), u.shape[0]), float("nan"), dtype=u.dtype)
     inv_mass = inv_mass.detach().contiguous()
     seeds = seeds.to(torch.int64).contiguous()
     failed = ctypes.c_int(0)
