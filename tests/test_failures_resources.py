@@ -150,6 +150,7 @@ def test_the_estimate_is_within_a_factor_of_two_of_the_peak(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     run_peak, run_estimate = found["peak"] - found["resident"], found["estimate"] - found["resident"]
+    print(f"peak {run_peak / memory.GB:.2f} GB, estimate {run_estimate / memory.GB:.2f} GB beyond {found['resident'] / memory.GB:.2f} GB")
     assert run_peak > 0.3 * memory.GB, found  # the run's own memory, beyond the process it started in
     assert 0.5 < run_estimate / run_peak < 2.0, found
 
