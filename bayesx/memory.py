@@ -5,14 +5,15 @@ The runner asks the method what its run will hold at its peak (``Method.memory_n
 n_chains)``), as :class:`Need` parts: the draws (chains x draws x dim), the chains' working state
 (chains x dim, many copies in a NUTS tree or an L-BFGS history), the warm-up's metric windows, the
 model's design as the density meets it for every chain (points x rows), and the dense Hessian of a
-Laplace start or fit (dim x dim, several copies). It adds them to what the process holds already and
-to :data:`LIBRARY_HEADROOM`, and compares the sum with what the machine can give: MemAvailable of
-/proc/meminfo (lower where a cgroup limit says so) for host memory, and the GPU's free memory
-(``torch.cuda.mem_get_info``) for the parts on a CUDA device.
+Laplace start or fit (dim x dim, several copies). It adds them up with :data:`LIBRARY_HEADROOM` and
+compares the sum with what the machine can still give: MemAvailable of /proc/meminfo (lower where a
+cgroup limit says so; what the process holds already is not in it) for host memory, and the GPU's free
+memory (``torch.cuda.mem_get_info``) for the parts on a CUDA device.
 
-The counts are the arrays' sizes times the copies the code makes of them, measured against the peak
-resident memory of runs on the CPU (tests/test_failures_resources.py checks a medium run within a
-factor of two); they err on the large side, so a run refused here would have come close to the limit.
+The counts are the arrays' sizes times the copies the code makes of them, checked against the peak
+resident memory of runs on the CPU (tests/test_failures_resources.py: a medium run within a factor of
+two). The parts are summed although some are freed before others are made (the warm-up's windows
+before the draws gather), so they err on the large side: a run refused here would have come close.
 """
 
 from __future__ import annotations
@@ -124,42 +125,48 @@ def device_available(device: torch.device) -> float | None:
 # --- the check ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Estimate:
-    """A run's peak memory as estimated: the process now, the headroom, and its parts."""
+    """What a run will take beyond what its process holds already (``resident``, which the machine's
+    available memory already leaves out): its parts, and on the host :data:`LIBRARY_HEADROOM`. On a CUDA
+    device the parts ``on_device`` are the GPU's; the rest are the host's."""
 
     resident: float
     needs: tuple[Need, ...]
+    device: torch.device
 
-    def host_bytes(self, device: torch.device) -> float:
-        on_host = [n for n in self.needs if not (n.on_device and device.type == "cuda")]
-        return self.resident + LIBRARY_HEADROOM + sum(n.nbytes for n in on_host)
+    def on_gpu(self, need: Need) -> bool:
+        return need.on_device and self.device.type == "cuda"
+
+    def host_needs(self) -> list[Need]:
+        return [n for n in self.needs if not self.on_gpu(n)]
+
+    def host_bytes(self) -> float:
+        return LIBRARY_HEADROOM + sum(n.nbytes for n in self.host_needs())
+
+    def device_needs(self) -> list[Need]:
+        return [n for n in self.needs if self.on_gpu(n)]
 
     def device_bytes(self) -> float:
-        return sum(n.nbytes for n in self.needs if n.on_device)
-
-
-def estimate(needs: list[Need]) -> Estimate:
-    return Estimate(resident_bytes(), tuple(needs))
+        return sum(n.nbytes for n in self.device_needs())
 
 
 def refusal(what: str, needed: float, room: float, source: str, needs: list[Need]) -> str:
     """The one line: the estimate, its largest parts, the machine's memory, the fix of the largest part."""
-    largest = sorted(needs, key=lambda n: -n.nbytes)
-    parts = "; ".join(f"{n.part}: {shown(n.nbytes)}" for n in largest[:3])
-    return (f"this run would need about {shown(needed)} of {what} ({parts}), but the machine has {shown(room)} "
-            f"available ({source}); {largest[0].fix}" if largest else f"this run would need about {shown(needed)} "
-            f"of {what}, but the machine has {shown(room)} available ({source})")
+    largest = sorted(needs, key=lambda n: -n.nbytes)[:3]
+    parts = f" ({'; '.join(f'{n.part}: {shown(n.nbytes)}' for n in largest)})" if largest else ""
+    fix = largest[0].fix if largest else "close other programs or use a machine with more memory"
+    return (f"this run would need about {shown(needed)} more {what}{parts}, but the machine has {shown(room)} "
+            f"available ({source}); {fix}")
 
 
 def check_room(needs: list[Need], device: torch.device) -> Estimate:
     """Refuse (BayesxError, before anything is allocated) a run whose estimate exceeds the machine's
-    available memory, host or device; returns the estimate otherwise."""
-    found = estimate(needs)
+    available memory, host or GPU; returns the estimate otherwise (also where the machine's memory is unknown)."""
+    found = Estimate(resident_bytes(), tuple(needs), device)
     host = host_available()
-    on_host = [n for n in needs if not (n.on_device and device.type == "cuda")]
-    if host is not None and found.host_bytes(device) > host[0]:
-        raise BayesxError(refusal("memory", found.host_bytes(device), host[0], host[1], on_host))
+    if host is not None and found.host_bytes() > host[0]:
+        raise BayesxError(refusal("memory", found.host_bytes(), host[0], host[1], found.host_needs()))
     free = device_available(device)
     if free is not None and found.device_bytes() > free:
         raise BayesxError(refusal(f"memory on {device}", found.device_bytes(), free, "free on the GPU",
-                                  [n for n in needs if n.on_device]))
+                                  found.device_needs()))
     return found
