@@ -11,6 +11,10 @@ chunk being written. A run that ends normally logs all its draws as ``draws.nc``
 folder. :func:`load_draws` joins the chunks of a killed run; :func:`load_resume` also reads the
 state to continue from.
 
+After a Ctrl-C, the run still records what it had (its metrics, ``draws.nc``, plots): a second Ctrl-C
+while it does so only says so (:func:`patient_interrupts`); a third stops it, and the run keeps only
+this folder (:class:`RecordingStopped` says that in its line).
+
 A trainer saves its whole state after each epoch (weights, optimizer, schedule, random states,
 the metric history) as ``checkpoint/epoch_a.pt`` or ``epoch_b.pt``, alternately, so that a kill
 while one is being copied leaves the other intact; its per-epoch metrics go to the run as they
@@ -19,13 +23,19 @@ come (``log``), so a killed run's history is there and a resumed one continues i
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from bayesx.errors import RunInterrupted
 
 FOLDER = "checkpoint"
 CHUNK = re.compile(r"draws_(\d+)-(\d+)\.npy$")
@@ -140,3 +150,39 @@ def load_resume(folder: Path) -> Resume | None:
                     stats.setdefault(name, []).append(saved[name])
     state = torch.load(Path(folder) / f"state_{end:07d}.pt", weights_only=True)
     return Resume(draws, {k: np.concatenate(v, axis=1) for k, v in stats.items()}, state)
+
+
+class RecordingStopped(RunInterrupted):
+    """A third Ctrl-C stopped the run while it recorded what it had: the line says what it kept."""
+
+
+KEPT_ONLY_CHECKPOINT = ("the run is marked KILLED in MLflow and keeps only its checkpoint (the draws saved every "
+                        "checkpoint_every, if any), not its metrics or draws.nc")
+
+
+@contextlib.contextmanager
+def patient_interrupts() -> Iterator[None]:
+    """Within the block, the first Ctrl-C interrupts as usual (KeyboardInterrupt: the method stops and
+    the run records what it had); the second only prints that the recording goes on, so that an impatient
+    double Ctrl-C keeps the run's metrics and draws; the third raises :class:`RecordingStopped`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    count = 0
+
+    def handler(signum, frame):
+        nonlocal count
+        count += 1
+        if count == 1:
+            raise KeyboardInterrupt
+        if count == 2:
+            print("bayesx: interrupted; recording what the run had (its metrics and draws) - press Ctrl-C once "
+                  "more to stop without them", file=sys.stderr, flush=True)
+            return
+        raise RecordingStopped(KEPT_ONLY_CHECKPOINT)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -53,6 +53,7 @@ def _task(cfg) -> float | None:
     from hydra.types import RunMode
 
     from bayesx import sweep
+    from bayesx.checkpoint import RecordingStopped
     from bayesx.runner import apply_data_default, run_job
 
     hydra_cfg = HydraConfig.get()
@@ -84,9 +85,10 @@ def _task(cfg) -> float | None:
             raise SystemExit(EXIT_RUN_FAILED if opened else EXIT_BAD_INPUT)
         sweep.outcome["failed"] = "yes"  # the sweep goes on; its parent run ends FAILED
         return float("nan") if objective else None  # a tuner records a failed trial
-    except (KeyboardInterrupt, RunInterrupted):
+    except (KeyboardInterrupt, RunInterrupted) as exc:
         error = "interrupted"
-        print("bayesx: interrupted; the run is marked KILLED in MLflow and keeps what it had", file=sys.stderr)
+        kept = exc if isinstance(exc, RecordingStopped) else "the run is marked KILLED in MLflow and keeps what it had"
+        print(f"bayesx: interrupted; {kept}", file=sys.stderr)
         if multirun:
             sweep.abort_parent(cfg, "KILLED")
         raise SystemExit(EXIT_INTERRUPTED)
@@ -228,12 +230,14 @@ def _tracking(overrides: list[str]):
 
 
 def cmd_ui(ns: argparse.Namespace) -> int:
+    from bayesx.server import check_bindable
     from bayesx.tracking import ui_command
 
     if not 1 <= ns.port <= 65535:
         raise BayesxError(f"--port must be between 1 and 65535, got {ns.port}")
     tracking = _tracking(ns.overrides)
     uri = ns.uri or str(tracking.uri)
+    check_bindable(ns.host, ns.port)  # an address not on this machine, a port in use: one line
     with socket.socket() as probe:
         if probe.connect_ex((ns.host, ns.port)) == 0:
             raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
@@ -285,6 +289,7 @@ def cmd_server(ns: argparse.Namespace) -> int:
     if ns.auth:
         server_auth.require_auth_app()
         password = server_auth.admin_password(ns.admin_password_file)
+    server.check_bindable(ns.host, ns.port)
     if server.port_open(ns.host, ns.port):
         raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
     folder = Path(ns.dir).resolve()

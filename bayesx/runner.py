@@ -23,10 +23,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from bayesx.checkpoint import FOLDER as CHECKPOINT
-from bayesx.checkpoint import RunCheckpoint, Resume, load_resume
+from bayesx.checkpoint import RunCheckpoint, Resume, load_resume, patient_interrupts
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels import backend
+from bayesx.memory import check_room
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.provenance import provenance_tags
 from bayesx.record import Artifact, RunRecord, RunStart, Summary
@@ -293,6 +294,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         method.check(target, job.n_chains)  # the method's own checks that need the target
     except InvalidSetting as exc:
         raise exc.as_error("method") from None
+    check_room(method.memory_needs(target, job.n_chains), device)  # refused in one line before anything is allocated
     gen = torch.Generator(device=device).manual_seed(job.seed)
     initial = method.initial_points(target, job.n_chains, gen)
     backend.identify(target, json.dumps(posterior_identity(cfg, target), sort_keys=True, default=str))
@@ -301,7 +303,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     params = flatten(cfg)
     resume_dir = tempfile.TemporaryDirectory(prefix="bayesx-resume-") if job.resume else contextlib.nullcontext()
     # SIGTERM is caught from before any run exists until the last is closed, so a run is never left RUNNING
-    with sigterm_as_interrupt(), resume_dir:
+    with sigterm_as_interrupt(), patient_interrupts(), resume_dir:
         resumed = (find_resume(job, method, tracker, params, tracking.stale_after_s, Path(resume_dir.name))
                    if job.resume else None)
         reference = None

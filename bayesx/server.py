@@ -19,6 +19,7 @@ unless ``--insecure`` says otherwise.
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import pwd
@@ -45,6 +46,32 @@ def port_open(host: str, port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1.0)
         return probe.connect_ex((host, port)) == 0
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Refuse, in one line, a ``--host``/``--port`` that a server could not listen on: a name that does
+    not resolve, an address that is not this machine's (EADDRNOTAVAIL), a port another program holds,
+    or a privileged port. It binds and closes a socket, as the server would (SO_REUSEADDR, like uvicorn)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror:
+        raise BayesxError(f"--host {host}: no such host name; give an address of this machine, 127.0.0.1 (this "
+                          f"machine only) or 0.0.0.0 (all its addresses)") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise BayesxError(f"--host {host} is not an address of this machine; use 127.0.0.1 (this machine "
+                                  f"only) or 0.0.0.0 (all its addresses)") from None
+            if exc.errno == errno.EADDRINUSE:
+                raise BayesxError(f"port {port} on {host} is already in use; pass --port to pick another") from None
+            if exc.errno == errno.EACCES:
+                raise BayesxError(f"port {port} needs administrator rights on this machine; pass --port "
+                                  f"with a number above 1023") from None
+            raise BayesxError(f"cannot listen on {host}:{port} ({exc.strerror}); pass another --host or --port") from None
 
 
 def postgres_bin(name: str) -> str:

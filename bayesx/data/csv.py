@@ -37,9 +37,24 @@ def _resolve_path(path: object) -> Path:
     return resolved.resolve()
 
 
-def _read_frame(path: Path) -> pd.DataFrame:
+DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "bar"}
+
+
+def _delimiter(path: Path) -> str:
+    """The file's field delimiter, read from its header line: a comma wherever the header has one (as
+    before), else the first of ``;``, tab or ``|`` that it holds (a spreadsheet's export in many locales
+    uses ``;``), else a comma (a one-column file)."""
     try:
-        frame = pd.read_csv(path)
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            header = handle.readline()
+    except OSError:
+        return ","  # pandas names the problem
+    return next((d for d in DELIMITERS if d in header), ",")
+
+
+def _read_frame(path: Path, delimiter: str = ",") -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path, sep=delimiter)
     except pd.errors.EmptyDataError:
         raise BayesxError(f"data file '{path}' is empty; give a CSV file with a header row and data rows") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
@@ -70,10 +85,10 @@ def _check_values(frame: pd.DataFrame, target: str, path: Path) -> None:
     features = frame.drop(columns=[target])
     text_columns = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
     if text_columns:
-        raise BayesxError(
-            f"non-numeric feature columns in '{path.name}': {_names(text_columns)}; "
-            "encode them as numbers or drop them from the file"
-        )
+        decimal_commas = any(features[c].astype(str).str.fullmatch(r"-?\d*,\d+").any() for c in text_columns)
+        fix = ("write decimal points instead of decimal commas (e.g. 0.5, not 0,5)" if decimal_commas
+               else "encode them as numbers or drop them from the file")
+        raise BayesxError(f"non-numeric feature columns in '{path.name}': {_names(text_columns)}; {fix}")
     bad = [c for c in frame.columns if frame[c].isna().any()]
     bad += [
         c for c in frame.columns
@@ -116,7 +131,8 @@ def load_csv(path: Path | None, target: str | None, test_fraction: float, seed: 
     with the training part's mean and standard deviation.
     """
     resolved = _resolve_path(path)
-    frame = _read_frame(resolved)
+    delimiter = _delimiter(resolved)
+    frame = _read_frame(resolved, delimiter)
     frame.columns = [str(c) for c in frame.columns]
     target = _check_target(frame, target, resolved)
     _check_values(frame, target, resolved)
@@ -126,8 +142,9 @@ def load_csv(path: Path | None, target: str | None, test_fraction: float, seed: 
     if standardize:
         x_train, x_test = _standardize(x_train, x_test)
     scaling = ", standardized with training mean/std" if standardize else ""
+    separated = f", {DELIMITERS[delimiter]}-separated" if delimiter != "," else ""
     description = (
-        f"CSV file '{resolved.name}' (target '{target}', {x.shape[1]} features{scaling}, "
+        f"CSV file '{resolved.name}' (target '{target}'{separated}, {x.shape[1]} features{scaling}, "
         f"n_train={len(y_train)}, n_test={len(y_test)})"
     )
     return ClassificationData(

@@ -4,6 +4,7 @@ The runner builds a method from its config, then only talks to it through :class
 
     check_fits(method, target, ...)            the family fits the model (a posterior, or a model to train)
     method.check(target, n_chains)            settings that need the target, before a run is recorded
+    method.memory_needs(target, n_chains)     its peak memory by part (bayesx.memory), checked before allocating
     inputs = RunInputs(method.initial_points(target, n_chains, gen), gen, progress, artifact_dir)
     result = method.infer(target, inputs)      -> bayesx.result.Result
     method.draw_metrics(result, evaluation)    family-owned metrics of the draws
@@ -11,14 +12,13 @@ The runner builds a method from its config, then only talks to it through :class
 
 A family (``FAMILIES``) has one hook, ``(target, inputs) -> output``, returning a typed value (nothing
 is written into an object passed in); the family's ``infer`` calls it and makes the Result, and the
-family's mathematics (diagnostics, weighting, resampling) lives in its package:
+family's mathematics (diagnostics, weighting, resampling) lives in its package (ARCHITECTURE.md: an example):
 
     sampler        bayesx.methods.mcmc.family   Sampler.sample(target, inputs)         -> Draws
     approximation  bayesx.methods.vi.family     Approximation.approximate(target, ...) -> Fit
     trainer        bayesx.methods.vae.family    Trainer.train(model, inputs)           -> TrainedModel
 
-A method is one module in its family's package plus one yaml in ``conf/method/``; it knows nothing
-of MLflow or Hydra. See ARCHITECTURE.md for a worked example.
+A method is one module in its family's package plus one yaml in ``conf/method/``, blind to MLflow and Hydra.
 """
 
 from __future__ import annotations
@@ -46,14 +46,13 @@ FAMILIES: dict[str, str] = {"sampler": "bayesx.methods.mcmc.family:Sampler",  # 
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What the runner hands a method: starting points (None for trainers), the run's generator, progress bars or not,
-    a folder for the method's files, and where a sampler saves its draws as it goes (None: only at the end)."""
+    """What the runner hands a method (each field's comment says what it is)."""
 
-    initial: Tensor | None
-    gen: torch.Generator
-    progress: bool | None = None
-    artifact_dir: Path | None = None
-    checkpoint: RunCheckpoint | None = None
+    initial: Tensor | None  # starting points (chains, dim); None for trainers
+    gen: torch.Generator  # the run's generator
+    progress: bool | None = None  # progress bars or not
+    artifact_dir: Path | None = None  # a folder for the method's files
+    checkpoint: RunCheckpoint | None = None  # where a sampler saves its draws as it goes (None: only at the end)
     resume: Resume | None = None  # a killed run's checkpoint to continue from (methods that are ``resumable``)
 
 
@@ -76,6 +75,9 @@ class Method(ABC):
     def check(self, target, n_chains: int) -> None:
         """Settings that do not fit the target, before a run: raise InvalidSetting(key, problem) or a BayesxError."""
 
+    def memory_needs(self, target, n_chains: int) -> list:  # the run's peak, as bayesx.memory.Need parts ([]: unknown)
+        return []
+
     def needs_gradients(self) -> bool:  # grad log pi anywhere in a run (kernel, fit, the start's mode search)
         return True
 
@@ -91,12 +93,10 @@ class Method(ABC):
         """Family-owned metrics of the draws (after the target's evaluation)."""
         return {}
 
-    def warnings(self, metrics: dict[str, float]) -> list[str]:
-        """Plain-language health warnings about the run's metrics."""
+    def warnings(self, metrics: dict[str, float]) -> list[str]:  # plain-language health warnings about the metrics
         return []
 
-    def plot_coordinates(self, draws: np.ndarray, k: int) -> list[int]:
-        """The coordinates worth a trace and marginal plot."""
+    def plot_coordinates(self, draws: np.ndarray, k: int) -> list[int]:  # the coordinates worth a trace plot
         return list(range(min(k, draws.shape[-1])))
 
 

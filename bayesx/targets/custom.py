@@ -25,6 +25,7 @@ import importlib
 import importlib.util
 import inspect
 import math
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,9 +99,7 @@ def load_data(path_text: str, dtype: torch.dtype, device: torch.device) -> dict[
     if not path.is_file():
         raise BayesxError(f"model.data_file: no file {path}; give a .csv or .npz file")
     if path.suffix == ".npz":
-        with np.load(path) as arrays:
-            return {k: torch.as_tensor(np.asarray(v, dtype=np.float64), dtype=dtype, device=device)
-                    for k, v in arrays.items()}
+        return {k: torch.as_tensor(v, dtype=dtype, device=device) for k, v in _npz_arrays(path).items()}
     if path.suffix != ".csv":
         raise BayesxError(f"model.data_file: {path.name} is neither .csv nor .npz; convert it to one of them")
     with path.open(newline="") as handle:
@@ -113,6 +112,20 @@ def load_data(path_text: str, dtype: torch.dtype, device: torch.device) -> dict[
     except ValueError as exc:
         raise BayesxError(f"model.data_file: {path} has a non-numeric value ({exc}); encode every column as numbers") from None
     return {name: torch.as_tensor(values[:, j], dtype=dtype, device=device) for j, name in enumerate(header)}
+
+
+def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    """A .npz file's arrays as float64; a file numpy cannot read, or an array that is not numbers, is one line."""
+    if not zipfile.is_zipfile(path):
+        raise BayesxError(f"model.data_file: {path.name} is not a .npz archive (numpy writes one with "
+                          f"numpy.savez(path, name=array)); give a .npz or .csv file")
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+    except (ValueError, TypeError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BayesxError(f"model.data_file: cannot read {path.name} as numeric .npz arrays ({reason[:120]}); "
+                          f"write it with numpy.savez(path, name=array) of numbers") from None
 
 
 def _file_digest(path: Path) -> str:

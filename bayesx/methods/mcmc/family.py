@@ -17,6 +17,8 @@ from typing import final
 import numpy as np
 from torch import Tensor
 
+from bayesx import memory
+from bayesx.adaptation.window import DENSE_FORMS, GRADIENT_FORMS
 from bayesx.diagnostics import convergence
 from bayesx.diagnostics.convergence import RHAT_LIMIT, shown_against
 from bayesx.methods.base import Method, RunInputs
@@ -53,6 +55,28 @@ class Sampler(Method):
         out = self.sample(target, inputs)
         return Result(**{**out.outcome(), "tags": {**out.tags, "ess_per_s_time": "sampling_time_s"}},
                       draws=out.draws, sample_stats=out.sample_stats)
+
+    def memory_needs(self, target, n_chains: int) -> list[memory.Need]:
+        """The draws, the chains' working state, the warm-up's longest metric window (its draws, and their
+        gradients for the gradient-based forms, listed and stacked), a dense metric, the density over the
+        design, and the Laplace start's Hessian (bayesx.memory). Every sampler's settings are MCMCSettings."""
+        cfg, dim, dtype = self.settings, target.dim, target.dtype
+        fewer = "use fewer n_chains"
+        needs = [memory.draws_need(n_chains, cfg.num_draws, dim, dtype, f"{fewer} or a smaller method.num_draws"),
+                 memory.state_need(n_chains, dim, dtype, fewer), *memory.design_needs(target, n_chains, fewer)]
+        window = max((end - start for start, end in cfg.schedule().windows), default=0)
+        if window:
+            copies = 4 if cfg.mass in (*GRADIENT_FORMS, "auto") else 2
+            needs.append(memory.Need(f"the warm-up's metric window ({n_chains} x {window} x {dim})",
+                                     copies * n_chains * window * dim * memory.itemsize(dtype),
+                                     f"{fewer} or a smaller method.num_warmup"))
+        if cfg.mass in DENSE_FORMS:
+            needs.append(memory.Need(f"the dense metric ({dim} x {dim})", 4.0 * dim * dim * memory.itemsize(dtype),
+                                     "use method.mass=diag"))
+        if cfg.init == "laplace":
+            needs.append(memory.hessian_need(dim, dtype, "start without it: method.init=prior (or method.init="
+                                                         "pathfinder), or use a model with fewer coordinates"))
+        return needs
 
     def draw_metrics(self, result: Result, evaluation: Evaluation) -> dict[str, float]:
         """ESS and R-hat (ArviZ) over all coordinates, the ESS rates, and the ESS of the target's

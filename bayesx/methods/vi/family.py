@@ -28,6 +28,7 @@ from typing import Annotated, Protocol, final
 import torch
 from torch import Tensor
 
+from bayesx import memory
 from bayesx.diagnostics import importance
 from bayesx.diagnostics.convergence import shown_against
 from bayesx.diagnostics.importance import KHAT_LIMIT
@@ -90,6 +91,13 @@ class Approximation(Method):
         """Points per call at which this fit evaluates log pi and its gradient through bayesx.kernels.backend
         (``density_and_grad``), for the backend's choice of a compiled density; 0: it makes no such calls."""
         return 0
+
+    def memory_needs(self, target, n_chains: int) -> list[memory.Need]:
+        """The draws from q and the density over the design at all of them at once (bayesx.memory)."""
+        fewer = "use a smaller method.num_draws"
+        n, dim, dtype = self.settings.num_draws, target.dim, target.dtype
+        return [memory.draws_need(1, n, dim, dtype, fewer), memory.state_need(n, dim, dtype, fewer, copies=4),
+                *memory.design_needs(target, n, fewer)]
 
     @final
     def infer(self, target, inputs: RunInputs) -> Result:

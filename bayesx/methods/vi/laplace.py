@@ -20,6 +20,7 @@ from typing import Annotated
 
 import torch
 
+from bayesx import memory
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
@@ -42,6 +43,10 @@ class Laplace(Approximation):
 
     def gradient_batch(self, inputs: RunInputs) -> int:
         return inputs.initial.shape[0]  # the mode search's starting points, in one batch
+
+    def memory_needs(self, target, n_chains: int) -> list[memory.Need]:
+        return [*super().memory_needs(target, n_chains), memory.hessian_need(
+            target.dim, target.dtype, "use a low-rank Gaussian (method=pathfinder) or a model with fewer coordinates")]
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
         out = Fit()
