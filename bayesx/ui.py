@@ -9,10 +9,11 @@ that MLflow's own Home link leads to the same table.
 Which experiment: ``--experiment NAME``; else the one that holds the store's newest run; else the
 configured ``experiment_name`` where it exists; else MLflow's home page.
 
-Starting: ``mlflow ui`` with one worker (its default of four processes, each importing MLflow, plus
-a job-execution process for GenAI scorers, took 40-65 s to answer on a loaded 2-core machine; one
-worker without job execution 7-9 s). Everything after the start talks to the server over its REST API,
-so this process never imports MLflow.
+Starting: ``mlflow ui`` with one uvicorn worker and without MLflow's job runner (a process for GenAI
+scorers that bayesx never uses). On a 2-core machine shared with other work (load 7-16), MLflow 3.17's
+default (four workers, each importing MLflow, and the job runner) answered after 41-67 s, one worker
+alone after 27-31 s, one worker without the job runner after 7-9 s. Everything after the start talks
+to the server over its REST API, so this process never imports MLflow.
 """
 
 from __future__ import annotations
