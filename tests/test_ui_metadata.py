@@ -9,6 +9,7 @@ the approximations in a sweep over methods (or where the reference is cached); n
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -28,6 +29,7 @@ from cli_helpers import all_runs, call
 from mlflow.tracking import MlflowClient
 
 from bayesx import ui
+from bayesx.errors import BayesxError
 from bayesx.provenance import content_digest, data_inputs
 from bayesx.record import RunStart
 from bayesx.run_note import describe_run, rounded
@@ -264,6 +266,66 @@ def test_waiting_stops_when_the_server_exits_first():
     url = f"http://127.0.0.1:{_free_port()}"
     started = time.monotonic()
     assert not ui.wait_until_answers(url, lambda: time.monotonic() - started < 0.6, _Progress())
+
+
+class _FakeStore(BaseHTTPRequestHandler):
+    """Answers the three REST calls `bayesx ui` makes, from ``server.experiments`` and ``server.newest``."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        store = self.server
+        if self.path.endswith("experiments/search"):
+            answer = {"experiments": store.experiments}
+        elif self.path.endswith("runs/search"):
+            answer = {"runs": [{"info": {"experiment_id": store.newest}}] if store.newest in body["experiment_ids"]
+                      else []}
+        else:  # set-experiment-tag
+            store.tagged.append((body["experiment_id"], body["key"], body["value"]))
+            answer = {}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_store():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeStore)
+    server.experiments = [{"experiment_id": "0", "name": "Default", "tags": []},
+                          {"experiment_id": "3", "name": "bayesx", "tags": []},
+                          {"experiment_id": "5", "name": "digits", "tags": [{"key": ui.KIND_TAG, "value": "genai_development"}]}]
+    server.newest, server.tagged = "3", []
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_link_opens_the_newest_runs_experiment_and_marks_it_model_training(fake_store):
+    server, url = fake_store
+    link, what = ui.landing(url, None, "digits")
+    assert link == ui.experiment_link(url, "3") and what == "the runs of experiment 'bayesx'"
+    assert server.tagged == [("3", ui.KIND_TAG, ui.KIND)]
+
+
+def test_the_link_opens_the_asked_experiment_and_keeps_a_kind_it_has(fake_store):
+    server, url = fake_store
+    assert ui.landing(url, "digits", None)[0] == ui.experiment_link(url, "5")
+    assert server.tagged == []  # the user's own choice of view stays
+    with pytest.raises(BayesxError, match=r"--experiment nope: no such experiment .*known: Default, bayesx, digits"):
+        ui.landing(url, "nope", None)
+
+
+def test_without_runs_the_link_opens_the_configured_experiment_or_home(fake_store):
+    server, url = fake_store
+    server.newest = None
+    assert ui.landing(url, None, "digits")[0] == ui.experiment_link(url, "5")
+    assert ui.landing(url, None, "missing") == (f"{url}/", "MLflow's home page (the store has no runs yet)")
 
 
 @pytest.mark.slow
