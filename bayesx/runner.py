@@ -220,15 +220,27 @@ SWEEP_OVERRIDES_TAG = "sweep_overrides"  # bayesx.sweep's parent run: the sweep'
 
 def sweeps_methods(overrides: str | None) -> bool:
     """Whether a sweep's overrides (``method=nuts,vi,pathfinder model=logreg``) run several methods."""
-    return any(o.startswith("method=") and "," in o for o in (overrides or "").split())
+    return any(o.lstrip("+").startswith("method=") and "," in o for o in (overrides or "").split())
+
+
+def preset_sweep() -> str:
+    """A preset's own sweep (``hydra.sweeper.params``) as overrides, inside a Hydra job; else empty."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return ""
+    params = HydraConfig.get().sweeper.get("params") or {}
+    return " ".join(f"{key}={value}" for key, value in params.items())
 
 
 def reference_comparison(tracker: Tracker, parent_run_id: str | None, identity: dict,
                          settings: ReferenceSettings) -> bool:
     """Whether an exact sampler's run is compared with the reference posterior by default: when its sweep
-    compares methods (the reference is made once and shared by the sweep's runs), or when the store holds
-    the reference already (free to reuse). A single sampler run never pays for a reference run."""
-    if parent_run_id and sweeps_methods(tracker.tag_of(parent_run_id, SWEEP_OVERRIDES_TAG)):
+    compares methods (``-m method=a,b`` or a preset's sweep over ``method``: the reference is made once
+    and shared by the sweep's runs), or when the store holds the reference already (free to reuse). A
+    single sampler run never pays for a reference run; a preset that compares methods in other ways
+    sets ``reference.enabled: true`` (as vi_comparison does)."""
+    if parent_run_id and sweeps_methods(f"{tracker.tag_of(parent_run_id, SWEEP_OVERRIDES_TAG)} {preset_sweep()}"):
         return True
     return tracker.find_finished(KEY_TAG, cache_key(identity, settings)) is not None
 

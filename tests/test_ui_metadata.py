@@ -71,6 +71,7 @@ def test_sweeps_over_methods_are_told_apart_from_other_sweeps():
     assert sweeps_methods("method=nuts,vi,pathfinder model=logreg data=digits")
     assert not sweeps_methods("seed=0,1,2 method=nuts")
     assert not sweeps_methods("method.lr=0.1,0.01")
+    assert sweeps_methods("None +method=vi,laplace")  # a preset's hydra.sweeper.params, as overrides
     assert not sweeps_methods(None)
 
 
