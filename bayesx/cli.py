@@ -33,7 +33,7 @@ from bayesx.errors import (
 
 COMMANDS = {
     "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2); --json for scripts",
-    "ui": "start the MLflow UI on the configured store (localhost) and print its URL",
+    "ui": "start the MLflow UI on the configured store (localhost); once it answers, a link to the run table (--experiment)",
     "compare": "table of recorded runs with their key metrics (--experiment, --sort, --format json|csv|markdown)",
     "server": "start an MLflow tracking server on PostgreSQL (a cluster it owns in --dir, or --backend-uri)",
     "report": "markdown table (and plot) of one sweep's runs from the store, published numbers beside (--parent, --out)",
