@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -33,7 +32,7 @@ from bayesx.errors import (
 
 COMMANDS = {
     "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2); --json for scripts",
-    "ui": "start the MLflow UI on the configured store (localhost) and print its URL",
+    "ui": "start the MLflow UI on the configured store (localhost); once it answers, a link to the run table (--experiment)",
     "compare": "table of recorded runs with their key metrics (--experiment, --sort, --format json|csv|markdown)",
     "server": "start an MLflow tracking server on PostgreSQL (a cluster it owns in --dir, or --backend-uri)",
     "report": "markdown table (and plot) of one sweep's runs from the store, published numbers beside (--parent, --out)",
@@ -230,24 +229,53 @@ def _tracking(overrides: list[str]):
 
 
 def cmd_ui(ns: argparse.Namespace) -> int:
+    from bayesx.config import compose
     from bayesx.server import check_bindable
     from bayesx.tracking import ui_command
 
     if not 1 <= ns.port <= 65535:
         raise BayesxError(f"--port must be between 1 and 65535, got {ns.port}")
-    tracking = _tracking(ns.overrides)
+    cfg = compose(ns.overrides)
+    tracking = cfg.tracking
     uri = ns.uri or str(tracking.uri)
-    check_bindable(ns.host, ns.port)  # an address not on this machine, a port in use: one line
-    with socket.socket() as probe:
-        if probe.connect_ex((ns.host, ns.port)) == 0:
-            raise BayesxError(f"port {ns.port} on {ns.host} is already in use; pass --port to pick another")
-    print(f"MLflow UI for {uri} at http://{ns.host}:{ns.port}  (Ctrl-C to stop)", flush=True)
-    return _supervise(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root")))
+    check_bindable(ns.host, ns.port)  # a name that does not resolve, an address not on this machine, a port in use
+    url = f"http://{ns.host}:{ns.port}"
+    print(f"starting the MLflow UI for {uri} at {url}; waiting for it to answer", end="", flush=True)
+    return _supervise(_ui_server_command(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root"))),
+                      _ui_when_ready(url, ns.experiment, str(cfg.get("experiment_name") or "")), _ui_server_env())
 
 
-def _supervise(command: list[str], when_ready=None) -> int:
-    """Run a server command in its own process group, which is stopped as a whole when bayesx ends:
-    on Ctrl-C, on SIGTERM or SIGHUP, when the server exits, or when ``when_ready(proc)`` fails."""
+def _ui_server_command(command: list[str]) -> list[str]:
+    from bayesx import ui
+
+    return [*command, *ui.server_options()]
+
+
+def _ui_server_env() -> dict[str, str]:
+    from bayesx import ui
+
+    return {**os.environ, **ui.SERVER_ENV}
+
+
+def _ui_when_ready(url: str, experiment: str | None, configured: str):
+    """What `bayesx ui` does once the server runs: wait (with progress) until it answers, then print the
+    link to the experiment's run table (bayesx.ui); a server that exits first leaves its status to bayesx."""
+    from bayesx import ui
+
+    def ready(proc: subprocess.Popen) -> None:
+        if not ui.wait_until_answers(url, lambda: proc.poll() is None):
+            print(f"bayesx: the MLflow server exited (status {proc.returncode}) before it answered", file=sys.stderr)
+            return
+        link, what = ui.landing(url, experiment, configured or None)
+        print(f"MLflow UI: {link}\n  opens {what}  (Ctrl-C to stop)", flush=True)
+
+    return ready
+
+
+def _supervise(command: list[str], when_ready=None, env: dict[str, str] | None = None) -> int:
+    """Run a server command (in ``env``, default ours) in its own process group, which is stopped as a
+    whole when bayesx ends: on Ctrl-C, on SIGTERM or SIGHUP, when the server exits, or when
+    ``when_ready(proc)`` fails."""
 
     def stop(signum, frame):
         raise KeyboardInterrupt
@@ -258,7 +286,7 @@ def _supervise(command: list[str], when_ready=None) -> int:
     try:
         for sig in signals[1:]:
             signal.signal(sig, stop)
-        proc = subprocess.Popen(command, start_new_session=True)
+        proc = subprocess.Popen(command, start_new_session=True, env=env)
         if when_ready is not None:
             when_ready(proc)
         return proc.wait()
@@ -495,6 +523,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "ui":
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
         parser.add_argument("--port", type=int, default=5000)
+        parser.add_argument("--experiment", metavar="NAME",
+                            help="the experiment whose run table the printed link opens (default: the one with the "
+                                 "newest run, else experiment_name)")
     if command == "compare":
         from bayesx.compare import FORMATS
 

@@ -1,10 +1,11 @@
-"""What made a run, recorded as its tags: bayesx's version and git commit, the versions of Python,
-torch and NumPy, the thread counts, and whether the native kernels were allowed to run (each MCMC
-run's ``kernels`` tag says which implementation did run). The host and pid are the tracker's
-(bayesx.tracking.liveness_tags)."""
+"""What made a run: as its tags, bayesx's version and git commit, the versions of Python, torch and
+NumPy, the thread counts, and whether the native kernels were allowed to run (each MCMC run's
+``kernels`` tag says which implementation did run); as its dataset inputs, the splits of its data
+with digests of their content. The host and pid are the tracker's (bayesx.tracking.liveness_tags)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from bayesx.native import build as native_build
+from bayesx.record import DataInput
 
 
 def git_commit() -> str:
@@ -42,3 +44,29 @@ def provenance_tags() -> dict[str, str]:
         "torch_threads": str(torch.get_num_threads()), "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
         "native_kernels": "enabled" if native_build.enabled() else "disabled (BAYESX_NATIVE=0)",
     }
+
+
+def content_digest(*arrays: np.ndarray | None) -> str:
+    """A short SHA-256 digest of the arrays' shapes, types and bytes: two splits with equal digests hold
+    the same numbers (MLflow shows it beside the data set's name)."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        if array is None:
+            continue
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.view(np.uint8).reshape(-1).data if array.size else b"")
+    return digest.hexdigest()[:16]
+
+
+def data_inputs(data, name: str) -> tuple[DataInput, ...]:
+    """The training and test splits of a run's data set (a loader's ``x_train``, ``y_train``, ``x_test``,
+    ``y_test`` and ``source``), each with its content digest; none for data of another shape."""
+    splits = []
+    for split, context in (("train", "training"), ("test", "test")):
+        features, targets = getattr(data, f"x_{split}", None), getattr(data, f"y_{split}", None)
+        if isinstance(features, np.ndarray) and len(features):
+            targets = targets if isinstance(targets, np.ndarray) else None
+            splits.append(DataInput(name, context, content_digest(features, targets),
+                                    str(getattr(data, "source", "unknown")), features, targets))
+    return tuple(splits)

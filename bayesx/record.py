@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -21,12 +23,15 @@ class Summary:
     compared   the few that `bayesx compare` tabulates for this run
     warnings   plain-language problems the run survived (R-hat, divergences, k-hat, ...)
     remarks    sentences about the evaluation (why a metric is absent) and the reference posterior
+    description  the run's note for a person browsing the store: its key metrics rounded, what its
+               errors were measured against, its warnings in full (markdown; bayesx.run_note)
     """
 
     shown: tuple[str, ...] = ()
     compared: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     remarks: tuple[str, ...] = ()
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,25 @@ class Artifact:
 
     path: Path
     folder: str | None = None
+
+
+@dataclass(frozen=True)
+class DataInput:
+    """One split of the data set a run was fitted or evaluated on, as the store lists it.
+
+    name      the data choice (digits, mnist01, csv, ...)
+    context   what the run did with it: ``training`` or ``test``
+    digest    a digest of the split's content (bayesx.provenance.content_digest): equal digests, equal data
+    origin    where the data came from (a file, a download, scikit-learn, a generator)
+    features, targets  the split's arrays (the store records their shapes and types, not the values)
+    """
+
+    name: str
+    context: str
+    digest: str
+    origin: str
+    features: np.ndarray
+    targets: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +72,8 @@ class RunRecord:
     tags       what describes the run beyond its config (the method's, the target's, the reference's)
     artifacts  files to upload; ``discard`` artifact folders the run no longer needs (a complete run's
                checkpoint)
+    not_finite metrics the run computed as NaN or infinite: not stored (a metric that does not apply is
+               absent), named in the summary's remarks
     """
 
     status: str
@@ -59,13 +85,14 @@ class RunRecord:
     summary: Summary = Summary()
     error: str | None = None
     logged_until: int = 0
+    not_finite: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class RunStart:
     """What a run is opened with, before its method runs: its name, the tags that identify it (method,
     model, data, device, provenance), its flattened config as params and the config file, the sweep it
-    belongs to, and the killed run it continues (``resume_run_id``)."""
+    belongs to, the killed run it continues (``resume_run_id``) and the data it uses (``datasets``)."""
 
     name: str
     tags: dict[str, str]
@@ -73,3 +100,4 @@ class RunStart:
     config_text: str
     parent_run_id: str | None = None
     resume_run_id: str | None = None
+    datasets: tuple[DataInput, ...] = ()

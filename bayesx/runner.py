@@ -1,14 +1,16 @@
 """The runner: the one place that knows the model, the method, the device and the tracker.
 
 run_job(cfg):  validate -> build data, target, method -> seed -> (the reference posterior, its own run)
-               -> open the run -> method.infer -> the family's metrics + target.evaluate -> one RunRecord
-               -> the tracker stores it -> summary.
+               -> open the run (with its data as dataset inputs) -> method.infer -> the family's metrics
+               + target.evaluate -> one RunRecord (with its description, bayesx.run_note) -> the tracker
+               stores it -> summary.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import tempfile
@@ -29,12 +31,13 @@ from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.memory import check_room
 from bayesx.methods.base import Method, RunInputs, check_fits
-from bayesx.provenance import provenance_tags
+from bayesx.provenance import data_inputs, provenance_tags
 from bayesx.record import Artifact, RunRecord, RunStart, Summary
-from bayesx.reference import USED_TAG, Reference, obtain, posterior_error
+from bayesx.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, posterior_error
 from bayesx.reference import remark as reference_remark
+from bayesx.run_note import describe_run
 from bayesx.result import Result
-from bayesx.run_settings import DeviceSettings, RunSettings, TrackingSettings
+from bayesx.run_settings import DeviceSettings, ReferenceSettings, RunSettings, TrackingSettings
 from bayesx.settings import InvalidSetting, Settings, configure
 from bayesx.targets.base import Capabilities, Evaluation
 from bayesx.tracking import Tracker
@@ -200,15 +203,65 @@ def print_summary(title: str, record: RunRecord) -> None:
 
 
 # --- the reference posterior ---------------------------------------------------------------------------
-def wants_reference(run: RunSettings, method: Method, target) -> bool:
-    """reference.enabled: true/false, or null for auto: on for methods whose draws are approximate,
-    on targets whose exact moments are unknown and where a NUTS run is affordable (both declared in
-    the target's capabilities)."""
+def wants_reference(run: RunSettings, method: Method, target, comparing: bool = False) -> bool:
+    """reference.enabled: true/false, or null for auto: on targets whose exact moments are unknown and
+    where a NUTS run is affordable (both declared in the target's capabilities), for methods whose
+    draws are approximate, and for every method when ``comparing`` (a sweep over methods, or a
+    reference already in the store: then samplers share the approximations' accuracy metrics)."""
     enabled = run.reference.enabled
     if enabled is None:
         caps = target.capabilities
-        return method.approximate_draws and caps.posterior and not caps.exact_moments and caps.reference_affordable
+        affordable = caps.posterior and not caps.exact_moments and caps.reference_affordable
+        return affordable and (method.approximate_draws or comparing)
     return enabled
+
+
+SWEEP_OVERRIDES_TAG = "sweep_overrides"  # bayesx.sweep's parent run: the sweep's command-line overrides
+
+
+def sweeps_methods(overrides: str | None) -> bool:
+    """Whether a sweep's overrides (``method=nuts,vi,pathfinder model=logreg``) run several methods."""
+    return any(o.lstrip("+").startswith("method=") and "," in o for o in (overrides or "").split())
+
+
+def preset_sweep() -> str:
+    """A preset's own sweep (``hydra.sweeper.params``) as overrides, inside a Hydra job; else empty."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return ""
+    params = HydraConfig.get().sweeper.get("params") or {}
+    return " ".join(f"{key}={value}" for key, value in params.items())
+
+
+def reference_comparison(tracker: Tracker, parent_run_id: str | None, identity: dict,
+                         settings: ReferenceSettings) -> bool:
+    """Whether an exact sampler's run is compared with the reference posterior by default: when its sweep
+    compares methods (``-m method=a,b`` or a preset's sweep over ``method``: the reference is made once
+    and shared by the sweep's runs), or when the store holds the reference already (free to reuse). A
+    single sampler run never pays for a reference run; a preset that compares methods in other ways
+    sets ``reference.enabled: true`` (as vi_comparison does)."""
+    if parent_run_id and sweeps_methods(f"{tracker.tag_of(parent_run_id, SWEEP_OVERRIDES_TAG)} {preset_sweep()}"):
+        return True
+    return tracker.find_finished(KEY_TAG, cache_key(identity, settings)) is not None
+
+
+def compared_with(metrics: dict[str, float], reference: Reference | None, settings: ReferenceSettings,
+                  method_name: str) -> str | None:
+    """One sentence on what the run's accuracy metrics measure against (its description says it)."""
+    if reference is not None and "posterior_mean_err" in metrics:
+        how = "computed now, its own run" if reference.computed_now else "cached in the store"
+        text = (f"posterior_mean_err and posterior_sd_err against the reference NUTS run {reference.run_id[:8]} "
+                f"({settings.n_chains} chains x {settings.num_draws} draws after {settings.num_warmup} warm-up, "
+                f"seed {settings.seed}; {how})")
+        if method_name == "nuts":
+            text += "; a NUTS run of its own seed, so for this NUTS run they measure the Monte Carlo error of both"
+        return text
+    if any(k.startswith("ref_mean_err") for k in metrics):
+        return "ref_mean_err_* and ref_sd_err_* against the posterior's posteriordb gold-standard draws"
+    if "posterior_mean_err_max" in metrics:
+        return "posterior_mean_err_max and posterior_sd_err_max against the target's exact moments"
+    return None
 
 
 def posterior_identity(cfg: DictConfig, target) -> dict:
@@ -252,8 +305,10 @@ def make_checkpoint(job: RunSettings, run, tmp: Path) -> RunCheckpoint | None:
 # --- the job --------------------------------------------------------------------------------------
 def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, device_settings: DeviceSettings,
               device: torch.device, method: Method, target, params: dict[str, object], parent_run_id: str | None,
-              resumed: tuple[str, Resume] | None, with_data: bool) -> RunStart:
-    """The run as it is opened: its name, the tags that identify it, its params and config."""
+              resumed: tuple[str, Resume] | None, data) -> RunStart:
+    """The run as it is opened: its name, the tags that identify it (the preset, ``experiment=NAME``, among
+    them), its params and config, and its data's splits as dataset inputs."""
+    with_data = data is not None
     model_name = choices.get("model", "model")
     data_name = choices.get("data", "") if with_data else "none"
     tags = {
@@ -262,12 +317,17 @@ def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, device
         "seed": str(job.seed), "n_chains": str(job.n_chains),
         **{f"target.{k}": v for k, v in target.describe().items()},
     }
+    if choices.get("experiment") not in (None, "null"):
+        tags[PRESET_TAG] = str(choices["experiment"])
     if resumed:  # its params are the run's already (checked); MLflow does not let a param change
         tags["resumed_with"] = " ".join(f"{k}={v}" for k, v in params.items()
                                         if k.startswith(UNCOMPARED) and v is not None)[:5000]
     name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
     return RunStart(name, tags, params, OmegaConf.to_yaml(cfg, resolve=True), parent_run_id,
-                    resumed[0] if resumed else None)
+                    resumed[0] if resumed else None, data_inputs(data, data_name) if with_data else ())
+
+
+PRESET_TAG = "preset"  # the experiment preset a run was made with (bayesx run experiment=quick)
 
 
 def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None = None,
@@ -307,13 +367,17 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         resumed = (find_resume(job, method, tracker, params, tracking.stale_after_s, Path(resume_dir.name))
                    if job.resume else None)
         reference = None
-        if wants_reference(job, method, target):  # its own run, before this one opens
+        identity = posterior_identity(cfg, target)
+        comparing = (job.reference.enabled is None and not method.approximate_draws
+                     and wants_reference(job, method, target, comparing=True)
+                     and reference_comparison(tracker, parent_run_id, identity, job.reference))
+        if wants_reference(job, method, target, comparing):  # its own run, before this one opens: the
+            # run's MLflow Duration and its wall_time_s leave it out
             names = {"method": choices.get("method", ""), "model": choices.get("model", "model"),
                      "data": choices.get("data", "") if data is not None else "none"}
-            reference = obtain(target, posterior_identity(cfg, target), job.reference, tracker, names, parent_run_id,
-                               job.progress)
+            reference = obtain(target, identity, job.reference, tracker, names, parent_run_id, job.progress)
         start = run_start(cfg, choices, job, device_settings, device, method, target, params, parent_run_id,
-                          resumed, data is not None)
+                          resumed, data)
         with tracker.run(start) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
             if on_open is not None:
                 on_open(tracker, run.run_id)
@@ -322,21 +386,23 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
                                                     resumed[1] if resumed else None))
             spent_elsewhere = reference.seconds if reference is not None else 0.0
             record = make_record(job, method, target, result, reference, Path(tmp), checkpoint,
-                                 lambda: time.perf_counter() - wall_start - spent_elsewhere)
+                                 lambda: time.perf_counter() - wall_start - spent_elsewhere, start.tags)
             run.store(record)
             print_summary(f"{start.name} (run {run.run_id})", record)
             if record.error is not None:  # recorded with what the method had; the run ends FAILED
                 raise BayesxError(record.error)
             if result.interrupted:
                 raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")
-    return record.metrics
+    return {**record.metrics, **{k: math.nan for k in record.not_finite}}  # a tuner sees a NaN objective as failed
 
 
 def make_record(job: RunSettings, method: Method, target, result: Result, reference: Reference | None, tmp: Path,
-                checkpoint: RunCheckpoint | None, wall_time) -> RunRecord:
+                checkpoint: RunCheckpoint | None, wall_time, identity: dict[str, str] | None = None) -> RunRecord:
     """The run's record from the method's result: the family's metrics of the draws, the target's
-    evaluation, the error against the reference, the files, the summary. ``wall_time()`` is the run's
-    own time so far (without a reference computed for it, which is its own run)."""
+    evaluation, the error against the reference, the files, the summary and the description (``identity``:
+    the run's tags, for its headline). ``wall_time()`` is the run's own time so far (without a reference
+    computed for it, which is its own run). Metrics that came out NaN or infinite are left out (a metric
+    that does not apply is absent) and named in a remark."""
     metrics = {**result.metrics, **result.timings}
     has_draws = result.draws is not None and result.draws.shape[1] > 0
     evaluation = target.evaluate(result.draws, result.sample_stats) if has_draws else Evaluation()
@@ -353,16 +419,20 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
     artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
     complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
     metrics["wall_time_s"] = wall_time()
-    not_numbers = {k: v for k, v in metrics.items() if not np.isfinite(v)}
-    if not_numbers:  # never logged as if it were a value (an improper posterior's evidence, a zero sd's error)
-        metrics = {k: v for k, v in metrics.items() if k not in not_numbers}
-        remarks.append("not logged, not a number: " + ", ".join(f"{k} ({v})" for k, v in not_numbers.items()))
-    summary = Summary(summary_keys(method, evaluation, metrics), compared_keys(method, evaluation, metrics),
-                      tuple(result.warnings + method.warnings(metrics)), tuple(remarks))
+    warnings = tuple(result.warnings + method.warnings(metrics))
+    not_finite = tuple(sorted(k for k, v in metrics.items() if not math.isfinite(v)))
+    if not_finite:  # never logged as if it were a value (an improper posterior's evidence, a zero sd's error)
+        remarks.append("not logged, not a number: " + ", ".join(f"{k} ({metrics[k]})" for k in not_finite))
+    metrics = {k: v for k, v in metrics.items() if k not in not_finite}
     status = "KILLED" if result.interrupted else "FAILED" if result.error is not None else "FINISHED"
+    shown = summary_keys(method, evaluation, metrics)
+    description = describe_run(identity or {}, status, metrics, shown,
+                               compared_with(metrics, reference, job.reference, method.name), warnings,
+                               tuple(remarks), result.error)
+    summary = Summary(shown, compared_keys(method, evaluation, metrics), warnings, tuple(remarks), description)
     return RunRecord(status, metrics, dict(result.traces), tags, artifacts,
                      (CHECKPOINT,) if complete else (),  # draws.nc (or the trainer's own files) hold it all
-                     summary, result.error, checkpoint.logged_until if checkpoint is not None else 0)
+                     summary, result.error, checkpoint.logged_until if checkpoint is not None else 0, not_finite)
 
 
 def run_files(job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation, has_draws: bool,

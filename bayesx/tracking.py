@@ -32,6 +32,7 @@ import atexit
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -53,7 +54,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from bayesx.errors import BayesxError, RunInterrupted
-from bayesx.record import RunRecord, RunStart
+from bayesx.record import DataInput, RunRecord, RunStart
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
@@ -72,6 +73,12 @@ CONFIG_FILE = "config.yaml"
 IDENTITY_TAGS = ("method", "model", "data", "family", "seed", "n_chains", "device", "dtype")  # what a run ran
 MAX_PARAM_LENGTH = 6000
 MAX_TAG_LENGTH = 8000  # MLflow's limit on a tag's value (a description is a tag)
+
+
+def _finite(value) -> bool:
+    """A metric value the store may hold: a number that is not NaN or infinite (a metric that does not
+    apply is absent, never NaN)."""
+    return value is not None and math.isfinite(float(value))
 
 
 def is_local_store(uri: str) -> bool:
@@ -242,11 +249,11 @@ class TrackedRun:
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         now = int(time.time() * 1000)
-        self._log_batch([Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None])
+        self._log_batch([Metric(k, float(v), now, step) for k, v in metrics.items() if _finite(v)])
 
     def log_series(self, name: str, points: list[tuple[int, float]]) -> None:
         now = int(time.time() * 1000)
-        self._log_batch([Metric(name, float(v), now, int(s)) for s, v in points])
+        self._log_batch([Metric(name, float(v), now, int(s)) for s, v in points if _finite(v)])
 
     def _log_batch(self, metrics: list[Metric]) -> None:
         for i in range(0, len(metrics), 500):  # the store's limit per batch is 1000
@@ -279,12 +286,27 @@ class TrackedRun:
             tags[NOTES_TAG] = " | ".join(summary.remarks)
         if record.error:
             tags[ERROR_TAG] = self.error = record.error
+        if summary.description:
+            tags[DESCRIPTION_TAG] = summary.description[:MAX_TAG_LENGTH]
         self.set_tags(tags)
         for folder in record.discard:
             self.delete_artifacts(folder)
         for artifact in record.artifacts:
             self.log_artifact(artifact.path, artifact.folder)
         self.status = record.status
+
+    def log_datasets(self, inputs: tuple[DataInput, ...]) -> None:
+        """The run's data as MLflow dataset inputs (name, content digest, shapes and types, where it came
+        from, and an ``mlflow.data.context`` tag: training or test), so the run table's Dataset column names it."""
+        import mlflow.data
+        from mlflow.data.code_dataset_source import CodeDatasetSource
+        from mlflow.entities import DatasetInput, InputTag
+
+        entries = [DatasetInput(mlflow.data.from_numpy(d.features, targets=d.targets, name=d.name, digest=d.digest,
+                                                       source=CodeDatasetSource({"origin": d.origin}))
+                                ._to_mlflow_entity(), [InputTag("mlflow.data.context", d.context)]) for d in inputs]
+        if entries:
+            retry_locked(self.client.log_inputs, self.run_id, datasets=entries)
 
     def delete_artifacts(self, folder: str) -> bool:
         """Remove an artifact folder where the artifact store allows it (local files, most servers)."""
@@ -538,6 +560,7 @@ class Tracker:
             tracked = TrackedRun(self.client, run.info.run_id)
             tracked.log_params(start.params)
             tracked.log_text(start.config_text, CONFIG_FILE)
+            tracked.log_datasets(start.datasets)
         status = None
         try:
             with Heartbeat(self.client, tracked.run_id, self.heartbeat_s):
@@ -601,6 +624,10 @@ class Tracker:
         found = retry_locked(self.client.search_runs, ids, f"tags.`{tag}` = '{value}' and attributes.status = 'FINISHED'",
                              max_results=1, order_by=["attributes.start_time DESC"])
         return found[0].info.run_id if found else None
+
+    def tag_of(self, run_id: str, key: str) -> str | None:
+        """One tag of a run (e.g. a sweep parent's ``sweep_overrides``); None where it has none."""
+        return retry_locked(self.client.get_run, run_id).data.tags.get(key)
 
     def start_parent(self, run_name: str, tags: dict[str, str]) -> str:
         """A sweep's parent run; it carries the sweeping process's host and pid (its children beat)."""
