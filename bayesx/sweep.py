@@ -43,6 +43,8 @@ class SweepParentRun(Callback):
             rejected = [job for job in sweep_objects(config.hydra.sweep.dir, run_id) if job["status"] == REJECTED]
             if outcome.get("failed") or rejected:  # a job failed before it recorded a run (in this process or
                 # another, which left its outcome in its folder): the sweep still failed
+                from bayesx.sweep_summary import record_sweep_comparison  # the runs that were recorded
+                record_sweep_comparison(tracker.client, tracker.uri, run_id)
                 tracker.terminate(run_id, "FAILED")
                 outcome["status"] = "FAILED"
             else:
