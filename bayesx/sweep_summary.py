@@ -5,7 +5,7 @@ When a sweep ends (:meth:`bayesx.tracking.Tracker.end_parent`) its parent run ge
 
     report.md           the ``bayesx report`` table of the sweep's runs (their key metrics, rounded)
     table.csv           the same table, unrounded (MLflow shows it as a table)
-    metrics.png         ``bayesx report``'s bars: one bar per run for each key metric
+    report.png          ``bayesx report``'s bars: one bar per run for each key metric
     error_vs_cost.png   accuracy against cost, one point per run, one colour per method: the error against the
                         reference posterior (``posterior_mean_err``, or the posteriordb gold standard's
                         ``ref_mean_err_max``) against gradient evaluations and against wall time
@@ -93,6 +93,19 @@ def warnings_lines(sweep, labels: list[str]) -> list[str]:
             if isinstance(text, str) and text.strip()]
 
 
+def spread_axes(ax, xs, ys) -> None:
+    """Log scales on an axis whose positive values span more than a factor of 20, plain numbers on its ticks."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for values, axis, scale in ((xs, ax.xaxis, ax.set_xscale), (ys, ax.yaxis, ax.set_yscale)):
+        positive = [float(v) for v in values if finite(v) and v > 0]
+        if positive and max(positive) > 20 * min(positive):
+            scale("log")
+            axis.set_minor_formatter(NullFormatter())
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:g}k" if abs(v) >= 1000 else f"{v:.3g}"))
+    ax.margins(0.15)
+
+
 def error_vs_cost(table, labels: list[str], methods: list[str], path: Path) -> Path | None:
     """The sweep's error against the reference (the first of :data:`ERRORS` any run reports) against gradient
     evaluations and wall time, log-log, one point per run, coloured by method."""
@@ -107,21 +120,24 @@ def error_vs_cost(table, labels: list[str], methods: list[str], path: Path) -> P
         return None
     colours = {m: f"C{k}" for k, m in enumerate(dict.fromkeys(methods))}
     fig, axes = plt.subplots(1, len(costs), figsize=(4.6 * len(costs), 3.6), squeeze=False, layout="constrained")
+    shown = set()
     for ax, cost in zip(axes.flat, costs):
         for i in range(len(table)):
             x, y = table.at[i, cost], table.at[i, error]
             if finite(x) and finite(y) and x > 0 and y > 0:
+                shown.add(methods[i])
                 ax.scatter([x], [y], color=colours[methods[i]], s=40)
                 ax.annotate(labels[i], (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        spread_axes(ax, table[cost], table[error])
         ax.set_xlabel(cost)
         ax.set_ylabel(f"{error} (lower is better)")
         ax.grid(alpha=0.3, which="both")
-    for method, colour in colours.items():
-        axes.flat[0].scatter([], [], color=colour, label=method)
+    for method in [m for m in colours if m in shown]:
+        axes.flat[0].scatter([], [], color=colours[method], label=method)
     axes.flat[0].legend(fontsize=8, title="method", title_fontsize=8)
-    fig.suptitle(f"accuracy against cost: {error} of each run", fontsize=10)
+    missing = [m for m in colours if m not in shown]
+    fig.suptitle(f"accuracy against cost: {error} of each run"
+                 + (f" (no {error}: {', '.join(missing)})" if missing else ""), fontsize=10)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -151,11 +167,11 @@ def ess_per_second(table, labels: list[str], methods: list[str], path: Path) -> 
     return path
 
 
-def log_sweep_comparison(client, uri: str, parent_run_id: str) -> str:
+def log_sweep_comparison(client, uri: str, parent_run_id: str, status: str | None = None) -> str:
     """Log the sweep's comparison files on its parent run (module docstring) and return the description's text
     (markdown, between markers so a later call replaces it); "" when the sweep has no run to compare."""
     from bayesx.errors import BayesxError
-    from bayesx.report import ID_CHARS, run_labels, select_sweep, sweep_report
+    from bayesx.report import reference_lines, run_labels, select_sweep, sweep_report
     from bayesx.tracking import retry_locked, search_runs
 
     parent = retry_locked(client.get_run, parent_run_id)
@@ -166,9 +182,9 @@ def log_sweep_comparison(client, uri: str, parent_run_id: str) -> str:
         return ""
     with tempfile.TemporaryDirectory(prefix="bayesx-comparison-") as tmp:
         folder = Path(tmp)
+        if status:
+            sweep.parent["status"] = status  # the report's line on the sweep: as it ends, not RUNNING
         _, table, metrics = sweep_report(sweep, out=folder / "report.md")
-        if (folder / "report.png").is_file():
-            (folder / "report.png").rename(folder / "metrics.png")
         table.to_csv(folder / "table.csv", index=False)
         labels = unique_labels(run_labels(table, metrics), list(table["run"]))
         methods = [str(m) for m in table["method"]]
@@ -178,11 +194,13 @@ def log_sweep_comparison(client, uri: str, parent_run_id: str) -> str:
         for path in sorted(folder.iterdir()):
             retry_locked(client.log_artifact, parent_run_id, str(path), FOLDER)
         files = ", ".join(f"`{FOLDER}/{p.name}`" for p in sorted(folder.iterdir()))
-    lines = [BEGIN, f"**Sweep of {len(table)} runs** ({sweep.overrides}); parent {parent_run_id[:ID_CHARS]}.", ""]
     best = winners(scores, labels)
-    lines += ["Winners:", *best, ""] if best else ["No criterion that two runs share to compare them on.", ""]
+    lines = [BEGIN, f"**{len(table)} runs, {status or 'ended'}.** "
+             + ("The winner on each criterion:" if best else "No criterion that two runs share to compare them on."),
+             *best, ""]
     warned = warnings_lines(sweep, labels)
-    lines += ["Warnings:", *warned, ""] if warned else []
+    lines += ["Warnings (why runs fell short):", *warned, ""] if warned else []
+    lines += reference_lines(sweep)
     lines += [f"Files: {files}.", END]
     return "\n".join(lines)
 
@@ -199,11 +217,11 @@ def append_note(client, run_id: str, text: str) -> None:
     retry_locked(client.set_tag, run_id, NOTE_TAG, (note.rstrip() + "\n\n" + text).strip())
 
 
-def record_sweep_comparison(client, uri: str, parent_run_id: str) -> None:
+def record_sweep_comparison(client, uri: str, parent_run_id: str, status: str | None = None) -> None:
     """The comparison files and the description, on the parent run (the one call where a sweep ends). A
     failure here is a warning: the sweep's runs are recorded either way."""
     try:
-        append_note(client, parent_run_id, log_sweep_comparison(client, uri, parent_run_id))
+        append_note(client, parent_run_id, log_sweep_comparison(client, uri, parent_run_id, status))
     except Exception as exc:  # noqa: BLE001 - a courtesy, never the sweep's outcome
         print(f"bayesx: warning: the sweep's comparison was not recorded ({type(exc).__name__}: {exc})",
               file=sys.stderr)

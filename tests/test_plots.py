@@ -108,7 +108,7 @@ def test_a_sweep_parent_gets_the_comparison_table_plots_and_a_description(tmp_pa
 
     client = MlflowClient(tracking_uri=uri)
     files = {a.path for a in client.list_artifacts(parent, "comparison")}
-    assert {"comparison/report.md", "comparison/table.csv", "comparison/metrics.png", "comparison/error_vs_cost.png",
+    assert {"comparison/report.md", "comparison/table.csv", "comparison/report.png", "comparison/error_vs_cost.png",
             "comparison/ess_per_s.png"} <= files, files
     report = Path(client.download_artifacts(parent, "comparison/report.md", str(tmp_path))).read_text()
     assert "| nuts |" in report and "| vi |" in report
