@@ -44,7 +44,7 @@ class SweepParentRun(Callback):
             if outcome.get("failed") or rejected:  # a job failed before it recorded a run (in this process or
                 # another, which left its outcome in its folder): the sweep still failed
                 from bayesx.sweep_summary import record_sweep_comparison  # the runs that were recorded
-                record_sweep_comparison(tracker.client, tracker.uri, run_id)
+                record_sweep_comparison(tracker.client, tracker.uri, run_id, "FAILED")
                 tracker.terminate(run_id, "FAILED")
                 outcome["status"] = "FAILED"
             else:

@@ -402,7 +402,7 @@ class Tracker:
         statuses = {c.info.status for c in children}
         status = "FAILED" if "FAILED" in statuses else "KILLED" if "KILLED" in statuses else "FINISHED"
         from bayesx.sweep_summary import record_sweep_comparison  # the sweep's table, plots and description
-        record_sweep_comparison(self.client, self.uri, run_id)
+        record_sweep_comparison(self.client, self.uri, run_id, status)
         retry_locked(self.client.set_terminated, run_id, status)
         return status
 

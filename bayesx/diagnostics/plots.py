@@ -90,7 +90,7 @@ def sampler_energy(idata, path: Path) -> Path:
     bfmi = np.atleast_1d(az.bfmi(idata))
     ax = az.plot_energy(idata, figsize=(6, 3.6), bfmi=False)
     low = "" if bfmi.min() >= BFMI_LIMIT else f"; below {BFMI_LIMIT}: the energy is explored poorly"
-    ax.set_title("BFMI per chain: " + ", ".join(f"{b:.2f}" for b in bfmi) + low, fontsize=9)
+    ax.set_title("Hamiltonian energy; BFMI per chain: " + ", ".join(f"{b:.2f}" for b in bfmi) + low, fontsize=9)
     ax.figure.set_layout_engine("constrained")
     return _save(ax.figure, path)
 
