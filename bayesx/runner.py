@@ -349,9 +349,10 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
     if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
         metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
     artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
+    naming = (target.param_name, target.coordinate_names()) if has_draws else ("", None)  # a trained model: no draws
     artifacts += tuple(Artifact(path, "plots") for path in plots.run_plots(
         method, result.draws.numpy() if has_draws else None, result.sample_stats, result.traces, job.plots.n_coords,
-        tmp, target.param_name, target.coordinate_names(), reference, metrics.get("psis_khat")))
+        tmp, *naming, reference, metrics.get("psis_khat")))
     complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
     metrics["wall_time_s"] = wall_time()
     summary = Summary(summary_keys(method, evaluation, metrics), compared_keys(method, evaluation, metrics),

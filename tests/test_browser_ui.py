@@ -11,6 +11,7 @@ there: run_table.png and sweep_comparison.png.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -201,13 +202,14 @@ def test_a_run_page_shows_its_ess_and_description(sweep, ui, browser):
     browser.get(f"{ui}/#/experiments/{experiment_id}/runs/{nuts.info.run_id}?{MODEL_TRAINING}")
     text = wait_for(browser, "ess_bulk_min", nuts.info.run_name)
     note = nuts.data.tags.get(NOTE_TAG)
-    if note:  # the run's own description (its summary), where the run wrote one
-        assert note.strip().splitlines()[0][:40] in text
+    if note:  # the run's own description (its summary), where the run wrote one: its first words, rendered
+        first_words = " ".join(re.sub(r"[*_`#>\[\]]", "", note.strip().splitlines()[0]).split()[:4])
+        assert first_words in text, (first_words, text[:2000])
     browser.get(f"{ui}/#/experiments/{experiment_id}/runs/{parent.info.run_id}?{MODEL_TRAINING}")
     wait_for(browser, "The winner on each criterion")  # the sweep's description: who won on which criterion
     show_more(browser)
     text = page_text(browser)
-    assert "lowest posterior_mean_err" in text and "test_accuracy: all 3 runs tie" in text
+    assert "lowest posterior_mean_err" in text and "lowest wall_time_s" in text, text[:3000]
 
 
 def test_the_parent_runs_comparison_plot_loads(sweep, ui, browser):
