@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: install run test test-slow test-all test-ray bench check-gpu clean
+.PHONY: install run test test-slow test-all test-ray bench check-gpu ui-screenshots clean
 
 install: $(STAMP)
 
@@ -51,6 +51,11 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python experiments/peers.py --bayesx "method=nuts method.init=prior method.mass=diag,dense"
 	$(BIN)/bayesx report --experiment bench_samplers
+
+# the README's screenshots of the MLflow UI (the run table, a sweep's comparison plot), taken by the browser test
+# (tests/test_browser_ui.py: headless Chromium on a nuts,vi,pathfinder sweep) into results/ui/
+ui-screenshots: $(STAMP)
+	BAYESX_UI_SCREENSHOTS=results/ui $(BIN)/python -m pytest -q -m slow tests/test_browser_ui.py
 
 # every method family and the main models from the command line on device=cuda and on the CPU, compared
 # within Monte Carlo error, into results/gpu_check.md (bayesx/gpu_check.py); without a GPU: one line, exit 0

@@ -404,6 +404,13 @@ def render(sweep: Sweep, published: Published | None, table, metrics: list[str],
     return "\n".join(lines)
 
 
+def run_labels(table, metrics: list[str]) -> list[str]:
+    """Each row's name from what tells the runs apart (method, a swept key...), else its run id."""
+    ident = [c for c in table.columns if c not in ("run", "status", *metrics) and not c.startswith("paper ")
+             and table[c].nunique(dropna=False) > 1]
+    return [" ".join(str(table.at[i, c]) for c in ident) or str(table.at[i, "run"]) for i in range(len(table))]
+
+
 def plot(table, metrics: list[str], path: Path) -> bool:
     """One horizontal bar chart per metric, one bar per run; the published value as a black mark."""
     import matplotlib
@@ -414,9 +421,7 @@ def plot(table, metrics: list[str], path: Path) -> bool:
     shown = [m for m in metrics if m in table and table[m].map(finite).any()][:8]
     if not shown:
         return False
-    ident = [c for c in table.columns if c not in ("run", "status", *metrics) and not c.startswith("paper ")
-             and table[c].nunique(dropna=False) > 1]  # what tells the runs apart
-    labels = [" ".join(str(table.at[i, c]) for c in ident) or str(table.at[i, "run"]) for i in range(len(table))]
+    labels = run_labels(table, metrics)
     ncols = min(len(shown), 4)
     nrows = -(-len(shown) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.5, (0.3 * len(table) + 1.2) * nrows), squeeze=False)
@@ -449,6 +454,12 @@ def report(uri: str, experiment: str | None = None, parent: str | None = None, p
     from bayesx.tracking import search_runs
 
     sweep = select_sweep(search_runs(uri, experiment), uri, parent, experiment)
+    return sweep_report(sweep, published_path, out, with_plot, note)[0]
+
+
+def sweep_report(sweep: Sweep, published_path: Path | None = None, out: Path | None = None, with_plot: bool = True,
+                 note: str | None = None):
+    """:func:`report` of a sweep already read: the markdown, the table (a DataFrame) and its metric columns."""
     if published_path is None:
         name = preset_name(sweep.overrides)
         candidate = published_dir() / f"{name}.yaml" if name else None
@@ -466,4 +477,4 @@ def report(uri: str, experiment: str | None = None, parent: str | None = None, p
     text = render(sweep, published, table, metrics, plotted, note)
     if out is not None:
         out.write_text(text)
-    return text
+    return text, table, metrics

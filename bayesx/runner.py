@@ -417,6 +417,10 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
     if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
         metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
     artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
+    naming = (target.param_name, target.coordinate_names()) if has_draws else ("", None)  # a trained model: no draws
+    artifacts += tuple(Artifact(path, "plots") for path in plots.run_plots(
+        method, result.draws.numpy() if has_draws else None, result.sample_stats, result.traces, job.plots.n_coords,
+        tmp, *naming, reference, metrics.get("psis_khat")))
     complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
     metrics["wall_time_s"] = wall_time()
     warnings = tuple(result.warnings + method.warnings(metrics))
@@ -459,8 +463,4 @@ def draw_files(job: RunSettings, method: Method, target, result: Result, tmp: Pa
         path = tmp / "draws.nc"
         idata.to_netcdf(str(path), engine="h5netcdf")
         out.append(Artifact(path))
-    if job.plots.n_coords > 0:
-        coords = method.plot_coordinates(draws, job.plots.n_coords)
-        out.append(Artifact(plots.trace_and_marginals(draws, coords, target.param_name, tmp / "trace.png",
-                                                      target.coordinate_names()), "plots"))
     return out

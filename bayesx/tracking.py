@@ -658,6 +658,9 @@ class Tracker:
         statuses = {c.info.status for c in children}
         status = "FAILED" if jobs or failed else "KILLED" if "KILLED" in statuses else "FINISHED"
         set_description_part(self.client, run_id, FAILED_JOBS_HEAD, failed_jobs_note(jobs))
+        from bayesx.sweep_summary import record_sweep_comparison  # the sweep's table, plots and winners
+
+        record_sweep_comparison(self.client, self.uri, run_id, status)
         retry_locked(self.client.set_terminated, run_id, status)
         return status
 
