@@ -74,7 +74,8 @@ def test_closed_form_gram_equals_its_monte_carlo_definition(family):
 
 def test_recovers_a_gaussian_target():
     target = Gaussian(dim=3, kind="correlated", rho=0.6, mean=[1.0, -1.0, 0.5])
-    method = GAP(num_steps=1000, eps_mu=0.3, eps_l=0.3, n_mc=2000)
+    # the climb from the initial points (frame=none): with the Gaussian VI frame GAP starts at the answer, distance 0
+    method = GAP(num_steps=1000, eps_mu=0.3, eps_l=0.3, n_mc=2000, frame="none")
     g = gen(1)
     result = method.infer(target, RunInputs(method.initial_points(target, 4, g), g, progress=False))
     chol = result.fitted["q_scale"]
@@ -104,7 +105,8 @@ def exact_hellinger_variance() -> float:
 def test_t1_reaches_the_hellinger_optimum():
     exact = exact_hellinger_variance()
     assert exact == pytest.approx(3.771, abs=0.005)
-    method = GAP(init_mean=[10.0], init_sd=5.0, eps_mu=0.1, eps_l=5.0, num_steps=1000, n_mc=10000)
+    method = GAP(init_mean=[10.0], init_sd=5.0, eps_mu=0.1, eps_l=5.0, num_steps=1000, n_mc=10000,
+                 frame="none")  # the thesis' start and settings, without issue 34's Gaussian VI frame
     g = gen(0)
     result = method.infer(Density(name="t1"), RunInputs(None, g, progress=False))
     assert abs(float(result.fitted["q_mean"][0])) < 0.05
@@ -115,7 +117,7 @@ def test_t1_reaches_the_hellinger_optimum():
 def test_t1_with_the_defaults_reaches_the_optimum_within_three_percent_on_every_seed():
     """Issue 34: method=gap model=density model.name=t1 with its defaults, seeds 0-3, each fitted variance within
     3% of the Hellinger optimum. Negative control: the thesis' estimator and constant steps (draws from q, this
-    iteration's cosine, no decay) miss by more on some seed."""
+    iteration's cosine, no decay, no Gaussian VI frame) miss by more on some seed."""
     exact = 3.771
 
     def variances(**options) -> list[float]:
@@ -129,7 +131,7 @@ def test_t1_with_the_defaults_reaches_the_optimum_within_three_percent_on_every_
 
     fits = variances()
     assert all(abs(v / exact - 1.0) < 0.03 for v in fits), fits
-    thesis = variances(draws_from="q", cosine_smoothing=0.0, step_decay=None)
+    thesis = variances(draws_from="q", cosine_smoothing=0.0, step_decay=None, frame="none")
     assert max(abs(v / exact - 1.0) for v in thesis) > 0.03, thesis
 
 

@@ -21,11 +21,11 @@ compilation of tens of seconds, worth it for long fits only (results/bench_flows
 A target that lives in a box (``support_box``: U2-U4 on [-4, 4]^2) gets a last layer y = h tanh(z)
 onto it, so no draw falls where its density is zero.
 
-``frame: gaussian`` (the default) first fits full-rank Gaussian VI with method=vi's defaults and ends
-the flow with the fixed affine layer z = m + L w of its q (FixedAffine): the flow then starts at that q
-and refines it in whitened coordinates, where the base N(0, I) and Adam's steps of ``lr`` fit whatever
-the posterior's scales (posteriordb's diamonds: from 0.001 to 0.3; without the frame the flow ends
-hundreds of sds off there). Its gradients are counted in ``n_grad_evals``. ``frame: none`` is the flow
+``frame: gaussian`` (the default) first fits full-rank Gaussian VI with method=vi's defaults
+(bayesx.methods.vi.frame, shared with GAP and SVGD) and ends the flow with the fixed affine layer
+z = m + L w of its q (FixedAffine): the flow then starts at that q and refines it in whitened
+coordinates, where the base N(0, I) and Adam's steps of ``lr`` fit whatever the posterior's scales
+(posteriordb's diamonds: from 0.001 to 0.3; without the frame the flow ends hundreds of sds off there). Its gradients are counted in ``n_grad_evals``. ``frame: none`` is the flow
 before issue 34; a target in a box never gets a frame (the squashing layer must come last).
 Convergence of the fixed budget: ``converged`` where the mean windowed ELBO of the last fifth of the
 iterations rose by less than ``tol`` nats over the fifth before (``elbo_last_fifth_rise``); else a
@@ -46,11 +46,10 @@ from typing import Annotated, Literal
 import torch
 
 from bayesx.distributions import LOG_2PI, GaussianQ
-from bayesx.errors import RunInterrupted
 from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
-from bayesx.methods.vi.gaussian import GaussianVI
+from bayesx.methods.vi.frame import FrameChoice, fit_frame
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.nn.flows import FAMILIES, Flow, build_flow, check_dimension
 from bayesx.nn.flows.base import FixedAffine
@@ -74,7 +73,7 @@ class FlowVISettings(ApproximationSettings):
     anneal: Literal["none", "exp"] = "none"
     anneal_rate: Annotated[float, Positive()] = 1e-3  # a in beta_t = 1 - exp(-a t)
     check_every: Annotated[int, AtLeast(1)] = 100
-    frame: Literal["gaussian", "none"] = "gaussian"
+    frame: FrameChoice = "gaussian"
     tol: Annotated[float, AtLeast(0.0)] = 0.05  # the convergence rule's largest rise of the last fifth's ELBO (nats)
     compile: bool = False  # torch.compile the flow's layers: fewer, fused kernels per iteration after a compilation
 
@@ -106,17 +105,6 @@ class FlowVI(Approximation):
             flow.layers.append(FixedAffine(frame).to(dtype=target.dtype, device=target.device))
         return flow
 
-    def fit_frame(self, target, inputs: RunInputs) -> Fit | None:
-        """``frame: gaussian``: full-rank Gaussian VI with its defaults (bayesx.methods.vi.gaussian), whose
-        q = N(m, L L^T) the flow then refines in the coordinates w = L^-1 (z - m); None where there is no frame
-        (``frame: none``, a target in a box: the squashing layer must come last, or a fit that failed)."""
-        if self.settings.frame == "none" or target.support_box() is not None:
-            return None
-        fit = GaussianVI(family="fullrank").approximate(target, inputs)
-        if fit.interrupted:  # Ctrl-C or SIGTERM during the frame's fit stops the run, as during the flow's
-            raise RunInterrupted("interrupted while fitting the flow's Gaussian frame")
-        return fit if fit.error is None and fit.approximation is not None else None
-
     def beta(self, iteration: int) -> float:
         return 1.0 - math.exp(-self.settings.anneal_rate * iteration) if self.settings.anneal == "exp" else 1.0
 
@@ -136,8 +124,10 @@ class FlowVI(Approximation):
         gen, progress = inputs.gen, inputs.progress
         out = Fit()
         cfg = self.settings
-        frame = self.fit_frame(target, inputs)
-        flow = self.build(target, gen, None if frame is None else frame.approximation)
+        # a target in a box never gets a frame: the squashing layer onto the box must come last
+        frame, frame_tag = fit_frame("none" if target.support_box() is not None else cfg.frame, target, inputs,
+                                     "flowvi")
+        flow = self.build(target, gen, frame.gaussian)
         optim = torch.optim.Adam(flow.parameters(), lr=cfg.lr)
         push = torch.compile(flow.push) if cfg.compile else flow.push
         windows, iteration = ElboWindows(cfg.check_every), 0
@@ -165,12 +155,11 @@ class FlowVI(Approximation):
                 if windows.add(iteration, float(elbo)):
                     bar.set_postfix(elbo=f"{windows.last:.4g}", beta=f"{beta:.3f}")
         windows.record(out)
-        frame_grads = 0.0 if frame is None else frame.metrics["n_grad_evals"]
         out.metrics.update(last_fifth_rise(windows.trace, cfg.tol))
         out.metrics.update({"n_steps": float(iteration),
-                            "n_grad_evals": float(iteration * cfg.batch_size) + frame_grads,
+                            "n_grad_evals": float(iteration * cfg.batch_size) + frame.grad_evals,
                             "n_flow_parameters": float(sum(p.numel() for p in flow.parameters()))})
-        out.tags["flow_frame"] = "none" if frame is None else "full-rank Gaussian VI"
+        out.tags["flow_frame"] = frame_tag
         out.tags.update({"q_family": f"flow:{cfg.flow}", "flow_layers": str(cfg.n_layers), "anneal": cfg.anneal})
         flow.requires_grad_(False)
         out.approximation = flow

@@ -45,6 +45,21 @@ iterate), during which the steps shrink as 1 / (1 + k / step_decay) (Robbins and
 constant steps); the trace shows every step. With these defaults the t(1) fit is 3.74-3.85 over seeds 0-9
 (within 2.1% of 3.771; the thesis' settings, all three off, 3.71-4.39), measured 2026-11-26.
 
+Conditioning (issue 34). The steps eps_mu and eps_l are in the units of q's parameters, and the Gram blocks
+grow as Sigma^-1: on a badly scaled, correlated posterior (posteriordb's sblri_blr, diamonds, kilpisjarvi) GAP
+from N(init_mean, init_sd^2 I) ended hundreds of posterior sds off, or its Gram block lost positive
+definiteness. ``frame: gaussian`` (the default) first fits full-rank Gaussian VI (bayesx.methods.vi.frame, as
+flowvi) and runs GAP on the target's density in the whitened coordinates w = L^-1 (z - m) of its q, starting at
+N(0, init_sd^2 I) there (init_sd 1: the VI fit itself), with eps_l 1 by default (5 without the frame).
+Near the optimum the factor 1 / sqrt(1 - c_0^2) divides the Monte Carlo noise of c by the distance, so the
+thesis' eps_l 5 made the iterate wander at distance ~1 on a 10-d Gaussian started at its optimum. The Hellinger distance is invariant under the affine
+map, so this is a reparametrization with the same optimum, reached from a start near it with a well-conditioned
+basis; the fitted q is mapped back, N(m + L mu, (L S)(L S)^T), and the VI fit's gradients are GAP's
+``n_grad_evals``. ``family: meanfield`` is then diagonal in w, not in z. A target without a gradient gets no
+frame (tag ``frame``). ``frame: none`` is GAP before issue 34 (``init_mean`` applies there only). A step that
+breaks the iterate (a Gram block not positive definite, a non-finite mean or scale) ends the run FAILED with
+one line naming GAP, the iteration and the fix; a draw where log p is NaN counts as one of zero density.
+
 Cost per iteration: n_mc target evaluations (no gradients of p), and for the full-rank family
 the n_mc x n_l scores and a Cholesky of the n_l x n_l Gram block, n_l = D (D + 1) / 2. Measured on
 this project's 2-core CPU with 1000 draws: about 0.1 s per iteration up to D = 44 (n_l = 990) and
@@ -65,6 +80,7 @@ from torch import Tensor
 
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
+from bayesx.methods.vi.frame import FrameChoice, IdentityFrame, fit_frame
 from bayesx.distributions import GaussianQ
 from bayesx.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
@@ -78,7 +94,7 @@ class GAPSettings(ApproximationSettings):
     num_steps: Annotated[int, AtLeast(1)] = 1000
     n_mc: Annotated[int, AtLeast(2)] = 1000  # draws from q per iteration for a and c_0
     eps_mu: Annotated[float, Positive()] = 0.1  # the thesis' eps_alpha (t(1): 0.1)
-    eps_l: Annotated[float, Positive()] = 5.0  # the thesis' eps_beta (t(1): 5)
+    eps_l: Annotated[float | None, Positive()] = None  # the thesis' eps_beta; null: 1 in the frame, 5 without (t(1))
     init_mean: tuple[float, ...] | None = None  # null: the mean of the initial points
     init_sd: Annotated[float, Positive()] = 1.0  # L starts at init_sd I
     max_basis: Annotated[int, AtLeast(1)] = 1000  # the largest full-rank n_l = D (D + 1) / 2 allowed (D = 44)
@@ -87,6 +103,7 @@ class GAPSettings(ApproximationSettings):
     # weight of the past in the step's c_0 (0: this iteration's, the thesis')
     cosine_smoothing: Annotated[float, Between(0.0, 1.0, closed_low=True)] = 0.9
     step_decay: Annotated[int | None, AtLeast(1)] = 20  # averaged steps shrink as 1 / (1 + k / decay); null: thesis
+    frame: FrameChoice = "gaussian"  # gaussian: climb in the whitened coordinates of a full-rank Gaussian VI fit
 
 
 def lower_indices(dim: int, family: str) -> tuple[Tensor, Tensor]:
@@ -144,7 +161,7 @@ class GAP(Approximation):
     summary_keys = ("distance_final", *Approximation.summary_keys)
     compare_keys = ("distance_final", *Approximation.compare_keys)
 
-    def needs_gradients(self) -> bool:  # the Hellinger fit evaluates log p only
+    def needs_gradients(self) -> bool:  # the Hellinger fit evaluates log p only (the frame only where p has a gradient)
         return False
 
     def family_for(self, target) -> str:
@@ -154,6 +171,9 @@ class GAP(Approximation):
         return "fullrank" if target.dim * (target.dim + 1) // 2 <= self.settings.max_basis else "meanfield"
 
     def check(self, target, n_chains: int) -> None:
+        if self.settings.frame == "gaussian" and self.settings.init_mean is not None:
+            raise InvalidSetting("init_mean", "is the start of method.frame=none; with the Gaussian VI frame (the "
+                                 "default) GAP starts at the VI fit: drop init_mean or set method.frame=none")
         n_l = target.dim * (target.dim + 1) // 2
         if self.settings.family == "fullrank" and n_l > self.settings.max_basis:
             raise InvalidSetting("family", f"=fullrank needs a tangent basis of {n_l} covariance directions at "
@@ -166,8 +186,12 @@ class GAP(Approximation):
         cfg = self.settings
         family = self.family_for(target)
         dim, dtype, device = target.dim, target.dtype, target.device
-        mean = (torch.tensor(cfg.init_mean, dtype=dtype, device=device) if cfg.init_mean is not None
-                else initial.mean(0).to(dtype))
+        frame, out.tags["frame"] = fit_frame(cfg.frame, target, inputs, "GAP")
+        if frame.gaussian is not None:  # the frame's q is N(0, I) in its coordinates w
+            mean = torch.zeros(dim, dtype=dtype, device=device)
+        else:
+            mean = (torch.tensor(cfg.init_mean, dtype=dtype, device=device) if cfg.init_mean is not None
+                    else initial.mean(0).to(dtype))
         if mean.shape != (dim,):
             raise InvalidSetting("init_mean", f"has {mean.numel()} values for a target of dimension {dim}")
         chol = cfg.init_sd * torch.eye(dim, dtype=dtype, device=device)
@@ -180,7 +204,7 @@ class GAP(Approximation):
         with interruptible(out, bar, lambda: f"fit (step {step})"):
             for step in range(1, cfg.num_steps + 1):
                 q = GaussianQ(mean, positive_diagonal(chol))  # the same q; log q needs a positive diagonal
-                ratio, z = self._root_ratios(target, q, log_z, gen)
+                ratio, z = self._root_ratios(target, frame, q, log_z, gen)
                 c0 = float(ratio.mean())
                 bar.update(1)
                 # the step's scale 1 / sqrt(1 - c_0^2) from past iterations' cosines (smoothed): with this
@@ -192,19 +216,21 @@ class GAP(Approximation):
                 if not scale_c0 < 1.0:  # a cosine above 1: Monte Carlo noise near the optimum; no step can be made
                     skipped += 1
                     continue
-                m = inverse_transpose(chol)
-                s_mu, s_l = scores(z, mean, chol, m, rows, cols)
-                g_mu, g_l = gram_blocks(m, rows, cols)
-                if family == "meanfield":
-                    g_l = torch.diag(g_l.diagonal())
-                c_mu = orthonormal_coordinates(g_mu, (ratio[:, None] * s_mu).mean(0))
-                c_l = orthonormal_coordinates(g_l, (ratio[:, None] * s_l).mean(0))
+                try:
+                    c_mu, c_l = self._coordinates(family, ratio, z, mean, chol, rows, cols)
+                except torch.linalg.LinAlgError:
+                    out.error = self._diverged(step, "the Gram matrix of its tangent basis is not positive definite "
+                                                     "(q's scale L became singular)")
+                    return out
                 scale = 1.0 / math.sqrt(1.0 - scale_c0 * scale_c0)
                 if cfg.step_decay is not None and step > first_averaged:  # Robbins-Monro while averaging
                     scale /= 1.0 + (step - first_averaged) / cfg.step_decay
                 mean = mean + cfg.eps_mu * c_mu * scale
                 chol = chol.clone()
-                chol[rows, cols] += cfg.eps_l * c_l * scale
+                chol[rows, cols] += self.step_l() * c_l * scale
+                if not bool(torch.isfinite(mean).all() and torch.isfinite(chol).all()):
+                    out.error = self._diverged(step, "its step made q's mean or scale non-finite")
+                    return out
                 trace.append((step, math.acos(min(c0, 1.0))))
                 if step > first_averaged:
                     kept_means.append(mean)
@@ -218,22 +244,54 @@ class GAP(Approximation):
             mean = torch.stack(kept_means).median(0).values
             chol = torch.stack(kept_chols).median(0).values
         out.tags.update({"q_family": family, "gap_normalizer": "exact" if log_z is not None else "importance"})
-        chol = positive_diagonal(chol)
-        out.fitted.update({"q_mean": mean.cpu(), "q_scale": chol.cpu()})
-        out.approximation = GaussianQ(mean, chol)
+        if frame.gaussian is not None:
+            out.metrics["n_grad_evals"] = frame.grad_evals  # the frame's VI fit; GAP's own steps use none
+        q = frame.to_target_q(GaussianQ(mean, positive_diagonal(chol)))
+        out.fitted.update({"q_mean": q.mean.cpu(), "q_scale": q.scale.cpu()})
+        out.approximation = q
         return out
 
-    def _root_ratios(self, target, q: GaussianQ, log_z: float | None, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    def _diverged(self, step: int, what: str) -> str:
+        """The run's one-line failure where GAP's iterate broke down at ``step``, with the fix."""
+        cfg = self.settings
+        fix = ("use the Gaussian VI frame (method.frame=gaussian), or lower method.eps_l and method.eps_mu "
+               if cfg.frame == "none" else "lower method.eps_l and method.eps_mu ")
+        return f"GAP diverged at iteration {step}: {what}; {fix}(now {self.step_l():g} and {cfg.eps_mu:g})"
+
+    def step_l(self) -> float:
+        """eps_l: the setting, or by default 1 with the frame (its q is near the optimum; the thesis' 5 makes the
+        iterate wander at distance ~1 in 10 dimensions) and the thesis' 5 without."""
+        if self.settings.eps_l is not None:
+            return self.settings.eps_l
+        return 1.0 if self.settings.frame == "gaussian" else 5.0
+
+    @staticmethod
+    def _coordinates(family: str, ratio: Tensor, z: Tensor, mean: Tensor, chol: Tensor, rows: Tensor,
+                     cols: Tensor) -> tuple[Tensor, Tensor]:
+        """(c_mu, c_l): the coordinates of sqrt p in the orthonormalized tangent basis at q = N(mean, chol chol^T),
+        from the ratios at the draws z; raises torch.linalg.LinAlgError where a Gram block is not positive definite."""
+        m = inverse_transpose(chol)
+        s_mu, s_l = scores(z, mean, chol, m, rows, cols)
+        g_mu, g_l = gram_blocks(m, rows, cols)
+        if family == "meanfield":
+            g_l = torch.diag(g_l.diagonal())
+        return (orthonormal_coordinates(g_mu, (ratio[:, None] * s_mu).mean(0)),
+                orthonormal_coordinates(g_l, (ratio[:, None] * s_l).mean(0)))
+
+    def _root_ratios(self, target, frame: IdentityFrame, q: GaussianQ, log_z: float | None,
+                     gen: torch.Generator) -> tuple[Tensor, Tensor]:
         """The ratios r(z) at n_mc draws z (returned in that order), whose means are c_0 = <sqrt q, sqrt p>
         and, times the scores, a_i = <v_i, sqrt p>: from the root density rho = N(mu, 2 Sigma) (sqrt q
         normalized), r = sqrt(q p) / rho, with variance E_rho[p s^2] up to a constant; or from q as the thesis,
         r = sqrt(p / q), whose variance E_p s^2 is infinite for heavy tails (t(1): the fits scattered 3.7-4.4
         around the optimum 3.77). log Z: exact where the target knows it, else importance sampling with the
-        same draws."""
+        same draws. p is the target's density in the frame's coordinates (normalized as the target's); a draw where
+        log p is NaN counts as one of zero density."""
         n = self.settings.n_mc
         sampler = q if self.settings.draws_from == "q" else GaussianQ(q.mean, math.sqrt(2.0) * q.scale)
         z = sampler.sample(n, gen)
-        log_q, log_sampler, log_p = q.log_prob(z), sampler.log_prob(z), target.log_prob(z)
+        log_p = torch.nan_to_num(frame.log_prob(target, z), nan=-math.inf)
+        log_q, log_sampler = q.log_prob(z), sampler.log_prob(z)
         norm = log_z if log_z is not None else float(torch.logsumexp(log_p - log_sampler, 0)) - math.log(n)
         ratio = torch.exp(0.5 * (log_p - norm + log_q) - log_sampler)
         return torch.nan_to_num(ratio, nan=0.0), z
