@@ -192,3 +192,32 @@ def test_a_metric_that_is_not_a_number_is_not_logged(store, tmp_path):
     run = max(all_runs(uri), key=lambda r: r.info.start_time)
     assert run.info.status == "FINISHED" and "rhat_max" not in run.data.metrics
     assert "rhat_max" in run_ok(uri, [*argv, "method.step_size=0.5"]).data.metrics
+
+
+# --- a ridge: the warm-up's covariance estimate stops being positive definite: the run FAILED ----------------
+def test_a_covariance_estimate_that_is_not_positive_definite_names_an_improper_posterior():
+    """The slow window's estimate (dense or diagonal) must be a finite positive definite covariance; one that is
+    not is the draws' unbounded spread along a direction (a ridge), said in one line, never a LinAlgError."""
+    from bayesx.adaptation.window import adapted_metric
+    from bayesx.errors import DensityError
+
+    for singular in (torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64),
+                     torch.tensor([[1.0, float("nan")], [float("nan"), 1.0]], dtype=torch.float64),
+                     torch.tensor([1.0, 0.0], dtype=torch.float64)):
+        with pytest.raises(DensityError, match="improper posterior likely: the warm-up's estimate"):
+            adapted_metric(singular)
+    with pytest.raises(DensityError, match="float32's precision"):
+        adapted_metric(torch.tensor([[1.0, 1.0], [1.0, 1.0]]))
+    for proper in (torch.tensor([[2.0, 0.9], [0.9, 1.0]], dtype=torch.float64), torch.tensor([1e-6, 1e6])):  # controls
+        assert torch.equal(adapted_metric(proper).inv_mass, proper)
+
+
+@pytest.mark.slow
+def test_a_ridge_fails_the_run_in_one_line_not_an_internal_error(store, tmp_path):
+    """log p = -(x0 - x1)^2 / 2 is improper along x0 + x1: the dense metric's warm-up sees the draws spread
+    without bound (before this check: a LinAlgError reported as bayesx's own fault). About 2 minutes."""
+    _, uri = store
+    ridge = density_file(tmp_path, "ridge", "-0.5 * (theta[..., 0] - theta[..., 1]) ** 2")
+    fast = [a for a in FAST if not a.startswith("method.num_")]
+    failed_run(uri, ["run", "model=custom", ridge, "model.dim=2", "method=nuts", *fast, "method.num_warmup=1000",
+                     "method.num_draws=20"], "improper posterior likely", "covariance", "(during warm-up)")

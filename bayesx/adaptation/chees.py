@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bayesx.adaptation.window import GRADIENT_FORMS, DualAveraging, WarmupProgress, update_inverse_mass
+from bayesx.adaptation.window import GRADIENT_FORMS, DualAveraging, WarmupProgress, adapted_metric, update_inverse_mass
 from bayesx.kernels import chees, hmc
 from bayesx.kernels.metric import Metric, make_metric
 
@@ -131,4 +131,4 @@ class CheesAdaptation:
         estimators take (groups, n, dim) and centre each group, so iterations go first."""
         states = torch.stack([q for q, _ in recent], 0)
         grads = torch.stack([g for _, g in recent], 0)
-        return make_metric(update_inverse_mass(states, current, self.mass, grads, self.rank))
+        return adapted_metric(update_inverse_mass(states, current, self.mass, grads, self.rank))

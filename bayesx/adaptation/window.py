@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from bayesx.errors import DensityError
 from bayesx.kernels.common import energy_error
 from bayesx.kernels.integrators import PhaseState, leapfrog
 from bayesx.kernels.metric import Metric, kinetic_energy, make_metric, sample_momentum
@@ -208,6 +209,26 @@ def update_inverse_mass(draws: Tensor, current: Metric, mass: str, grads: Tensor
     return shrunk_covariance(draws, current) if mass == "dense" else regularized_variance(draws)
 
 
+def adapted_metric(inv_mass: Tensor) -> Metric:
+    """The metric of a slow window's estimate, which must be a finite, positive definite covariance (or positive
+    variances). One that is not means the window's draws spread without bound along some direction: a ridge or a
+    half-line where the density does not decay (an improper posterior, a redundant parameter), not a fault of the
+    sampler; the run stops there in one line (DensityError) instead of a linear-algebra traceback."""
+    usable = bool(torch.isfinite(inv_mass).all())
+    if usable and inv_mass.dim() == 2:
+        usable = int(torch.linalg.cholesky_ex(inv_mass)[1]) == 0
+    elif usable:
+        usable = bool((inv_mass > 0).all())
+    if not usable:
+        hint = " (or its scales differ beyond float32's precision: try device.dtype=float64)" \
+            if inv_mass.dtype == torch.float32 else ""
+        raise DensityError("improper posterior likely: the warm-up's estimate of the posterior covariance is not "
+                           "positive definite, as the draws spread without bound along some direction (a ridge or a "
+                           f"flat direction){hint}; give every parameter a proper prior, or check the density for a "
+                           "forgotten Jacobian or a redundant parameter")
+    return make_metric(inv_mass)
+
+
 def find_initial_step_size(state, target, metric, gen, step_size: float = 1.0, threshold: float = 0.8) -> float:
     """Hoffman and Gelman's (2014, Alg. 4) heuristic: double or halve the step size until the
     mean one-step acceptance across chains crosses ``threshold``."""
@@ -290,8 +311,8 @@ class WindowAdaptation:
                     window_grads.append(progress.state.grad)
                 if it == window[1] - 1:
                     grads = torch.stack(window_grads, 1) if with_grads else None
-                    progress.metric = make_metric(update_inverse_mass(torch.stack(window_draws, 1), progress.metric,
-                                                                      self.mass, grads, self.rank))
+                    progress.metric = adapted_metric(update_inverse_mass(torch.stack(window_draws, 1), progress.metric,
+                                                                         self.mass, grads, self.rank))
                     window_draws, window_grads = [], []
                     if self.adapt_step_size:
                         progress.step_size = self.search_step_size(progress.state, progress.metric, progress.step_size)
