@@ -134,6 +134,9 @@ def fault_line(exc: BaseException, method: str, where: str) -> str:
     """The one line for an exception that is not a user error (a bug in bayesx or in a method's code): the
     method, the exception's type and first line, and ``where`` its traceback was kept."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
+    if isinstance(exc, MemoryError) or "out of memory" in message.lower() or "can't allocate memory" in message.lower():
+        return (f"method={method} ran out of memory ({type(exc).__name__}: {message}); {where}; the run needs more "
+                f"than the machine had free: use fewer n_chains, a smaller method.num_draws or model, or a larger machine")
     return (f"method={method} stopped on an internal error, {type(exc).__name__}: {message}; {where} (a fault of "
             f"bayesx or of the method's code, not of your input: please report it)")
 

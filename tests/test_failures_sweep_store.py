@@ -395,3 +395,16 @@ def test_a_reference_that_cannot_be_saved_is_a_warning_and_the_run_finishes(stor
         code, out, err = call(argv)
         assert code == 0 and "warning: the reference" not in err, err
         assert ("computed now" in out) == computed and ("reused from the store" in out) != computed, out
+
+
+def test_running_out_of_memory_mid_run_is_named_as_such_not_as_a_bug():
+    """Out of memory once a run is under way (the estimate before it erred low, or another process took the
+    memory): the one line says so and how to need less; control: another exception is an internal error."""
+    from bayesx.tracking import fault_line
+
+    for exc in (MemoryError(), RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
+                                            "memory: you tried to allocate 80000000000 bytes"),
+                RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")):
+        line = fault_line(exc, "nuts", "its traceback is traceback.txt")
+        assert "ran out of memory" in line and "fewer n_chains" in line and "please report" not in line, line
+    assert "internal error" in fault_line(RuntimeError("index out of range"), "nuts", "x")
