@@ -69,7 +69,7 @@ def cache_key(identity: dict, settings: ReferenceSettings) -> str:
 
 
 def obtain(target, identity: dict, settings: ReferenceSettings, tracker, names: dict[str, str],
-           parent_run_id: str | None = None, progress: bool | None = None) -> Reference:
+           parent_run_id: str | None = None, progress: bool | None = None, datasets: tuple = ()) -> Reference:
     """The reference for this posterior: from a FINISHED reference run in the store with the same key,
     else a new NUTS run recorded as its own run (``names``: the method, model and data choices of the
     run that asks, for the reference run's name and tags)."""
@@ -81,13 +81,14 @@ def obtain(target, identity: dict, settings: ReferenceSettings, tracker, names: 
             if folder is not None and (folder / FILE).is_file():
                 with np.load(folder / FILE) as saved:
                     return Reference(saved["mean"], saved["sd"], float(saved["ess_bulk_min"]), found, 0.0)
-    return _compute(target, identity, settings, tracker, key, names, parent_run_id, progress)
+    return _compute(target, identity, settings, tracker, key, names, parent_run_id, progress, datasets)
 
 
 def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: str, names: dict[str, str],
-             parent_run_id: str | None, progress: bool | None) -> Reference:
+             parent_run_id: str | None, progress: bool | None, datasets: tuple = ()) -> Reference:
     from bayesx.methods.base import RunInputs
     from bayesx.methods.mcmc.nuts import NUTS  # the reference is a product run like any other
+    from bayesx.run_note import describe_run
 
     start = time.perf_counter()
     model, data = names.get("model", "model"), names.get("data", "none")
@@ -96,7 +97,8 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
             "n_chains": str(settings.n_chains)}
     params = {f"reference.{k}": v for k, v in asdict(settings).items() if k != "enabled"}
     opening = RunStart(f"reference-{model}-{data}", tags, params, yaml.safe_dump(
-        json.loads(json.dumps({**identity, "reference": params}, default=str)), sort_keys=True), parent_run_id)
+        json.loads(json.dumps({**identity, "reference": params}, default=str)), sort_keys=True), parent_run_id,
+        datasets=datasets)
     print(f"computing the NUTS reference posterior ({settings.n_chains} chains, {settings.num_warmup}+"
           f"{settings.num_draws} iterations) as its own run; later runs of this posterior reuse it")
     with tracker.run(opening) as run, tempfile.TemporaryDirectory(prefix="bayesx-reference-") as tmp:
@@ -120,9 +122,16 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
         np.savez(path, mean=mean, sd=sd, ess_bulk_min=diagnostics["ess_bulk_min"])
         metrics = {**{k: float(v) for k, v in diagnostics.items()}, **result.timings,
                    "wall_time_s": time.perf_counter() - start}
+        shown = ("ess_bulk_min", "rhat_max", "wall_time_s")
+        what = (f"The reference posterior of {model} (data {data}) for the `{names.get('method', '')}` run that asked "
+                f"for it and every later run of this posterior: NUTS, {settings.n_chains} chains x {settings.num_draws} "
+                f"draws after {settings.num_warmup} warm-up, seed {settings.seed}; its moments are "
+                f"`{FOLDER}/{FILE}`.")
+        description = describe_run({**tags, "method": "nuts (reference)"}, "FINISHED", metrics, shown, what,
+                                   tuple(result.warnings), ())
         not_cached = _store(run, RunRecord("FINISHED", metrics, tags=dict(result.tags),
                                            artifacts=(Artifact(path, FOLDER),),
-                                           summary=Summary(compared=("ess_bulk_min", "rhat_max", "wall_time_s"))))
+                                           summary=Summary(compared=shown, description=description)))
         run_id = run.run_id
     return Reference(mean, sd, float(diagnostics["ess_bulk_min"]), run_id, time.perf_counter() - start, not_cached)
 

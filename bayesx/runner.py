@@ -375,7 +375,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             # run's MLflow Duration and its wall_time_s leave it out
             names = {"method": choices.get("method", ""), "model": choices.get("model", "model"),
                      "data": choices.get("data", "") if data is not None else "none"}
-            reference = obtain(target, identity, job.reference, tracker, names, parent_run_id, job.progress)
+            datasets = data_inputs(data, names["data"]) if data is not None else ()
+            reference = obtain(target, identity, job.reference, tracker, names, parent_run_id, job.progress, datasets)
         start = run_start(cfg, choices, job, device_settings, device, method, target, params, parent_run_id,
                           resumed, data)
         with tracker.run(start) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:

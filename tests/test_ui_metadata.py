@@ -157,6 +157,11 @@ def test_a_sweep_over_methods_compares_every_run_with_one_reference(fresh_store)
     assert "Monte Carlo error of both" in nuts.data.tags[DESCRIPTION_TAG]
     digests = {(r.info.run_id, i.dataset.digest) for r in children for i in r.inputs.dataset_inputs}
     assert len({d for _, d in digests}) == 2  # both runs fitted and tested on the same two splits
+    reference = references[0]  # a child of the sweep too: its data and a description like every run's
+    assert {i.dataset.digest for i in reference.inputs.dataset_inputs} == {d for _, d in digests}
+    assert reference.data.tags[DESCRIPTION_TAG].startswith("**nuts (reference)** (sampler) on logreg, data digits")
+    assert "The reference posterior of logreg" in reference.data.tags[DESCRIPTION_TAG]
+    _no_nan(reference)
 
 
 def test_a_single_sampler_run_reuses_a_cached_reference_but_never_pays_for_one(fresh_store):
