@@ -10,9 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
-import threading
 import time
 import zipfile
 from pathlib import Path
@@ -43,21 +41,27 @@ def store(tmp_path_factory):
 
 
 # --- case 6: a run too large for the machine ---------------------------------------------------------
+PEAK_REPORTER = """
+import atexit, runpy, sys
+def peak():  # this process's own high-water mark since its exec: VmHWM, not ru_maxrss, which a forked child
+    # inherits from its parent (the test process, GBs after a long suite)
+    with open("/proc/self/status") as status:
+        kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    sys.stderr.write(f"peak-kb {kb}\\n")
+atexit.register(peak)
+sys.argv = ["bayesx", *sys.argv[1:]]
+runpy.run_module("bayesx", run_name="__main__", alter_sys=True)
+"""
+
+
 def bayesx_child(root: Path, uri: str, argv: list[str], timeout: float = 300) -> tuple[int, str, float]:
-    """``python -m bayesx argv`` in a child process: (exit status, stderr, this child's own peak RSS in GB,
-    from wait4: RUSAGE_CHILDREN would give the largest of all the children the tests have waited for)."""
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "bayesx", *argv], cwd=root, stdout=subprocess.DEVNULL,
-                                stderr=err, env={**os.environ, "MLFLOW_TRACKING_URI": uri})
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        return proc.returncode, err.read().decode(errors="replace"), usage.ru_maxrss * 1024 / memory.GB
+    """``bayesx argv`` in a child process: (exit status, stderr, the child's own peak resident memory in GB)."""
+    proc = subprocess.run([sys.executable, "-c", PEAK_REPORTER, *argv], cwd=root, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout, env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+    peaks = [line for line in proc.stderr.splitlines() if line.startswith("peak-kb ")]
+    assert peaks, proc.stderr[-2000:]
+    err = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("peak-kb "))
+    return proc.returncode, err, int(peaks[-1].split()[1]) * 1024 / memory.GB
 
 
 def test_too_many_chains_are_refused_before_anything_is_allocated(store):
