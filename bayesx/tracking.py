@@ -659,7 +659,8 @@ class Tracker:
             retry_locked(self.client.set_tag, run_id, UNRECORDED_FAILURES_TAG, json.dumps(kept))
         children, jobs = sweep_failures(self.client, run_id)
         statuses = {c.info.status for c in children}
-        status = "FAILED" if jobs or failed else "KILLED" if "KILLED" in statuses else "FINISHED"
+        # a killed child explains a sweep that stopped on an error (Slurm's scancel: submitit's UncompletedJobError)
+        status = "FAILED" if jobs else "KILLED" if "KILLED" in statuses else "FAILED" if failed else "FINISHED"
         set_description_part(self.client, run_id, FAILED_JOBS_HEAD, failed_jobs_note(jobs))
         from bayesx.sweep_summary import record_sweep_comparison  # the sweep's table, plots and winners
 
