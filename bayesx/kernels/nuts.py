@@ -123,7 +123,9 @@ def _build_subtree(
         masked = n_running < n_chains
         new_phase = leapfrog(phase, signed_step, metric, target)
         phase = select(running, new_phase, phase) if masked else new_phase
-        faults = add_faults(faults, phase.position, phase.log_prob, phase.grad, running if masked else None)
+        if not bool(torch.isfinite(phase.log_prob).all() and torch.isfinite(phase.grad).all()):  # rare: the
+            faults = add_faults(faults, phase.position, phase.log_prob, phase.grad,  # bookkeeping only then
+                                running if masked else None)
         vel = velocity(metric, phase.momentum)
         h = 0.5 * (phase.momentum * vel).sum(-1) - phase.log_prob
         delta = energy_error(h, h0)
