@@ -1,0 +1,920 @@
+"""A traced density and gradient as plain C: one function, no torch at run time, compiled in about a second.
+
+AOTInductor (bayesx.native.compiled) compiles a density's gradient graph well, but slowly: 8-26 s of Python
+lowering and a C++ wrapper compile per density on this project's machine, longer than NumPyro's whole run on
+a small posterior. The graphs a density traces to are small and of few kinds of operation (posteriordb's 13
+posteriors use 41 ATen operators after core-ATen decomposition), so this module writes C for them directly:
+
+1. interpret: the graph runs once, eagerly, on a point (the zero vector), operation by operation; every
+   tensor the graph computes from the parameters gets a buffer in a workspace, laid out contiguously (the
+   eager result is copied into a fresh contiguous tensor, so that the views taken of it later have the
+   strides and offsets of the buffer); a view (``view``, ``expand``, ``permute``, ``select``, ...) shares
+   its input's storage, so it is recognised by that, costs no code, and is read through its own sizes,
+   strides and offset; what does not depend on the parameters (data, ``arange``, ``full``) is a constant
+   array, its bytes those of the eager value;
+2. write: each other operation becomes a loop nest over its output, reading every input through its
+   strides (broadcast dimensions have stride 0): elementwise arithmetic and comparisons, reductions,
+   matrix products, concatenation, padding, slice and select scatters, advanced indexing and its
+   accumulating inverse, gather and scatter-add;
+3. reuse: a buffer whose last reader (views included) has run is handed to the next buffer of its size,
+   so the workspace stays near the graph's live size.
+
+The result is ``REAL bayesx_generated(const REAL *u, REAL *g, void *work)`` returning log pi(u) and
+writing its gradient to g, with ``bayesx_generated_work`` bytes of workspace per calling thread: reentrant,
+so the C kernels may run chains on several threads. Operators outside the table raise :class:`Unsupported`
+with the operator's name; the caller then tries AOTInductor. C's own math library evaluates the functions
+(``exp``, ``log1p``, ``lgamma``, ...), compiled without ``-ffast-math`` so that infinities and NaNs keep
+their meaning (a log density of -inf outside the support).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+aten = torch.ops.aten
+
+C_TYPES = {torch.float64: "double", torch.float32: "float", torch.int64: "int64_t", torch.int32: "int32_t",
+           torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "uint8_t"}
+ALIGN = 64
+MAX_CONSTANT_NUMBERS = 4_000_000
+"""Constants larger than this (numbers in all) are not written into C source; the density goes to AOTInductor."""
+
+
+class Unsupported(Exception):
+    """Why a graph cannot be written as C here (one line)."""
+
+
+@dataclass
+class Generated:
+    """The C source of a density and gradient, and the workspace one call needs (bytes)."""
+
+    source: str
+    work_bytes: int
+    operations: int
+
+
+@dataclass
+class _Buffer:
+    name: str
+    c_type: str
+    numbers: int
+    constant: bool = False
+
+
+def _literal(value, c_type: str) -> str:
+    """A Python number as a C literal of ``c_type`` (exact for doubles: repr round-trips)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if c_type in ("double", "float"):
+        value = float(value)
+        if math.isnan(value):
+            return "NAN"
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "(-INFINITY)"
+        text = repr(value)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return f"({text}f)" if c_type == "float" else f"({text})"
+    if isinstance(value, float):
+        if value != int(value):
+            raise Unsupported(f"a fractional scalar {value} meets an integer tensor")
+        value = int(value)
+    return f"((int64_t){int(value)}LL)" if abs(int(value)) > 2**31 - 1 else f"({int(value)})"
+
+
+def _c_type(dtype: torch.dtype) -> str:
+    if dtype not in C_TYPES:
+        raise Unsupported(f"tensors of {dtype} are not written as C")
+    return C_TYPES[dtype]
+
+
+class _Writer:
+    """The interpreter and C writer of one graph (module docstring)."""
+
+    def __init__(self, graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype):
+        self.graph, self.dim, self.dtype = graph, dim, dtype
+        self.real = _c_type(dtype)
+        self.buffers: dict[int, _Buffer] = {}  # storage address -> buffer
+        self.storages: dict[int, object] = {}  # storage address -> storage (kept alive: addresses stay unique)
+        self.constants: list[str] = []
+        self.body: list[str] = []
+        self.env: dict[torch.fx.Node, object] = {}
+        self.dynamic: set[torch.fx.Node] = set()
+        self.offsets: dict[str, int] = {}  # workspace buffer -> byte offset
+        self.free: dict[int, list[int]] = {}  # bytes -> free offsets
+        self.work_bytes = 0
+        self.counter = 0
+        self.operations = 0
+
+    # -- buffers --------------------------------------------------------------------------------------------
+    def _name(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def _storage_key(self, t: Tensor) -> int:
+        return t.untyped_storage().data_ptr()
+
+    def _constant(self, t: Tensor) -> None:
+        """Register the storage of a value that does not depend on the parameters as a constant array."""
+        key = self._storage_key(t)
+        if key in self.buffers:
+            return
+        storage = t.untyped_storage()
+        numbers = storage.nbytes() // t.element_size()
+        if numbers > MAX_CONSTANT_NUMBERS:
+            raise Unsupported(f"a constant of {numbers:,} numbers is too large to write as C source")
+        c_type = _c_type(t.dtype)
+        flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (numbers,), (1,))
+        values = flat.tolist()
+        name = self._name("c")
+        text = ",".join(_literal(v, c_type) if c_type in ("double", "float") else str(int(v)) for v in values)
+        self.constants.append(f"static const {c_type} {name}[{max(numbers, 1)}] = {{{text or '0'}}};")
+        self.buffers[key] = _Buffer(name, c_type, numbers, constant=True)
+        self.storages[key] = storage
+
+    def _allocate(self, t: Tensor) -> Tensor:
+        """A fresh contiguous copy of ``t`` (an operation's eager result) with a workspace buffer of its own."""
+        fresh = torch.empty(t.shape, dtype=t.dtype)
+        fresh.copy_(t)
+        c_type = _c_type(t.dtype)
+        size = max(fresh.numel(), 1) * fresh.element_size()
+        size = (size + ALIGN - 1) // ALIGN * ALIGN
+        if self.free.get(size):
+            offset = self.free[size].pop()
+        else:
+            offset, self.work_bytes = self.work_bytes, self.work_bytes + size
+        name = self._name("b")
+        self.offsets[name] = offset
+        self.body.append(f"{c_type} *restrict {name} = ({c_type} *)(w + {offset});")
+        key = self._storage_key(fresh)
+        self.buffers[key] = _Buffer(name, c_type, fresh.numel())
+        self.storages[key] = fresh.untyped_storage()
+        return fresh
+
+    def _release(self, key: int) -> None:
+        buffer = self.buffers.get(key)
+        if buffer is None or buffer.constant or buffer.name not in self.offsets:
+            return
+        size = (max(buffer.numbers, 1) * _size_of(buffer.c_type) + ALIGN - 1) // ALIGN * ALIGN
+        self.free.setdefault(size, []).append(self.offsets.pop(buffer.name))
+
+    def _buffer(self, t: Tensor) -> _Buffer:
+        key = self._storage_key(t)
+        if key not in self.buffers:
+            raise Unsupported("a tensor without a known buffer (an operation this writer does not track)")
+        buffer = self.buffers[key]
+        if buffer.c_type != _c_type(t.dtype):
+            raise Unsupported("a view that reinterprets a tensor's dtype")
+        return buffer
+
+    # -- element access and loops -----------------------------------------------------------------------------
+    def read(self, t, shape: tuple[int, ...], index: list[str], c_type: str | None = None) -> str:
+        """The C expression of ``t``'s element at ``index`` (loop variables over ``shape``, t broadcast to it);
+        a Python number is a literal."""
+        if not isinstance(t, Tensor):
+            return _literal(t, c_type or self.real)
+        buffer = self._buffer(t)
+        lead = len(shape) - t.dim()
+        terms = [str(t.storage_offset())] if t.storage_offset() else []
+        for d in range(t.dim()):
+            if t.shape[d] != 1 and t.stride(d) != 0:
+                terms.append(f"{index[lead + d]}*{t.stride(d)}" if t.stride(d) != 1 else index[lead + d])
+        return f"{buffer.name}[{' + '.join(terms) or '0'}]"
+
+    def loops(self, shape: tuple[int, ...], statement) -> None:
+        """Nested loops over ``shape`` around ``statement(index)`` (index: the loop variables' names)."""
+        index = [self._name("i") for _ in shape]
+        lines = []
+        for depth, (var, size) in enumerate(zip(index, shape)):
+            lines.append("  " * depth + f"for (int64_t {var} = 0; {var} < {size}; {var}++)")
+        lines.append("  " * len(shape) + statement(index))
+        self.body.append("{ " + "\n".join(lines) + " }" if shape else "{ " + statement(index) + " }")
+
+    @staticmethod
+    def flat(shape: tuple[int, ...], index: list[str], strides: tuple[int, ...] | None = None,
+             offset: int = 0) -> str:
+        """The position of ``index`` in a buffer of ``shape`` laid out with ``strides`` (contiguous: None)."""
+        if strides is None:
+            strides = _contiguous_strides(shape)
+        terms = [str(offset)] if offset else []
+        terms += [f"{v}*{s}" if s != 1 else v for v, n, s in zip(index, shape, strides) if n != 1 and s != 0]
+        return " + ".join(terms) or "0"
+
+    def elementwise(self, out: Tensor, inputs: list, expression, cast: bool = True) -> None:
+        """out[i] = expression(inputs' elements at i), inputs broadcast to out's shape; floating outputs read
+        every input as their own type (so that integer division is real division)."""
+        buffer = self._buffer(out)
+        shape = tuple(out.shape)
+        c_type = buffer.c_type
+        floating = c_type in ("double", "float")
+
+        operand = c_type if floating else _operand_type(inputs)
+
+        def statement(index):
+            values = []
+            for t in inputs:
+                text = self.read(t, shape, index, operand)
+                if cast and floating and isinstance(t, Tensor) and _c_type(t.dtype) != c_type:
+                    text = f"(({c_type}){text})"
+                values.append(text)
+            return f"{buffer.name}[{self.flat(shape, index)}] = {expression(*values)};"
+
+        self.loops(shape, statement)
+
+    def copy_region(self, out: Tensor, source, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                    accumulate: bool = False) -> None:
+        """out's elements at offset + index . strides (index over ``shape``) = (or +=) source broadcast to shape."""
+        buffer = self._buffer(out)
+        sign = "+=" if accumulate else "="
+        self.loops(shape, lambda index: f"{buffer.name}[{self.flat(shape, index, strides, offset)}] {sign} "
+                                        f"{self.read(source, shape, index, buffer.c_type)};")
+
+    # -- the pass -------------------------------------------------------------------------------------------
+    def run(self) -> Generated:
+        nodes = list(self.graph.graph.nodes)
+        position_of = {node: i for i, node in enumerate(nodes)}
+        self.last_reader = {node: max((position_of[u] for u in node.users), default=i) for i, node in enumerate(nodes)}
+        self.lifetimes: dict[int, int] = {}  # workspace storage -> position of its last reader (views included)
+        output_node = None
+        for position, node in enumerate(nodes):
+            if node.op == "placeholder":
+                point = torch.zeros(self.dim, dtype=self.dtype)
+                key = self._storage_key(point)
+                self.buffers[key] = _Buffer("u", self.real, self.dim)
+                self.storages[key] = point.untyped_storage()
+                self.env[node] = point
+                self.dynamic.add(node)
+            elif node.op == "get_attr":
+                value = getattr(self.graph, node.target)
+                if isinstance(value, Tensor):
+                    value = value.detach()
+                    self._constant(value)
+                self.env[node] = value
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                output_node = node
+            else:
+                raise Unsupported(f"graph node of kind {node.op}")
+            for key, last in list(self.lifetimes.items()):
+                if last <= position:
+                    self._release(key)
+                    del self.lifetimes[key]
+        return self._finish(output_node)
+
+    def _note_lifetime(self, node: torch.fx.Node) -> None:
+        """The buffer under ``node``'s value lives at least until the node's last reader."""
+        value = self.env.get(node)
+        if isinstance(value, Tensor):
+            key = self._storage_key(value)
+            if key in self.buffers and not self.buffers[key].constant:
+                self.lifetimes[key] = max(self.lifetimes.get(key, -1), self.last_reader[node])
+
+    def _call(self, node: torch.fx.Node) -> None:
+        args = torch.fx.node.map_arg(node.args, self.env.__getitem__)
+        kwargs = torch.fx.node.map_arg(node.kwargs, self.env.__getitem__)
+        target = node.target
+        if target is operator.getitem:
+            raise Unsupported("an operation with several outputs")
+        dynamic = any(n in self.dynamic for n in node.all_input_nodes)
+        schema = getattr(target, "_schema", None)
+        mutable = schema is not None and schema.is_mutable
+        if mutable and target not in METADATA_IN_PLACE:
+            raise Unsupported(f"the in-place operation {target}")
+        if not dynamic or target in VALUE_FREE:
+            value = target(*args, **kwargs)
+            if not isinstance(value, Tensor):
+                raise Unsupported(f"{target} returns {type(value).__name__}")
+            self._constant(value)
+            self.env[node] = value
+            return
+        self.dynamic.add(node)
+        value = target(*args, **kwargs)
+        if not isinstance(value, Tensor):
+            raise Unsupported(f"{target} returns {type(value).__name__}")
+        shared = {self._storage_key(t) for t in _tensors(args) | _tensors(kwargs)}
+        if self._storage_key(value) in shared:  # a view: no code, read through its strides
+            if target not in VIEWS and target not in METADATA_IN_PLACE:
+                raise Unsupported(f"{target} returned its input's storage")
+            self.env[node] = value
+            self._note_lifetime(node)  # a view keeps its base alive until the view's last reader
+            return
+        handler = HANDLERS.get(target)
+        if handler is None:
+            raise Unsupported(f"no C for the operator {target}")
+        out = self._allocate(value)
+        self.env[node] = out
+        self._note_lifetime(node)
+        self.operations += 1
+        handler(self, out, *args, **kwargs)
+
+    def _finish(self, output_node) -> Generated:
+        values = torch.fx.node.map_arg(output_node.args[0], self.env.__getitem__)
+        if not (isinstance(values, (tuple, list)) and len(values) == 2):
+            raise Unsupported("the graph does not return (log pi, grad)")
+        log_prob, grad = values
+        if not (isinstance(log_prob, Tensor) and log_prob.numel() == 1 and isinstance(grad, Tensor)
+                and tuple(grad.shape) == (self.dim,)):
+            raise Unsupported("the graph's outputs are not a scalar and a (dim,) gradient")
+        index = ["j"]
+        tail = [f"for (int64_t j = 0; j < {self.dim}; j++) g[j] = ({self.real}){self.read(grad, (self.dim,), index)};",
+                f"return ({self.real}){self.read(log_prob.reshape(()), (), [])};"]
+        header = ["#include <stdint.h>", "#include <stddef.h>", "#include <tgmath.h>", "",
+                  "#ifndef NAN", "#define NAN (0.0 / 0.0)", "#endif", ""]
+        work = max(self.work_bytes, ALIGN)
+        code = "\n".join([*header, *self.constants, "",
+                          f"const size_t bayesx_generated_work = {work};", "",
+                          f"{self.real} bayesx_generated(const {self.real} *restrict u, {self.real} *restrict g, "
+                          f"void *restrict work) {{",
+                          "char *restrict w = (char *)work;", *self.body, *tail, "}", ""])
+        return Generated(code, work, self.operations)
+
+
+def _tensors(value) -> set:
+    found = set()
+    if isinstance(value, Tensor):
+        found.add(value)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            found |= _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            found |= _tensors(v)
+    return found
+
+
+def _operand_type(inputs) -> str:
+    """The C type a comparison's (or an integer result's) scalar operands are written in: the first floating
+    tensor's, else double where a scalar is fractional, else int64_t."""
+    for t in inputs:
+        if isinstance(t, Tensor) and t.dtype.is_floating_point:
+            return C_TYPES[t.dtype]
+    if any(isinstance(t, float) for t in inputs):
+        return "double"
+    return "int64_t"
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, running = [], 1
+    for n in reversed(shape):
+        strides.append(running)
+        running *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _size_of(c_type: str) -> int:
+    return {"double": 8, "int64_t": 8, "float": 4, "int32_t": 4, "int16_t": 2, "int8_t": 1, "uint8_t": 1}[c_type]
+
+
+def _dims(dims, rank: int) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % max(rank, 1) for d in dims})
+
+
+# -- operators --------------------------------------------------------------------------------------------------
+def _unary(template: str):
+    def handler(w: _Writer, out, x, *rest, **kwargs):
+        w.elementwise(out, [x], lambda a: template.format(a=a, t=w._buffer(out).c_type))
+    return handler
+
+
+def _binary(template: str):
+    def handler(w: _Writer, out, x, y, **kwargs):
+        w.elementwise(out, [x, y], lambda a, b: template.format(a=a, b=b))
+    return handler
+
+
+def _comparison(symbol: str):
+    def handler(w: _Writer, out, x, y):
+        w.elementwise(out, [x, y], lambda a, b: f"({a} {symbol} {b})", cast=False)
+    return handler
+
+
+def _add(w, out, x, y, alpha=1):
+    w.elementwise(out, [x, y, alpha], lambda a, b, s: f"({a} + {s} * {b})" if alpha != 1 else f"({a} + {b})")
+
+
+def _sub(w, out, x, y, alpha=1):
+    w.elementwise(out, [x, y, alpha], lambda a, b, s: f"({a} - {s} * {b})" if alpha != 1 else f"({a} - {b})")
+
+
+def _rsub(w, out, x, y, alpha=1):
+    _sub(w, out, y, x, alpha)
+
+
+def _div(w, out, x, y, rounding_mode=None):
+    if rounding_mode is None:
+        w.elementwise(out, [x, y], lambda a, b: f"({a} / {b})")
+    elif rounding_mode == "trunc":
+        w.elementwise(out, [x, y], lambda a, b: f"trunc({a} / {b})")
+    elif rounding_mode == "floor":
+        w.elementwise(out, [x, y], lambda a, b: f"floor({a} / {b})")
+    else:
+        raise Unsupported(f"division with rounding_mode={rounding_mode}")
+
+
+def _pow_scalar(w, out, x, exponent):
+    t = w._buffer(out).c_type
+    if exponent == 1:
+        w.elementwise(out, [x], lambda a: f"({a})")
+    elif exponent == 2:
+        w.elementwise(out, [x], lambda a: f"({a} * {a})")
+    elif exponent == 3:
+        w.elementwise(out, [x], lambda a: f"({a} * {a} * {a})")
+    elif exponent == 0.5:
+        w.elementwise(out, [x], lambda a: f"sqrt({a})")
+    elif exponent == -1:
+        w.elementwise(out, [x], lambda a: f"(({t})1 / {a})")
+    elif exponent == -2:
+        w.elementwise(out, [x], lambda a: f"(({t})1 / ({a} * {a}))")
+    elif exponent == 0:
+        w.elementwise(out, [x], lambda a: f"(({t})1)")
+    else:
+        w.elementwise(out, [x, exponent], lambda a, e: f"pow({a}, {e})")
+
+
+def _pow_tensor(w, out, x, y):
+    w.elementwise(out, [x, y], lambda a, b: f"pow({a}, {b})")
+
+
+def _pow_base(w, out, base, y):
+    w.elementwise(out, [base, y], lambda a, b: f"pow({a}, {b})")
+
+
+def _where(w, out, condition, x, y):
+    c_type = w._buffer(out).c_type
+    w.elementwise(out, [condition, x, y], lambda c, a, b: f"({c} ? ({c_type})({a}) : ({c_type})({b}))", cast=False)
+
+
+def _clamp(w, out, x, low=None, high=None):
+    def expression(a, *bounds):
+        text = a
+        bounds = list(bounds)
+        if low is not None:
+            lo = bounds.pop(0)
+            text = f"({text} < {lo} ? {lo} : {text})"
+        if high is not None:
+            hi = bounds.pop(0)
+            text = f"({text} > {hi} ? {hi} : {text})"
+        return text
+    w.elementwise(out, [x, *(b for b in (low, high) if b is not None)], expression)
+
+
+def _clamp_min(w, out, x, low):
+    _clamp(w, out, x, low, None)
+
+
+def _clamp_max(w, out, x, high):
+    _clamp(w, out, x, None, high)
+
+
+def _copy_like(w, out, x, *rest, **kwargs):
+    """clone, _to_copy (a dtype conversion): the element, converted by C's assignment."""
+    w.elementwise(out, [x], lambda a: f"({w._buffer(out).c_type})({a})", cast=False)
+
+
+def _copy(w, out, x, source, non_blocking=False):
+    w.elementwise(out, [source], lambda a: f"({w._buffer(out).c_type})({a})", cast=False)
+
+
+def _reduce(kind: str):
+    def handler(w: _Writer, out, x, dims=None, keepdim=False, *, dtype=None):
+        buffer = w._buffer(out)
+        reduced = set(_dims(dims, x.dim()))
+        out_shape = tuple(1 if d in reduced else n for d, n in enumerate(x.shape))
+        out_strides = _contiguous_strides(out_shape)
+        strides = tuple(0 if d in reduced else s for d, s in enumerate(out_strides))
+        t = buffer.c_type
+        start = {"sum": "0", "prod": "1", "amax": "(-INFINITY)", "amin": "INFINITY", "mean": "0"}[kind]
+        if kind in ("amax", "amin") and t not in ("double", "float"):
+            raise Unsupported(f"{kind} of an integer tensor")
+        w.body.append(f"for (int64_t i = 0; i < {max(out.numel(), 1)}; i++) {buffer.name}[i] = {start};")
+        shape = tuple(x.shape)
+
+        def statement(index):
+            target = f"{buffer.name}[{w.flat(shape, index, strides)}]"
+            value = w.read(x, shape, index, t)
+            if kind in ("sum", "mean"):
+                return f"{target} += {value};"
+            if kind == "prod":
+                return f"{target} *= {value};"
+            better = ">" if kind == "amax" else "<"
+            return f"{{ {t} v = {value}; if (v {better} {target} || v != v) {target} = v; }}"
+
+        w.loops(shape, statement)
+        if kind == "mean":
+            count = math.prod(x.shape[d] for d in reduced) if reduced else 1
+            w.body.append(f"for (int64_t i = 0; i < {max(out.numel(), 1)}; i++) {buffer.name}[i] /= {count};")
+    return handler
+
+
+def _sum_all(w, out, x, *, dtype=None):
+    _reduce("sum")(w, out, x, None)
+
+
+def _reduce_all(kind: str):
+    def handler(w, out, x):
+        _reduce(kind)(w, out, x, None)
+    return handler
+
+
+def _prod_dim(w, out, x, dim, keepdim=False, *, dtype=None):
+    _reduce("prod")(w, out, x, [dim], keepdim)
+
+
+def _cumulative(kind: str):
+    def handler(w: _Writer, out, x, dim, *, dtype=None):
+        buffer = w._buffer(out)
+        dim = dim % max(x.dim(), 1)
+        if x.dim() == 0:
+            w.elementwise(out, [x], lambda a: a)
+            return
+        outer = tuple(n for d, n in enumerate(x.shape) if d != dim)
+        strides = _contiguous_strides(tuple(x.shape))
+        outer_strides = tuple(s for d, s in enumerate(strides) if d != dim)
+        n, step = x.shape[dim], strides[dim]
+        symbol = "+" if kind == "sum" else "*"
+        start = "0" if kind == "sum" else "1"
+
+        def statement(index):
+            full = list(index)
+            full.insert(dim, "k")
+            base = w.flat(outer, index, outer_strides)
+            value = w.read(x, tuple(x.shape), full, buffer.c_type)
+            return (f"{{ {buffer.c_type} acc = {start}; for (int64_t k = 0; k < {n}; k++) "
+                    f"{{ acc = acc {symbol} {value}; {buffer.name}[{base} + k*{step}] = acc; }} }}")
+
+        w.loops(outer, statement)
+    return handler
+
+
+def _mm(w: _Writer, out, a, b):
+    buffer = w._buffer(out)
+    n, k = a.shape
+    m = b.shape[1]
+    t = buffer.c_type
+    w.loops((n, m), lambda index: (
+        f"{{ {t} acc = 0; for (int64_t k = 0; k < {k}; k++) acc += "
+        f"{w.read(a, (n, k), [index[0], 'k'], t)} * {w.read(b, (k, m), ['k', index[1]], t)}; "
+        f"{buffer.name}[{index[0]}*{m} + {index[1]}] = acc; }}"))
+
+
+def _bmm(w: _Writer, out, a, b):
+    buffer = w._buffer(out)
+    batch, n, k = a.shape
+    m = b.shape[2]
+    t = buffer.c_type
+    w.loops((batch, n, m), lambda index: (
+        f"{{ {t} acc = 0; for (int64_t k = 0; k < {k}; k++) acc += "
+        f"{w.read(a, (batch, n, k), [index[0], index[1], 'k'], t)} * "
+        f"{w.read(b, (batch, k, m), [index[0], 'k', index[2]], t)}; "
+        f"{buffer.name}[{index[0]}*{n * m} + {index[1]}*{m} + {index[2]}] = acc; }}"))
+
+
+def _mv(w: _Writer, out, a, v):
+    buffer = w._buffer(out)
+    n, k = a.shape
+    t = buffer.c_type
+    w.loops((n,), lambda index: (
+        f"{{ {t} acc = 0; for (int64_t k = 0; k < {k}; k++) acc += "
+        f"{w.read(a, (n, k), [index[0], 'k'], t)} * {w.read(v, (k,), ['k'], t)}; {buffer.name}[{index[0]}] = acc; }}"))
+
+
+def _dot(w: _Writer, out, a, b):
+    buffer = w._buffer(out)
+    (k,) = a.shape
+    t = buffer.c_type
+    w.body.append(f"{{ {t} acc = 0; for (int64_t k = 0; k < {k}; k++) acc += {w.read(a, (k,), ['k'], t)} * "
+                  f"{w.read(b, (k,), ['k'], t)}; {buffer.name}[0] = acc; }}")
+
+
+def _addmm(w: _Writer, out, bias, a, b, *, beta=1, alpha=1):
+    _mm(w, out, a, b)
+    buffer = w._buffer(out)
+    shape = tuple(out.shape)
+    w.loops(shape, lambda index: (f"{buffer.name}[{w.flat(shape, index)}] = {_literal(alpha, buffer.c_type)} * "
+                                  f"{buffer.name}[{w.flat(shape, index)}] + {_literal(beta, buffer.c_type)} * "
+                                  f"{w.read(bias, shape, index, buffer.c_type)};"))
+
+
+def _cat(w: _Writer, out, tensors, dim=0):
+    shape = tuple(out.shape)
+    dim = dim % len(shape)
+    strides = _contiguous_strides(shape)
+    start = 0
+    for t in tensors:
+        if t.numel() == 0 and t.dim() == 1:  # torch skips empty 1-d tensors in cat
+            continue
+        w.copy_region(out, t, tuple(t.shape), strides, start * strides[dim])
+        start += t.shape[dim]
+
+
+def _constant_pad(w: _Writer, out, x, pad, value=0):
+    buffer = w._buffer(out)
+    w.body.append(f"for (int64_t i = 0; i < {max(out.numel(), 1)}; i++) {buffer.name}[i] = "
+                  f"{_literal(value, buffer.c_type)};")
+    shape = list(x.shape)
+    offset = x.storage_offset()
+    out_strides = _contiguous_strides(tuple(out.shape))
+    target = 0
+    view_shape, view_strides = list(x.shape), list(x.stride())
+    for i in range(len(pad) // 2):
+        d = x.dim() - 1 - i
+        before = pad[2 * i]
+        first = max(0, -before)
+        last = min(shape[d], out.shape[d] - before)
+        if last <= first:
+            return
+        offset += first * x.stride(d)
+        view_shape[d] = last - first
+        target += (first + before) * out_strides[d]
+    cropped = x.as_strided(view_shape, view_strides, offset)
+    w.copy_region(out, cropped, tuple(view_shape), out_strides, target)
+
+
+def _normalized_slice(size: int, start, end, step) -> tuple[int, int, int]:
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    start, end = min(max(start, 0), size), min(max(end, 0), size)
+    return start, max(end, start), step
+
+
+def _slice_scatter(w: _Writer, out, base, source, dim=0, start=None, end=None, step=1):
+    w.elementwise(out, [base], lambda a: a, cast=False)
+    dim = dim % base.dim()
+    strides = list(_contiguous_strides(tuple(out.shape)))
+    start, end, step = _normalized_slice(base.shape[dim], start, end, step)
+    offset = start * strides[dim]
+    strides[dim] *= step
+    w.copy_region(out, source, tuple(source.shape), tuple(strides), offset)
+
+
+def _select_scatter(w: _Writer, out, base, source, dim, index):
+    w.elementwise(out, [base], lambda a: a, cast=False)
+    dim = dim % base.dim()
+    index = index + base.shape[dim] if index < 0 else index
+    strides = list(_contiguous_strides(tuple(out.shape)))
+    offset = index * strides.pop(dim)
+    w.copy_region(out, source, tuple(source.shape), tuple(strides), offset)
+
+
+def _indexed_layout(w: _Writer, x: Tensor, indices) -> tuple[int, list[Tensor], tuple[int, ...]]:
+    """Where advanced indices sit in x (first indexed dim, the index tensors) and their broadcast shape;
+    only consecutive indexed dimensions (torch's other case moves them first)."""
+    positions = [d for d, i in enumerate(indices) if i is not None]
+    if not positions or positions != list(range(positions[0], positions[-1] + 1)):
+        raise Unsupported("advanced indexing of non-consecutive dimensions")
+    tensors = [indices[d] for d in positions]
+    for t in tensors:
+        if t.dtype in (torch.bool, torch.uint8):
+            raise Unsupported("indexing by a boolean mask of the parameters")
+    shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
+    return positions[0], tensors, shape
+
+
+def _indexed_offset(w: _Writer, x: Tensor, first: int, tensors, index_shape, full_shape, index) -> str:
+    """The position in x's buffer of the indexed element at ``index`` (loop variables over the result's shape)."""
+    nb = len(index_shape)
+    terms = [str(x.storage_offset())] if x.storage_offset() else []
+    for d in range(first):
+        terms.append(f"{index[d]}*{x.stride(d)}")
+    b_index = index[first:first + nb]
+    for j, t in enumerate(tensors):
+        d = first + j
+        value = w.read(t, index_shape, b_index, "int64_t")
+        terms.append(f"(({value}) < 0 ? ({value}) + {x.shape[d]} : ({value}))*{x.stride(d)}")
+    for k, d in enumerate(range(first + len(tensors), x.dim())):
+        terms.append(f"{index[first + nb + k]}*{x.stride(d)}")
+    return " + ".join(terms) or "0"
+
+
+def _index(w: _Writer, out, x, indices):
+    indices = list(indices) + [None] * (x.dim() - len(indices))
+    first, tensors, index_shape = _indexed_layout(w, x, indices)
+    shape = tuple(out.shape)
+    buffer, source = w._buffer(out), w._buffer(x)
+    w.loops(shape, lambda index: f"{buffer.name}[{w.flat(shape, index)}] = "
+                                 f"{source.name}[{_indexed_offset(w, x, first, tensors, index_shape, shape, index)}];")
+
+
+def _index_put(w: _Writer, out, x, indices, values, accumulate=False):
+    w.elementwise(out, [x], lambda a: a, cast=False)
+    indices = list(indices) + [None] * (x.dim() - len(indices))
+    first, tensors, index_shape = _indexed_layout(w, x, indices)
+    shape = tuple(x.shape[:first]) + index_shape + tuple(x.shape[first + len(tensors):])
+    if not accumulate and any(t.numel() > 1 for t in tensors):
+        pass  # duplicate indices: the last write wins, as torch's CPU kernel does in order
+    buffer = w._buffer(out)
+    contiguous = out  # out is contiguous, its strides those of its buffer
+    sign = "+=" if accumulate else "="
+    w.loops(shape, lambda index: f"{buffer.name}[{_indexed_offset(w, contiguous, first, tensors, index_shape, shape, index)}]"
+                                 f" {sign} {w.read(values, shape, index, buffer.c_type)};")
+
+
+def _index_select(w: _Writer, out, x, dim, index):
+    dim = dim % max(x.dim(), 1)
+    _index(w, out, x, [None] * dim + [index])
+
+
+def _gather(w: _Writer, out, x, dim, index, sparse_grad=False):
+    dim = dim % max(x.dim(), 1)
+    buffer, source = w._buffer(out), w._buffer(x)
+    shape = tuple(index.shape)
+
+    def statement(idx):
+        position = w.read(index, shape, idx, "int64_t")
+        terms = [str(x.storage_offset())] if x.storage_offset() else []
+        for d in range(x.dim()):
+            v = f"(({position}) < 0 ? ({position}) + {x.shape[d]} : ({position}))" if d == dim else idx[d]
+            terms.append(f"{v}*{x.stride(d)}")
+        return f"{buffer.name}[{w.flat(shape, idx)}] = {source.name}[{' + '.join(terms)}];"
+
+    w.loops(shape, statement)
+
+
+def _scatter_add(w: _Writer, out, x, dim, index, source):
+    w.elementwise(out, [x], lambda a: a, cast=False)
+    dim = dim % max(x.dim(), 1)
+    buffer = w._buffer(out)
+    shape = tuple(index.shape)
+    strides = _contiguous_strides(tuple(out.shape))
+
+    def statement(idx):
+        position = w.read(index, shape, idx, "int64_t")
+        terms = []
+        for d in range(out.dim()):
+            v = f"(({position}) < 0 ? ({position}) + {out.shape[d]} : ({position}))" if d == dim else idx[d]
+            terms.append(f"{v}*{strides[d]}")
+        s = source.as_strided(shape, source.stride(), source.storage_offset())
+        return f"{buffer.name}[{' + '.join(terms)}] += {w.read(s, shape, idx, buffer.c_type)};"
+
+    w.loops(shape, statement)
+
+
+def _index_add(w: _Writer, out, x, dim, index, source, *, alpha=1):
+    dim = dim % max(x.dim(), 1)
+    indices = [None] * dim + [index]
+    w.elementwise(out, [x], lambda a: a, cast=False)
+    first, tensors, index_shape = _indexed_layout(w, x, indices + [None] * (x.dim() - dim - 1))
+    shape = tuple(source.shape)
+    buffer = w._buffer(out)
+    scale = "" if alpha == 1 else f"{_literal(alpha, buffer.c_type)} * "
+    w.loops(shape, lambda idx: f"{buffer.name}[{_indexed_offset(w, out, first, tensors, index_shape, shape, idx)}] "
+                               f"+= {scale}{w.read(source, shape, idx, buffer.c_type)};")
+
+
+def _max_binary(w, out, x, y):
+    w.elementwise(out, [x, y], lambda a, b: f"(({a}) > ({b}) || ({a}) != ({a}) ? ({a}) : ({b}))")
+
+
+def _min_binary(w, out, x, y):
+    w.elementwise(out, [x, y], lambda a, b: f"(({a}) < ({b}) || ({a}) != ({a}) ? ({a}) : ({b}))")
+
+
+def _log_softmax(w: _Writer, out, x, dim, half_to_float=False):
+    """log softmax along dim: x - max - log sum exp(x - max), one pass for the max and one for the sum."""
+    _softmax_like(w, out, x, dim, log=True)
+
+
+def _softmax(w: _Writer, out, x, dim, half_to_float=False):
+    _softmax_like(w, out, x, dim, log=False)
+
+
+def _softmax_like(w: _Writer, out, x, dim, log: bool):
+    buffer = w._buffer(out)
+    dim = dim % max(x.dim(), 1)
+    shape = tuple(x.shape)
+    outer = tuple(n for d, n in enumerate(shape) if d != dim)
+    strides = _contiguous_strides(shape)
+    outer_strides = tuple(s for d, s in enumerate(strides) if d != dim)
+    n, step, t = shape[dim], strides[dim], buffer.c_type
+
+    def statement(index):
+        full = list(index)
+        full.insert(dim, "k")
+        value = w.read(x, shape, full, t)
+        base = w.flat(outer, index, outer_strides)
+        result = f"v - m - log(s)" if log else "exp(v - m) / s"
+        return (f"{{ {t} m = -INFINITY, s = 0; for (int64_t k = 0; k < {n}; k++) {{ {t} v = {value}; "
+                f"if (v > m) m = v; }} if (m == -INFINITY) m = 0; for (int64_t k = 0; k < {n}; k++) "
+                f"{{ {t} v = {value}; s += exp(v - m); }} for (int64_t k = 0; k < {n}; k++) "
+                f"{{ {t} v = {value}; {buffer.name}[{base} + k*{step}] = {result}; }} }}")
+
+    w.loops(outer, statement)
+
+
+def _logsumexp(w: _Writer, out, x, dims, keepdim=False):
+    reduced = _dims(dims, x.dim())
+    if len(reduced) != 1:
+        raise Unsupported("logsumexp over several dimensions")
+    buffer = w._buffer(out)
+    dim = reduced[0]
+    shape = tuple(x.shape)
+    outer = tuple(n for d, n in enumerate(shape) if d != dim)
+    t = buffer.c_type
+
+    def statement(index):
+        full = list(index)
+        full.insert(dim, "k")
+        value = w.read(x, shape, full, t)
+        return (f"{{ {t} m = -INFINITY, s = 0; for (int64_t k = 0; k < {shape[dim]}; k++) {{ {t} v = {value}; "
+                f"if (v > m) m = v; }} if (m == -INFINITY || m == INFINITY) {{ {buffer.name}[{w.flat(outer, index)}] "
+                f"= m; }} else {{ for (int64_t k = 0; k < {shape[dim]}; k++) {{ {t} v = {value}; s += exp(v - m); }} "
+                f"{buffer.name}[{w.flat(outer, index)}] = m + log(s); }} }}")
+
+    w.loops(outer, statement)
+
+
+UNARY = {
+    aten.exp.default: "exp({a})", aten.log.default: "log({a})", aten.log1p.default: "log1p({a})",
+    aten.expm1.default: "expm1({a})", aten.sqrt.default: "sqrt({a})", aten.rsqrt.default: "(({t})1 / sqrt({a}))",
+    aten.abs.default: "fabs({a})", aten.neg.default: "(-{a})", aten.tanh.default: "tanh({a})",
+    aten.sigmoid.default: "(({t})1 / (({t})1 + exp(-{a})))", aten.sin.default: "sin({a})",
+    aten.cos.default: "cos({a})", aten.tan.default: "tan({a})", aten.atan.default: "atan({a})",
+    aten.asin.default: "asin({a})", aten.acos.default: "acos({a})", aten.sinh.default: "sinh({a})",
+    aten.cosh.default: "cosh({a})", aten.asinh.default: "asinh({a})", aten.acosh.default: "acosh({a})",
+    aten.atanh.default: "atanh({a})", aten.erf.default: "erf({a})", aten.erfc.default: "erfc({a})",
+    aten.lgamma.default: "lgamma({a})", aten.floor.default: "floor({a})", aten.ceil.default: "ceil({a})",
+    aten.round.default: "nearbyint({a})", aten.trunc.default: "trunc({a})",
+    aten.reciprocal.default: "(({t})1 / {a})", aten.sign.default: "(({t})(({a}) > 0) - ({t})(({a}) < 0))",
+    aten.log2.default: "log2({a})", aten.log10.default: "log10({a})", aten.exp2.default: "exp2({a})",
+    aten.isnan.default: "(({a}) != ({a}))", aten.logical_not.default: "(!({a}))",
+    aten.bitwise_not.default: "(({t})~({a}))",
+}
+
+BINARY = {
+    aten.mul.Tensor: "({a} * {b})", aten.mul.Scalar: "({a} * {b})", aten.div.Scalar: "({a} / {b})",
+    aten.atan2.default: "atan2({a}, {b})", aten.fmod.Tensor: "fmod({a}, {b})", aten.fmod.Scalar: "fmod({a}, {b})",
+    aten.logical_and.default: "(({a}) && ({b}))", aten.logical_or.default: "(({a}) || ({b}))",
+    aten.logical_xor.default: "((!({a})) != (!({b})))",
+    aten.bitwise_and.Tensor: "(({a}) & ({b}))", aten.bitwise_or.Tensor: "(({a}) | ({b}))",
+    aten.bitwise_xor.Tensor: "(({a}) ^ ({b}))", aten.hypot.default: "hypot({a}, {b})",
+    aten.copysign.Tensor: "copysign({a}, {b})",
+}
+
+COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+HANDLERS = {
+    **{op: _unary(template) for op, template in UNARY.items()},
+    **{op: _binary(template) for op, template in BINARY.items()},
+    **{getattr(getattr(aten, name), kind): _comparison(symbol) for name, symbol in COMPARISONS.items()
+       for kind in ("Tensor", "Scalar")},
+    aten.bitwise_and.Scalar: _binary("(({a}) & ({b}))"), aten.bitwise_or.Scalar: _binary("(({a}) | ({b}))"),
+    aten.add.Tensor: _add, aten.add.Scalar: _add, aten.sub.Tensor: _sub, aten.sub.Scalar: _sub,
+    aten.rsub.Tensor: _rsub, aten.rsub.Scalar: _rsub,
+    aten.div.Tensor: _div, aten.div.Tensor_mode: _div,
+    aten.pow.Tensor_Scalar: _pow_scalar, aten.pow.Tensor_Tensor: _pow_tensor, aten.pow.Scalar: _pow_base,
+    aten.where.self: _where, aten.clamp.default: _clamp, aten.clamp_min.default: _clamp_min,
+    aten.clamp_max.default: _clamp_max, aten.maximum.default: _max_binary, aten.minimum.default: _min_binary,
+    aten.clone.default: _copy_like, aten._to_copy.default: _copy_like, aten.copy.default: _copy,
+    aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _sum_all, aten.mean.dim: _reduce("mean"),
+    aten.mean.default: _reduce_all("mean"), aten.amax.default: _reduce("amax"), aten.amin.default: _reduce("amin"),
+    aten.max.default: _reduce_all("amax"), aten.min.default: _reduce_all("amin"), aten.prod.dim_int: _prod_dim,
+    aten.prod.default: _reduce_all("prod"),
+    aten.cumsum.default: _cumulative("sum"), aten.cumprod.default: _cumulative("prod"),
+    aten.mm.default: _mm, aten.bmm.default: _bmm, aten.mv.default: _mv, aten.dot.default: _dot,
+    aten.addmm.default: _addmm,
+    aten.cat.default: _cat, aten.constant_pad_nd.default: _constant_pad,
+    aten.slice_scatter.default: _slice_scatter, aten.select_scatter.default: _select_scatter,
+    aten.index.Tensor: _index, aten.index_put.default: _index_put, aten._unsafe_index_put.default: _index_put,
+    aten._unsafe_index.Tensor: _index, aten.index_select.default: _index_select, aten.gather.default: _gather,
+    aten.scatter_add.default: _scatter_add, aten.index_add.default: _index_add,
+    aten._log_softmax.default: _log_softmax, aten._softmax.default: _softmax, aten.logsumexp.default: _logsumexp,
+}
+
+VIEWS = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
+    aten.permute.default, aten.transpose.int, aten.t.default, aten.select.int, aten.slice.Tensor,
+    aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default, aten.alias.default,
+    aten.detach.default, aten.diagonal.default, aten.as_strided.default, aten.unfold.default,
+    aten.expand_as.default, aten.view_as.default, aten.unbind.int, aten.split.Tensor, aten.narrow.default,
+    aten.lift_fresh.default, aten.contiguous.default,
+}
+"""Operators whose result may share their input's storage (a view: no code)."""
+
+METADATA_IN_PLACE = {aten.squeeze_.dim, aten.squeeze_.dims, aten.squeeze_.default, aten.unsqueeze_.default,
+                     aten.t_.default, aten.transpose_.default, aten.as_strided_.default}
+"""In-place operators that change a tensor's sizes and strides, never its numbers."""
+
+VALUE_FREE = {aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
+              aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
+              aten.scalar_tensor.default, aten.full.default, aten.zeros.default, aten.ones.default,
+              aten.empty.memory_format, aten.arange.start_step, aten.arange.default, aten.arange.start}
+"""Operators whose numbers do not depend on their inputs' numbers (only on shapes): constants."""
+
+
+def generate(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype) -> Generated:
+    """The C source of ``graph`` (one input (dim,), outputs (log pi, grad)) in ``dtype`` (module docstring);
+    raises Unsupported with the reason where an operation has no C here."""
+    with torch.no_grad():
+        return _Writer(graph, dim, dtype).run()
