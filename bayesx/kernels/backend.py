@@ -79,6 +79,7 @@ class Preparation:
     cached: bool = False
     reason: str = ""
     seconds: float = 0.0
+    compiler: str = ""  # which compiler made the compiled density (bayesx.native.compiled.COMPILERS)
 
     def timings(self) -> dict[str, float]:
         """The run's ``compile_time_s`` where the compiled density runs."""
@@ -87,7 +88,7 @@ class Preparation:
     def tags(self) -> dict[str, str]:
         how = "cached" if self.cached else f"compiled in {self.compile_s:.1f} s"
         if self.kernels == COMPILED:
-            return {"compiled_density": how}
+            return {"compiled_density": how, **({"density_compiler": self.compiler} if self.compiler else {})}
         if self.cached or self.compile_s:  # compiled, and PyTorch measured faster
             return {"compiled_density": f"{how}, not used: {self.reason}"}
         return {"compiled_density": f"not compiled: {self.reason}"} if self.reason else {}
@@ -166,7 +167,7 @@ def _obtain(target, position: Tensor, policy: str, cached_only: bool = False) ->
     process, which counts as cached) or (None, the PyTorch Preparation with why not); a reason worth telling the
     user is said once on stderr. ``cached_only``: a density not compiled yet is not compiled now (no reason)."""
     if target in _compiled:
-        return _compiled[target], Preparation(COMPILED, 0.0, True)
+        return _compiled[target], Preparation(COMPILED, 0.0, True, compiler=_compiled[target].compiler)
     reason = _why_not_compiled(target, position, policy)
     if reason is None:
         try:
@@ -177,9 +178,10 @@ def _obtain(target, position: Tensor, policy: str, cached_only: bool = False) ->
         else:
             _compiled[target] = density
             if not density.cached:
-                _say(f"bayesx: compiled the density for the native kernels in {density.compile_s:.1f} s (cached: "
+                _say(f"bayesx: compiled the density for the native kernels ({density.compiler}) in "
+                     f"{density.compile_s:.1f} s (cached: "
                      f"{density.library_path})")
-            return density, Preparation(COMPILED, density.compile_s, density.cached)
+            return density, Preparation(COMPILED, density.compile_s, density.cached, compiler=density.compiler)
     if not reason.startswith("-"):
         _say(f"bayesx: the density runs on PyTorch, not compiled: {reason}")
     return None, Preparation(PYTORCH, reason=reason.lstrip("-"))

@@ -45,6 +45,41 @@ MAX_CONSTANT_NUMBERS = 4_000_000
 """Constants larger than this (numbers in all) are not written into C source; the density goes to AOTInductor."""
 
 
+DIGAMMA = r"""/* digamma(x) = d/dx log Gamma(x), which C's library lacks (lgamma's derivative): the reflection
+ * psi(x) = psi(1 - x) - pi / tan(pi x) below 0, the recurrence psi(x) = psi(x + 1) - 1/x up to 10, then the
+ * asymptotic series log x - 1/(2x) - sum B_2k / (2k x^2k) (Abramowitz and Stegun 6.3.18; relative error
+ * below 1e-15 from 10 on). As torch's: -inf at 0, NaN at the negative integers. */
+static double bx_digamma(double x) {
+    if (x == 0) return -INFINITY;
+    if (x < 0) {
+        if (x == floor(x)) return NAN;
+        return bx_digamma(1 - x) - 3.14159265358979323846 / tan(3.14159265358979323846 * x);
+    }
+    double shift = 0;
+    while (x < 10) { shift -= 1 / x; x += 1; }
+    double r = 1 / (x * x);
+    double series = r * (1.0 / 12 - r * (1.0 / 120 - r * (1.0 / 252 - r * (1.0 / 240 - r * (1.0 / 132)))));
+    return shift + log(x) - 0.5 / x - series;
+}"""
+
+
+TRIGAMMA = r"""/* trigamma(x) = d/dx digamma(x), digamma's derivative (what autograd calls polygamma(1, x)): the reflection
+ * psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x) below 0, the recurrence psi1(x) = psi1(x + 1) + 1/x^2 up to 10, then
+ * 1/x + 1/(2x^2) + sum B_2k / x^(2k+1) (Abramowitz and Stegun 6.4.12). */
+static double bx_trigamma(double x) {
+    if (x <= 0 && x == floor(x)) return INFINITY;
+    if (x < 0) {
+        double s = sin(3.14159265358979323846 * x);
+        return 9.86960440108935861883 / (s * s) - bx_trigamma(1 - x);
+    }
+    double shift = 0;
+    while (x < 10) { shift += 1 / (x * x); x += 1; }
+    double r = 1 / (x * x);
+    double series = 1 / x + r / 2 + r / x * (1.0 / 6 - r * (1.0 / 30 - r * (1.0 / 42 - r * (1.0 / 30 - r * (5.0 / 66)))));
+    return shift + series;
+}"""
+
+
 class Unsupported(Exception):
     """Why a graph cannot be written as C here (one line)."""
 
@@ -56,6 +91,7 @@ class Generated:
     source: str
     work_bytes: int
     operations: int
+    allocated_bytes: int  # what the buffers would take without reuse
 
 
 @dataclass
@@ -108,6 +144,7 @@ class _Writer:
         self.offsets: dict[str, int] = {}  # workspace buffer -> byte offset
         self.free: dict[int, list[int]] = {}  # bytes -> free offsets
         self.work_bytes = 0
+        self.allocated_bytes = 0
         self.counter = 0
         self.operations = 0
 
@@ -144,6 +181,7 @@ class _Writer:
         c_type = _c_type(t.dtype)
         size = max(fresh.numel(), 1) * fresh.element_size()
         size = (size + ALIGN - 1) // ALIGN * ALIGN
+        self.allocated_bytes += size
         if self.free.get(size):
             offset = self.free[size].pop()
         else:
@@ -242,6 +280,7 @@ class _Writer:
         self.lifetimes: dict[int, int] = {}  # workspace storage -> position of its last reader (views included)
         output_node = None
         for position, node in enumerate(nodes):
+            self.position = position
             if node.op == "placeholder":
                 point = torch.zeros(self.dim, dtype=self.dtype)
                 key = self._storage_key(point)
@@ -284,19 +323,24 @@ class _Writer:
         dynamic = any(n in self.dynamic for n in node.all_input_nodes)
         schema = getattr(target, "_schema", None)
         mutable = schema is not None and schema.is_mutable
+        if target in DATA_IN_PLACE or (mutable and _functional(target) in HANDLERS):
+            self._in_place(node, target, args, kwargs)
+            return
         if mutable and target not in METADATA_IN_PLACE:
-            raise Unsupported(f"the in-place operation {target}")
+            raise Unsupported(f"no C for the in-place operator {target}")
         if not dynamic or target in VALUE_FREE:
             value = target(*args, **kwargs)
             if not isinstance(value, Tensor):
-                raise Unsupported(f"{target} returns {type(value).__name__}")
+                raise Unsupported(f"no C for the operator {target} (it returns {type(value).__name__})")
             self._constant(value)
             self.env[node] = value
             return
         self.dynamic.add(node)
+        if target not in HANDLERS and target not in VIEWS and target not in METADATA_IN_PLACE:
+            raise Unsupported(f"no C for the operator {target}")
         value = target(*args, **kwargs)
         if not isinstance(value, Tensor):
-            raise Unsupported(f"{target} returns {type(value).__name__}")
+            raise Unsupported(f"no C for the operator {target} (it returns {type(value).__name__})")
         shared = {self._storage_key(t) for t in _tensors(args) | _tensors(kwargs)}
         if self._storage_key(value) in shared:  # a view: no code, read through its strides
             if target not in VIEWS and target not in METADATA_IN_PLACE:
@@ -313,6 +357,31 @@ class _Writer:
         self.operations += 1
         handler(self, out, *args, **kwargs)
 
+    def _in_place(self, node: torch.fx.Node, target, args, kwargs) -> None:
+        """An operator that writes into its first argument (``copy_``, ``fill_``, ``zero_``): the code writes into
+        that argument's buffer through its strides, and the eager value changes the same way, so every later
+        reader (of this node or of the argument's) reads what it would in eager order."""
+        destination = args[0]
+        buffer = self._buffer(destination)
+        if buffer.constant or buffer.name == "u":
+            raise Unsupported(f"{target} writes into the data or the parameters")
+        self.dynamic.add(node)
+        if target in DATA_IN_PLACE:
+            source = {aten.copy_.default: lambda: args[1], aten.fill_.Scalar: lambda: args[1],
+                      aten.fill_.Tensor: lambda: args[1], aten.zero_.default: lambda: 0}[target]()
+        else:  # x.op_(y): the functional op into a buffer of its own, then copied into x
+            functional = _functional(target)
+            source = self._allocate(functional(*args, **kwargs))
+            HANDLERS[functional](self, source, *args, **kwargs)
+            self.lifetimes[self._storage_key(source)] = self.position
+        value = target(*args, **kwargs)
+        shape = tuple(destination.shape)
+        self.loops(shape, lambda index: f"{buffer.name}[{self.flat(shape, index, destination.stride(), destination.storage_offset())}]"
+                                        f" = ({buffer.c_type})({self.read(source, shape, index, buffer.c_type)});")
+        self.operations += 1
+        self.env[node] = value
+        self._note_lifetime(node)
+
     def _finish(self, output_node) -> Generated:
         values = torch.fx.node.map_arg(output_node.args[0], self.env.__getitem__)
         if not (isinstance(values, (tuple, list)) and len(values) == 2):
@@ -325,14 +394,24 @@ class _Writer:
         tail = [f"for (int64_t j = 0; j < {self.dim}; j++) g[j] = ({self.real}){self.read(grad, (self.dim,), index)};",
                 f"return ({self.real}){self.read(log_prob.reshape(()), (), [])};"]
         header = ["#include <stdint.h>", "#include <stddef.h>", "#include <tgmath.h>", "",
-                  "#ifndef NAN", "#define NAN (0.0 / 0.0)", "#endif", ""]
+                  "#ifndef NAN", "#define NAN (0.0 / 0.0)", "#endif", "", DIGAMMA, "", TRIGAMMA, ""]
         work = max(self.work_bytes, ALIGN)
         code = "\n".join([*header, *self.constants, "",
                           f"const size_t bayesx_generated_work = {work};", "",
                           f"{self.real} bayesx_generated(const {self.real} *restrict u, {self.real} *restrict g, "
                           f"void *restrict work) {{",
                           "char *restrict w = (char *)work;", *self.body, *tail, "}", ""])
-        return Generated(code, work, self.operations)
+        return Generated(code, work, self.operations, self.allocated_bytes)
+
+
+def _functional(target):
+    """The out-of-place overload of an in-place operator (aten.mul_.Tensor -> aten.mul.Tensor), else None."""
+    packet = getattr(target, "overloadpacket", None)
+    name = getattr(packet, "__name__", "")
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    functional = getattr(aten, name[:-1], None)
+    return getattr(functional, target._overloadname, None) if functional is not None else None
 
 
 def _tensors(value) -> set:
@@ -773,6 +852,22 @@ def _index_add(w: _Writer, out, x, dim, index, source, *, alpha=1):
                                f"+= {scale}{w.read(source, shape, idx, buffer.c_type)};")
 
 
+def _polygamma(w: _Writer, out, n, x):
+    if n not in (0, 1):
+        raise Unsupported(f"polygamma of order {n} (orders 0 and 1 only)")
+    function = "bx_digamma" if n == 0 else "bx_trigamma"
+    t = w._buffer(out).c_type
+    w.elementwise(out, [x], lambda a: f"(({t}){function}((double)({a})))")
+
+
+def _flip(w: _Writer, out, x, dims):
+    flipped = set(_dims(dims, x.dim()))
+    buffer = w._buffer(out)
+    shape = tuple(x.shape)
+    w.loops(shape, lambda index: f"{buffer.name}[{w.flat(shape, index)}] = " + w.read(
+        x, shape, [f"({shape[d] - 1} - {v})" if d in flipped else v for d, v in enumerate(index)]) + ";")
+
+
 def _max_binary(w, out, x, y):
     w.elementwise(out, [x, y], lambda a, b: f"(({a}) > ({b}) || ({a}) != ({a}) ? ({a}) : ({b}))")
 
@@ -844,7 +939,8 @@ UNARY = {
     aten.asin.default: "asin({a})", aten.acos.default: "acos({a})", aten.sinh.default: "sinh({a})",
     aten.cosh.default: "cosh({a})", aten.asinh.default: "asinh({a})", aten.acosh.default: "acosh({a})",
     aten.atanh.default: "atanh({a})", aten.erf.default: "erf({a})", aten.erfc.default: "erfc({a})",
-    aten.lgamma.default: "lgamma({a})", aten.floor.default: "floor({a})", aten.ceil.default: "ceil({a})",
+    aten.lgamma.default: "lgamma({a})", aten.digamma.default: "(({t})bx_digamma((double)({a})))",
+    aten.floor.default: "floor({a})", aten.ceil.default: "ceil({a})",
     aten.round.default: "nearbyint({a})", aten.trunc.default: "trunc({a})",
     aten.reciprocal.default: "(({t})1 / {a})", aten.sign.default: "(({t})(({a}) > 0) - ({t})(({a}) < 0))",
     aten.log2.default: "log2({a})", aten.log10.default: "log10({a})", aten.exp2.default: "exp2({a})",
@@ -884,7 +980,7 @@ HANDLERS = {
     aten.cumsum.default: _cumulative("sum"), aten.cumprod.default: _cumulative("prod"),
     aten.mm.default: _mm, aten.bmm.default: _bmm, aten.mv.default: _mv, aten.dot.default: _dot,
     aten.addmm.default: _addmm,
-    aten.cat.default: _cat, aten.constant_pad_nd.default: _constant_pad,
+    aten.cat.default: _cat, aten.flip.default: _flip, aten.polygamma.default: _polygamma, aten.constant_pad_nd.default: _constant_pad,
     aten.slice_scatter.default: _slice_scatter, aten.select_scatter.default: _select_scatter,
     aten.index.Tensor: _index, aten.index_put.default: _index_put, aten._unsafe_index_put.default: _index_put,
     aten._unsafe_index.Tensor: _index, aten.index_select.default: _index_select, aten.gather.default: _gather,
@@ -905,6 +1001,9 @@ VIEWS = {
 METADATA_IN_PLACE = {aten.squeeze_.dim, aten.squeeze_.dims, aten.squeeze_.default, aten.unsqueeze_.default,
                      aten.t_.default, aten.transpose_.default, aten.as_strided_.default}
 """In-place operators that change a tensor's sizes and strides, never its numbers."""
+
+DATA_IN_PLACE = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default}
+"""In-place operators that overwrite a tensor's numbers (written into its buffer, see _Writer._in_place)."""
 
 VALUE_FREE = {aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
               aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,

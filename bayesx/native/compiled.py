@@ -8,14 +8,17 @@ takes a target's ``log_prob`` (any torch code without data-dependent Python cont
    and backward pass as one graph of ATen operations, the data as constants; Cholesky factorizations and
    triangular solves are traced unrolled (bayesx.native.unrolled_linalg), and operations on constants alone
    are evaluated once (folded);
-2. compile: ``torch.export`` and AOTInductor (``torch._inductor.aoti_compile_and_package``) turn the graph
-   into C++ and a shared library whose model container computes (log pi, grad) for one point;
+2. compile: bayesx.native.codegen writes the graph as one plain C function (the system C compiler builds it
+   in 0.1-1.4 s for the posteriordb suite); where it has no C for an operator, ``torch.export`` and
+   AOTInductor (``torch._inductor.aoti_compile_and_package``) turn the graph into C++ and a shared library
+   whose model container computes (log pi, grad) for one point (8-26 s);
 3. cache: the library is stored under the digest of the graph's code, its constants' bytes, the dtype,
    torch's version and the CPU, so the same density (the same code and data, whatever the file's name)
    compiles once per machine (``bayesx.native.build.cache_dir()``'s sibling ``compiled/``);
 4. check: the compiled (log pi, grad) must equal autograd's at three points, else it is not used;
-5. run: the C kernels (nuts.h, leapfrog.h) call it through compiled_density.h, one model of the container
-   per thread, without returning to Python (about 5.6 us per gradient on that regression, this CPU).
+5. run: the C kernels (nuts.h, leapfrog.h) call it through compiled_density.h without returning to Python
+   (plain C: about 1 us per gradient on that regression, the chains split over threads; AOTInductor: 5.6 us,
+   the chains on one thread).
 
 :func:`compiled_density` returns the compiled density or None with the reason (a density that cannot be
 traced, such as one that calls numpy or branches on values, or no C++ compiler); the caller logs the
@@ -46,7 +49,7 @@ from torch import Tensor
 
 from bayesx.native.build import _cpu_signature, cache_dir, enabled, load
 from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
-from bayesx.native import unrolled_linalg
+from bayesx.native import codegen, unrolled_linalg
 from bayesx.native.entry_points import bind
 
 SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
@@ -78,13 +81,26 @@ class _Model(ctypes.Structure):
                 ("device", ctypes.c_int32)]
 
 
+class _GeneratedModel(ctypes.Structure):
+    """generated_model of compiled_density.h: the plain C function and its workspace bytes."""
+
+    _fields_ = [("function", ctypes.c_void_p), ("work", ctypes.c_size_t)]
+
+
+AOTINDUCTOR, PLAIN_C = 0, 1
+"""The kinds of compiled model (compiled_density.h's ``kind``): AOTInductor's container, or plain C
+(bayesx.native.codegen)."""
+COMPILERS = {AOTINDUCTOR: "AOTInductor", PLAIN_C: "plain C"}
+
+
 @dataclass
 class CompiledDensity:
     """A target's density and gradient as a compiled library, ready for the C kernels.
 
-    ``model`` is what the C functions receive (its container holds THREADS models); ``compile_s`` is the time
-    this process spent tracing and compiling (0 when the library came from the cache); ``cached`` says whether
-    it did."""
+    ``model`` is what the C functions receive, ``kind`` which kind it is (AOTINDUCTOR: a container of THREADS
+    models, so the chains take turns on one thread; PLAIN_C: reentrant, the chains split over torch's threads);
+    ``compile_s`` is the time this process spent tracing and compiling (0 when the library came from the cache);
+    ``cached`` says whether it did."""
 
     dim: int
     dtype: torch.dtype
@@ -93,18 +109,29 @@ class CompiledDensity:
     cached: bool
     functions: dict = field(repr=False)
     _library: ctypes.CDLL = field(repr=False)
-    _model: _Model = field(repr=False)
+    _model: ctypes.Structure = field(repr=False)
+    kind: int = AOTINDUCTOR
 
     @property
     def model(self) -> int:
         return ctypes.addressof(self._model)
+
+    @property
+    def compiler(self) -> str:
+        return COMPILERS[self.kind]
+
+    def threads(self, chains: int) -> int:
+        """Threads one call splits ``chains`` over."""
+        if self.kind == AOTINDUCTOR:
+            return THREADS
+        return max(1, min(torch.get_num_threads(), chains))
 
     def log_prob_and_grad(self, position: Tensor) -> tuple[Tensor, Tensor]:
         """log pi and its gradient at every row of position (chains, dim), in one native call."""
         u = position.detach().to(self.dtype).contiguous()
         grad = torch.empty_like(u)
         lp = torch.empty(u.shape[0], dtype=self.dtype)
-        self.functions["compiled_density"](THREADS, u.shape[0], self.dim, self.model,
+        self.functions["compiled_density"](self.threads(u.shape[0]), u.shape[0], self.dim, self.model, self.kind,
                                            u.data_ptr(), grad.data_ptr(), lp.data_ptr())
         return lp, grad
 
@@ -112,9 +139,11 @@ class CompiledDensity:
                    grad: Tensor | None = None, log_prob: Tensor | None = None) -> Trajectory:
         """``num_steps`` leapfrog steps of every chain in one native call (as bayesx.native.logistic.trajectory)."""
         chains, k = position.shape
-        work = torch.empty(THREADS * 2 * k, dtype=self.dtype)  # held here: a pointer does not keep its tensor alive
-        run = self.functions["compiled_leapfrog"]
-        return leapfrog(lambda steps, *tail: run(THREADS, chains, k, steps, self.model, *tail, ptr(work)),
+        threads = self.threads(chains)
+        scratch = self.functions["compiled_scratch"](self.model, self.kind)
+        work = torch.empty(threads * 2 * (k + scratch), dtype=self.dtype)  # held here: a pointer does not keep
+        run = self.functions["compiled_leapfrog"]  # its tensor alive
+        return leapfrog(lambda steps, *tail: run(threads, chains, k, steps, self.model, self.kind, *tail, ptr(work)),
                         position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
 
     def nuts(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
@@ -122,9 +151,8 @@ class CompiledDensity:
         """One NUTS transition of every chain in one native call, each chain's tree on its own (nuts.h)."""
         chains, k = position.shape
         run = self.functions["compiled_nuts"]
-        return transition(lambda *tail: run(THREADS, chains, k, self.model, *tail), position,
+        return transition(lambda *tail: run(self.threads(chains), chains, k, self.model, self.kind, *tail), position,
                           momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
-
 
 
 class NotCompiled(Exception):
@@ -159,6 +187,34 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, cached_only: bool =
         raise NotCompiled(NOT_CACHED)
     started = time.perf_counter()
     graph = _trace(log_prob, dim, dtype)
+    try:  # plain C first: compiled in about a second where AOTInductor takes 8-26 s
+        if os.environ.get("BAYESX_PLAIN_C", "1") == "0":
+            raise codegen.Unsupported("turned off (BAYESX_PLAIN_C=0)")
+        path, cached = _write_plain_c(graph, dim, dtype, folder, cached_only)
+        density = _load(path, dim, dtype, 0.0 if cached else time.perf_counter() - started, cached, functions)
+        _check(density, log_prob, dim, dtype)
+    except (codegen.Unsupported, NotCompiled) as exc:
+        if str(exc) == NOT_CACHED:
+            raise
+        plain_c_reason = str(exc)
+    else:
+        if index is not None:
+            _write_atomically(index, path.name)
+        return density
+    try:
+        density = _aotinductor(log_prob, graph, dim, dtype, folder, cached_only, started, functions)
+    except NotCompiled as exc:
+        if str(exc) == NOT_CACHED:
+            raise
+        raise NotCompiled(f"{exc} (and as plain C: {plain_c_reason})") from None
+    if index is not None:
+        _write_atomically(index, density.library_path.name)
+    return density
+
+
+def _aotinductor(log_prob, graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, folder: Path,
+                 cached_only: bool, started: float, functions: dict) -> CompiledDensity:
+    """The density compiled by AOTInductor (or found in the cache), checked against autograd."""
     path = folder / f"density-{_digest(graph, dtype)}.so"
     failed = path.with_suffix(".failed")  # a density AOTInductor could not compile is not tried again
     if failed.exists():
@@ -176,9 +232,47 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, cached_only: bool =
     compile_s = 0.0 if cached else time.perf_counter() - started
     density = _load(path, dim, dtype, compile_s, cached, functions)
     _check(density, log_prob, dim, dtype)
-    if index is not None:
-        _write_atomically(index, path.name)
     return density
+
+
+GENERATED_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-std=c11")
+"""Plain C densities: optimized for this CPU, but without -ffast-math, whose finite-math assumption would
+drop the infinities and NaNs a log density uses (-inf outside the support). -O2 compiled the largest suite
+density (hmm_example, 1,450 lines) in 1.4 s."""
+
+
+def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, folder: Path,
+                   cached_only: bool) -> tuple[Path, bool]:
+    """The graph as plain C (bayesx.native.codegen) compiled to a library in the cache, named by the digest of
+    its source and the compiler's settings, and whether it was there already; raises codegen.Unsupported with the reason where it cannot be
+    written or compiled, NotCompiled(NOT_CACHED) where ``cached_only`` and it is not in the cache."""
+    from bayesx.native.build import _compiler
+
+    generated = codegen.generate(graph, dim, dtype)
+    compiler = _compiler()
+    if compiler is None:
+        raise codegen.Unsupported("no C compiler (install gcc or set CC)")
+    digest = hashlib.sha256()
+    for part in (generated.source, compiler, " ".join(GENERATED_FLAGS), *_environment(dtype)):
+        digest.update(part.encode())
+    path = folder / f"generated-{digest.hexdigest()[:20]}.so"
+    if path.exists():
+        return path, True
+    if cached_only:
+        raise NotCompiled(NOT_CACHED)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        source, library = Path(tmp) / "density.c", Path(tmp) / "density.so"
+        source.write_text(generated.source)
+        try:
+            subprocess.run([compiler, *GENERATED_FLAGS, str(source), "-o", str(library), "-lm"], check=True,
+                           capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
+            raise codegen.Unsupported(f"the C compiler failed ({detail[-1] if detail else type(exc).__name__})") \
+                from None
+        os.replace(library, path)
+    return path, False
 
 
 def _known(path: Path, log_prob, dim: int, dtype: torch.dtype, functions: dict) -> CompiledDensity | None:
@@ -234,6 +328,15 @@ def _grad_and_value(log_prob):
     return joint
 
 
+@functools.lru_cache(maxsize=1)
+def _decompositions() -> dict:
+    """Core ATen (about 180 operators, what the plain C writer covers a part of) and the unrolled Cholesky
+    factorizations and triangular solves."""
+    from torch._decomp import core_aten_decompositions
+
+    return {**core_aten_decompositions(), **unrolled_linalg.DECOMPOSITIONS}
+
+
 def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -241,7 +344,7 @@ def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            graph = make_fx(_grad_and_value(log_prob), decomposition_table=unrolled_linalg.DECOMPOSITIONS)(point)
+            graph = make_fx(_grad_and_value(log_prob), decomposition_table=_decompositions())(point)
     except Exception as exc:  # whatever the user's code raises under tracing: the reason is the message
         raise NotCompiled(f"its log density could not be traced ({type(exc).__name__}: "
                           f"{_first_line(exc)}); it may call numpy or branch on values") from None
@@ -423,9 +526,25 @@ def _probe_child(argv: list[str]) -> None:
 
 def _load(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,
           functions: dict) -> CompiledDensity:
-    """The library as a CompiledDensity, once a child process has loaded it without harm (:func:`_probe`)."""
+    """The library as a CompiledDensity: plain C directly (bayesx's own code, linking nothing but libm), an
+    AOTInductor library once a child process has loaded it without harm (:func:`_probe`)."""
+    if path.name.startswith("generated-"):
+        return _load_plain_c(path, dim, dtype, compile_s, cached, functions)
     _probe(path, dim, dtype)
     return _load_in_process(path, dim, dtype, compile_s, cached, functions)
+
+
+def _load_plain_c(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,
+                  functions: dict) -> CompiledDensity:
+    try:
+        library = ctypes.CDLL(str(path))
+        function = ctypes.cast(library.bayesx_generated, ctypes.c_void_p).value
+        work = ctypes.c_size_t.in_dll(library, "bayesx_generated_work").value
+    except (OSError, AttributeError, ValueError) as exc:
+        raise NotCompiled(f"the compiled library {path} could not be loaded ({exc}); delete it to recompile") \
+            from None
+    return CompiledDensity(dim, dtype, path, compile_s, cached, functions, library, _GeneratedModel(function, work),
+                           PLAIN_C)
 
 
 def _load_in_process(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,

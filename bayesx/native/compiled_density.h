@@ -54,35 +54,75 @@ static REAL CAT(compiled_log_prob_grad, SUFFIX)(const void *model, int k, const 
     return value;
 }
 
-#define COMPILED_DENSITY(density) const DENSITY density = {CAT(compiled_log_prob_grad, SUFFIX), NULL, model, 0}
+/* A density written as plain C (bayesx/native/codegen.py): log pi(u) returned, its gradient in g, `work` bytes
+ * of workspace per call (aligned here to 64 bytes). Reentrant: chains may run on several threads. */
+#ifndef BAYESX_GENERATED_MODEL
+#define BAYESX_GENERATED_MODEL
+typedef struct {
+    void *function;
+    size_t work;
+} generated_model;
+#endif
 
-/* log pi and its gradient at every chain's point u (chains x k), the chains split over `threads` threads
- * (the container must hold at least `threads` models). */
-void CAT(compiled_density, SUFFIX)(int threads, int chains, int k, const compiled_model *model, const REAL *u_all,
-                                   REAL *g_all, REAL *log_prob) {
-    #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int ch = 0; ch < chains; ch++)
-        log_prob[ch] = CAT(compiled_log_prob_grad, SUFFIX)(model, k, u_all + (size_t)ch * k, g_all + (size_t)ch * k,
-                                                           NULL, 1);
+static REAL CAT(generated_log_prob_grad, SUFFIX)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch,
+                                                 int want_log_prob) {
+    const generated_model *m = model;
+    REAL (*function)(const REAL *, REAL *, void *) = (REAL (*)(const REAL *, REAL *, void *))m->function;
+    (void)k;
+    (void)want_log_prob;
+    return function(u, g, (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63));
 }
 
-/* Leapfrog trajectories of every chain (leapfrog.h); work must hold threads x 2 x k numbers. */
-void CAT(compiled_leapfrog, SUFFIX)(int threads, int chains, int k, int steps, const compiled_model *model,
+/* The density a compiled model is: kind 0 AOTInductor's container (compiled_model, no scratch), kind 1 plain C
+ * (generated_model, its workspace and 64 bytes for alignment as scratch). */
+static DENSITY CAT(compiled_as_density, SUFFIX)(const void *model, int kind) {
+    DENSITY density = {CAT(compiled_log_prob_grad, SUFFIX), NULL, model, 0};
+    if (kind == 1) {
+        density.log_prob_grad = CAT(generated_log_prob_grad, SUFFIX);
+        density.scratch = (((const generated_model *)model)->work + 64) / sizeof(REAL) + 1;
+    }
+    return density;
+}
+
+/* log pi and its gradient at every chain's point u (chains x k), the chains split over `threads` threads
+ * (an AOTInductor container must hold at least `threads` models). */
+void CAT(compiled_density, SUFFIX)(int threads, int chains, int k, const void *model, int kind, const REAL *u_all,
+                                   REAL *g_all, REAL *log_prob) {
+    const DENSITY density = CAT(compiled_as_density, SUFFIX)(model, kind);
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        REAL *scratch = density.scratch ? malloc(sizeof(REAL) * density.scratch) : NULL;
+        #pragma omp for schedule(static)
+        for (int ch = 0; ch < chains; ch++)
+            log_prob[ch] = (density.scratch && !scratch)
+                               ? (REAL)NAN
+                               : density.log_prob_grad(model, k, u_all + (size_t)ch * k, g_all + (size_t)ch * k,
+                                                       scratch, 1);
+        free(scratch);
+    }
+}
+
+/* Leapfrog trajectories of every chain (leapfrog.h); work must hold threads x 2 x (k + the density's scratch)
+ * numbers (compiled_work_size). */
+void CAT(compiled_leapfrog, SUFFIX)(int threads, int chains, int k, int steps, const void *model, int kind,
                                     const REAL *inv_mass, int mass_dense, const REAL *eps, REAL *u_all, REAL *p_all,
                                     REAL *g_all, int start_known, REAL *out, REAL *work) {
-    COMPILED_DENSITY(density);
+    const DENSITY density = CAT(compiled_as_density, SUFFIX)(model, kind);
     CAT(leapfrog_chains, SUFFIX)(threads, 1, chains, k, &density, steps, inv_mass, mass_dense, eps, u_all, p_all,
                                  g_all, start_known, out, work);
 }
 
 /* One NUTS transition of every chain (nuts.h), each chain's tree on its own; arguments as logistic_nuts's
  * after the form. */
-void CAT(compiled_nuts, SUFFIX)(int threads, int chains, int k, const compiled_model *model, const REAL *inv_mass,
+void CAT(compiled_nuts, SUFFIX)(int threads, int chains, int k, const void *model, int kind, const REAL *inv_mass,
                                 int mass_dense, REAL eps, int max_depth, const uint64_t *seeds, REAL *u_all,
                                 const REAL *p_all, REAL *g_all, REAL *lp_all, REAL *info, int *failed) {
-    COMPILED_DENSITY(density);
+    const DENSITY density = CAT(compiled_as_density, SUFFIX)(model, kind);
     CAT(nuts_chains, SUFFIX)(threads, 1, chains, k, &density, inv_mass, mass_dense, eps, max_depth, seeds, u_all, p_all,
                              g_all, lp_all, info, failed);
 }
 
-#undef COMPILED_DENSITY
+/* Scratch numbers a compiled density needs per evaluation (a leapfrog call's work: threads x 2 x (k + this)). */
+int CAT(compiled_scratch, SUFFIX)(const void *model, int kind) {
+    return (int)CAT(compiled_as_density, SUFFIX)(model, kind).scratch;
+}

@@ -43,12 +43,14 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
     "logistic_leapfrog": EntryPoint("iiiiii" + FORM + "pippppipp"),
     # threads, pairs, chains, n, k, the form, then NUTS's own
     "logistic_nuts": EntryPoint("iiiii" + FORM + NUTS_TAIL),
-    # threads, chains, k, the compiled model (bayesx.native.compiled), u, grad, log pi
-    "compiled_density": EntryPoint("iiipppp"),
-    # threads, chains, k, steps, the compiled model, M^-1, dense, eps, u, p, g, start known, out, work
-    "compiled_leapfrog": EntryPoint("iiiippippppipp"),
-    # threads, chains, k, the compiled model, then NUTS's own
-    "compiled_nuts": EntryPoint("iiip" + NUTS_TAIL),
+    # threads, chains, k, the compiled model and its kind (bayesx.native.compiled), u, grad, log pi
+    "compiled_density": EntryPoint("iiipippp"),
+    # threads, chains, k, steps, the compiled model and its kind, M^-1, dense, eps, u, p, g, start known, out, work
+    "compiled_leapfrog": EntryPoint("iiiipipippppipp"),
+    # threads, chains, k, the compiled model and its kind, then NUTS's own
+    "compiled_nuts": EntryPoint("iiipi" + NUTS_TAIL),
+    # the compiled model and its kind -> scratch numbers one evaluation needs
+    "compiled_scratch": EntryPoint("pi", "i"),
     "logistic_work_size": EntryPoint("ii", "i", per_precision=False),  # (n, k) -> scratch numbers per thread
     "logistic_openmp": EntryPoint("", "i", per_precision=False),  # whether one call can use several threads
 }

@@ -60,9 +60,10 @@ int logistic_openmp(void) {
     {"logistic_density_" suffix, "iiii" FORM(real) "pppp->v"}, \
     {"logistic_leapfrog_" suffix, "iiiiii" FORM(real) "pippppipp->v"}, \
     {"logistic_nuts_" suffix, "iiiii" FORM(real) "pi" real "ippppppp->v"}, \
-    {"compiled_density_" suffix, "iiipppp->v"}, \
-    {"compiled_leapfrog_" suffix, "iiiippippppipp->v"}, \
-    {"compiled_nuts_" suffix, "iiippi" real "ippppppp->v"},
+    {"compiled_density_" suffix, "iiipippp->v"}, \
+    {"compiled_leapfrog_" suffix, "iiiipipippppipp->v"}, \
+    {"compiled_nuts_" suffix, "iiipipi" real "ippppppp->v"}, \
+    {"compiled_scratch_" suffix, "pi->i"},
 static const char *const signatures[][2] = {
     SIGNATURES("f64", "d")
     SIGNATURES("f32", "f")
