@@ -288,15 +288,20 @@ def test_operations_on_constants_are_folded_at_trace_time_and_compile(cache):
     torch.testing.assert_close(lp, target.log_prob(q), rtol=1e-12, atol=1e-12)
 
 
-def test_approximations_use_a_cached_density_only_where_it_is_faster(gaussian, monkeypatch):
-    """prepare_batches under auto: a density not in the cache is not compiled for a fit (no line on stderr); a
-    cached one is used at the fit's batch where it was timed faster than PyTorch, and not where it was slower
-    (a large batch of a vectorized density), with the timings in the reason."""
+def test_approximations_use_a_compiled_density_only_where_it_is_faster(gaussian, monkeypatch, capsys):
+    """prepare_batches under auto: a density that needs AOTInductor (an eigendecomposition has no plain C) and is
+    not in the cache is not compiled for a fit (no line on stderr); one written as plain C is compiled now (about
+    a second); a compiled one is used at the fit's batch where it was timed faster than PyTorch, and not where it
+    was slower (a large batch of a vectorized density), with the timings in the reason."""
     monkeypatch.setenv("BAYESX_COMPILE", "auto")
-    fresh = UserGaussian(5.0 * COV)  # never compiled
     untimed = lambda prepared: dataclasses.replace(prepared, seconds=0.0)  # noqa: E731
-    assert untimed(backend.prepare_batches(fresh, torch.zeros(8, 3, dtype=torch.float64))) == \
+    slow = Spectral(5.0 * COV)  # never compiled
+    assert untimed(backend.prepare_batches(slow, torch.zeros(8, 3, dtype=torch.float64))) == \
         backend.Preparation(backend.PYTORCH)
+    assert capsys.readouterr().err == ""
+    quick = UserGaussian(5.0 * COV)  # never compiled
+    prepared = backend.prepare_batches(quick, torch.zeros(8, 3, dtype=torch.float64))
+    assert not prepared.cached and prepared.compile_s > 0 and "plain C" in capsys.readouterr().err
     target = UserGaussian()  # the same content as the fixture's: in the cache
     times = {}
     monkeypatch.setattr(backend, "_best_time", lambda function, batch: times[getattr(function, "__self__", None)

@@ -9,7 +9,8 @@ slot, never returning to Python) run instead on two kinds of density:
   bayesx.native.logistic.supports the chains (CPU tensors of float64/32, the library built, not many
   chains on a large design);
 - any other density whose log_prob autograd differentiates (``autograd_log_prob()``), compiled ahead of
-  time (bayesx.native.compiled: traced, compiled by AOTInductor, cached by content) when a method announces
+  time (bayesx.native.compiled: traced, written as plain C or compiled by AOTInductor, cached by content) when a
+  method announces
   work enough to repay the compile (:func:`prepare_sampler`, :func:`prepare_batches`; the ``compile`` setting).
 
     prepare_sampler(target, q, calls)   before a sampler's run that would make ``calls`` PyTorch calls of the
@@ -17,8 +18,9 @@ slot, never returning to Python) run instead on two kinds of density:
                                         the policy says so; what happened, for the run's record
     identify(target, identity)          what defines the target's density, for the compiled cache (the runner)
     prepare_batches(target, batch)      before an approximation's fit that evaluates the density's gradient
-                                        at batches like ``batch``: a compiled density where one is cached (or
-                                        ``compile=always``) and faster than PyTorch at that batch (measured)
+                                        at batches like ``batch``: a compiled density (plain C compiled now,
+                                        AOTInductor's only from the cache, or ``compile=always``) where it is
+                                        faster than PyTorch at that batch (measured)
     name(target, q)                     "native", "compiled" or "pytorch", the run's ``kernels`` tag
     native_available(dtype)             whether the native backend is on and built at all
     density_and_grad(target, q)         log pi and its gradient at each row of q by the fastest backend
@@ -58,10 +60,10 @@ NATIVE, COMPILED, PYTORCH = "native", "compiled", "pytorch"
 POLICIES = ("auto", "always", "never")
 COMPILE_FROM = 5000
 """PyTorch calls of the density from which ``compile=auto`` compiles a density for a sampler: a cold compile
-costs about 8 s on this project's 2 cores (AOTInductor, measured 2026-11-25), a PyTorch call about 300 us
-more than the compiled path's, so 5,000 calls (a default NUTS run of 750 transitions with trees of 8 leaves,
-its shallowest usual depth) lose at most a few seconds once per density and machine, and a hard posterior
-(trees of 256 leaves) saves minutes."""
+costs 0.1-1.4 s as plain C and 8-26 s by AOTInductor on this project's 2 cores (measured 2026-11-26), a PyTorch
+call about 300 us more than the compiled path's, so 5,000 calls (a default NUTS run of 750 transitions with trees
+of 8 leaves, its shallowest usual depth) lose at most a few seconds once per density and machine, and a hard
+posterior (trees of 256 leaves) saves minutes."""
 TIMING_REPEATS = 5
 _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> CompiledDensity
 _batch_limit: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> largest batch it is used for
@@ -139,15 +141,15 @@ def prepare_sampler(target, position: Tensor, calls: int) -> Preparation:
 @_timed
 def prepare_batches(target, batch: Tensor) -> Preparation:
     """Before an approximation's fit that evaluates log pi and its gradient at batches like ``batch``
-    (points, dim), through :func:`density_and_grad`: its compiled density where one is in the cache (found
-    under the identity the runner gave, else by tracing; ``auto``: a fit's few thousand calls rarely repay a
-    cold compile) or ``compile=always`` compiles one, used where it is faster than the target's PyTorch code at
+    (points, dim), through :func:`density_and_grad`: its compiled density (``auto``: compiled now where it can be
+    written as plain C, about a second; an AOTInductor library, 8-26 s, which a fit's few thousand calls rarely
+    repay, only from the cache; ``compile=always`` compiles either), used where it is faster than the target's PyTorch code at
     that batch (timed here, best of TIMING_REPEATS; a vectorized density at a batch of hundreds runs faster in
     PyTorch than point by point). The choice changes the gradients only by rounding."""
     if native_form(target, batch) is not None:
         return Preparation(NATIVE)
     policy = compile_policy()
-    density, prepared = _obtain(target, batch, policy, cached_only=policy == "auto")
+    density, prepared = _obtain(target, batch, policy, quick_only=policy == "auto")
     if density is None:
         return prepared
     if policy == "auto":
@@ -162,17 +164,18 @@ def prepare_batches(target, batch: Tensor) -> Preparation:
     return prepared
 
 
-def _obtain(target, position: Tensor, policy: str, cached_only: bool = False) -> tuple:
+def _obtain(target, position: Tensor, policy: str, quick_only: bool = False) -> tuple:
     """(the target's compiled density, how it was had: compiled now, from the cache, or prepared earlier in this
     process, which counts as cached) or (None, the PyTorch Preparation with why not); a reason worth telling the
-    user is said once on stderr. ``cached_only``: a density not compiled yet is not compiled now (no reason)."""
+    user is said once on stderr. ``quick_only``: compiled now only as plain C (about a second), by AOTInductor
+    only from the cache (no reason told where it is not there)."""
     if target in _compiled:
         return _compiled[target], Preparation(COMPILED, 0.0, True, compiler=_compiled[target].compiler)
     reason = _why_not_compiled(target, position, policy)
     if reason is None:
         try:
-            density = compiler.compiled_density(target.autograd_log_prob(), target.dim, position.dtype, cached_only,
-                                                _identities.get(target))
+            density = compiler.compiled_density(target.autograd_log_prob(), target.dim, position.dtype,
+                                                identity=_identities.get(target), quick_only=quick_only)
         except compiler.NotCompiled as exc:
             reason = str(exc)
         else:

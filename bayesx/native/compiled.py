@@ -163,12 +163,13 @@ NOT_CACHED = "-"  # no reason to tell: the caller asked for a cached library onl
 
 
 def compiled_density(log_prob, dim: int, dtype: torch.dtype, cached_only: bool = False,
-                     identity: str | None = None) -> CompiledDensity:
+                     identity: str | None = None, quick_only: bool = False) -> CompiledDensity:
     """The compiled density and gradient of ``log_prob`` (q (..., dim) -> (...)) in ``dtype``; raises
     NotCompiled with the reason where it cannot be had (NOT_CACHED: ``cached_only`` and no library in the
     cache). ``identity``: what defines the density where the caller knows it (the runner's posterior identity:
     model options, the digests of a user's files, the data's options): a library compiled for the same identity
-    is found without tracing the density (about 1 s), then checked like any."""
+    is found without tracing the density (about 1 s), then checked like any. ``quick_only``: compile now only as
+    plain C (about a second); an AOTInductor library (8-26 s) only from the cache (NOT_CACHED otherwise)."""
     if dtype not in SUFFIX:
         raise NotCompiled(f"dtype {dtype} is not compiled (float64 or float32 only)")
     if not enabled():
@@ -202,7 +203,7 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, cached_only: bool =
             _write_atomically(index, path.name)
         return density
     try:
-        density = _aotinductor(log_prob, graph, dim, dtype, folder, cached_only, started, functions)
+        density = _aotinductor(log_prob, graph, dim, dtype, folder, cached_only or quick_only, started, functions)
     except NotCompiled as exc:
         if str(exc) == NOT_CACHED:
             raise
