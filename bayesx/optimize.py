@@ -8,6 +8,7 @@ a starting metric with the right scales and correlations.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -22,12 +23,28 @@ class LaplaceFailed(BayesxError):
     the caller says what to do instead."""
 
 
+class NoMode(BayesxError):
+    """The mode search found no usable mode: it kept rising (an unbounded density, an improper posterior) or it
+    ended where the Hessian is singular to working precision (a funnel's neck); the message says which."""
+
+
+RUNAWAY = 1.0
+"""Nats: a further round of the mode search from its end that raises log pi by less than this ended at a mode."""
+NECK = 1e12
+"""A precision (-Hessian) at the end of the mode search whose largest eigenvalue (a standard deviation below 1e-6
+in unconstrained coordinates) and condition number both exceed this is a funnel's neck: the centred eight schools'
+search ends near log tau = -16 with 2e14-8e14 and 5e16 (a flat ridge has a small largest eigenvalue; the suite's
+proper modes reach at most 8e8 and 7e11, kilpisjarvi)."""
+
+
 class Laplace(NamedTuple):
     mode: Tensor  # (dim,) the best of the optimized points
     cov: Tensor  # (dim, dim)
     log_prob: float
     n_grad_evals: int = 0  # gradient evaluations of the mode search, summed over the starting points
     jitter: float = 0.0  # added to the precision's diagonal to make it positive definite (0: none needed)
+    curvature: tuple[float, float] = (1.0, 1.0)  # the smallest and largest |eigenvalue| of the precision (-Hessian)
+    # at the mode, before any jitter
 
 
 def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> tuple[Tensor, int]:
@@ -48,6 +65,53 @@ def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> 
 
     opt.step(closure)
     return q.detach(), calls * start.shape[0]
+
+
+def further_rise(target, point: Tensor, max_iter: int) -> tuple[Tensor, float, int]:
+    """One more round of the mode search from ``point`` (1, dim): where it ended, how much it raised log pi
+    there (nats; +inf where it reached +inf, -inf where it found nothing higher or left the support) and its
+    gradient evaluations. A mode gives a rise near 0; an unbounded density (the centred eight schools, whose
+    log pi grows like -7 log tau as tau -> 0 with the thetas equal) a rise of RUNAWAY nats or more, round
+    after round."""
+    with torch.no_grad():
+        before = float(target.log_prob(point)[0])
+    try:
+        found, calls = find_mode(target, point, max_iter=max_iter)
+    except IndexError:  # torch's L-BFGS fails so when the density turns NaN along its line search
+        return point, -math.inf, 0
+    with torch.no_grad():
+        after = float(target.log_prob(found)[0])
+    if math.isnan(after) or after == -math.inf:
+        return point, -math.inf, calls
+    return found, after - before, calls
+
+
+MODE_ROUNDS = 4  # rounds of :func:`climb`; one still rising by RUNAWAY after them ran away
+
+
+class Climb(NamedTuple):
+    point: Tensor  # (1, dim) the highest point reached (the start itself, the same tensor, where none was higher)
+    calls: int  # gradient evaluations
+    ran_away: bool  # the last of MODE_ROUNDS rounds still rose by RUNAWAY nats, or log pi reached +inf
+    rise: float  # the last round's rise (nats; -inf where it met a NaN or -inf density)
+
+
+def climb(target, point: Tensor, max_iter: int) -> Climb:
+    """Rounds of the mode search (:func:`further_rise`) from ``point`` (1, dim) until one raises log pi by less than
+    RUNAWAY nats: a mode, or where the search cannot go on (a NaN or -inf density ahead). Torch's L-BFGS can stop
+    far short of the mode after a failed line search (arma11: after 30 gradients, 291 nats below it), so one
+    round is not enough; a density without a maximum keeps rising round after round (``ran_away``)."""
+    calls, rise = 0, 0.0
+    for _ in range(MODE_ROUNDS):
+        found, rise, more = further_rise(target, point, max_iter)
+        calls += more
+        if rise == math.inf:
+            return Climb(found, calls, True, rise)
+        if rise > 0:
+            point = found
+        if not rise >= RUNAWAY:
+            return Climb(point, calls, False, rise)
+    return Climb(point, calls, True, rise)
 
 
 def hessian(target, q: Tensor) -> Tensor:
@@ -76,12 +140,22 @@ def gradient_difference_hessian(target, q: Tensor, rel_step: float = 1e-5, rows:
 
 
 def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
+    """The Laplace approximation at the highest mode reached from the rows of ``start``: L-BFGS from every row,
+    then further rounds from the best end (:func:`climb`); raises LaplaceFailed where the search ends where log pi
+    is not finite, keeps rising (no maximum), or the Hessian cannot be made negative definite."""
     modes, n_grad_evals = find_mode(target, start, max_iter)
     lp = target.log_prob(modes)
     if not bool(torch.isfinite(lp).any()):
         raise LaplaceFailed("the mode search ended where the log density is not finite")
     best = int(torch.nan_to_num(lp, nan=-float("inf")).argmax())
-    mode = modes[best]
+    climbed = climb(target, modes[best][None], max_iter)
+    n_grad_evals += climbed.calls
+    if climbed.ran_away:
+        raise LaplaceFailed(f"the mode search diverged: still rising by {climbed.rise:.3g} nats after {n_grad_evals} "
+                            f"gradients, so log pi has no maximum (an improper posterior, or a missing Jacobian "
+                            f"term?); check the density")
+    mode = climbed.point[0]
+    log_prob = float(target.log_prob(climbed.point)[0])
     precision = -hessian(target, mode)
     precision = 0.5 * (precision + precision.T)
     eye = torch.eye(precision.shape[0], dtype=precision.dtype, device=precision.device)
@@ -94,7 +168,9 @@ def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
     else:
         raise LaplaceFailed("the Hessian at the mode is not negative definite")
     cov = torch.cholesky_inverse(chol)
-    return Laplace(mode, 0.5 * (cov + cov.T), float(lp[best]), n_grad_evals, jitter)
+    magnitudes = torch.linalg.eigvalsh(precision).abs()
+    return Laplace(mode, 0.5 * (cov + cov.T), log_prob, n_grad_evals, jitter,
+                   (float(magnitudes.min()), float(magnitudes.max())))
 
 
 def gaussian_start(mean: Tensor, cov: Tensor, start: Tensor, gen: torch.Generator,
@@ -113,9 +189,19 @@ def gaussian_start(mean: Tensor, cov: Tensor, start: Tensor, gen: torch.Generato
 
 
 def laplace_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
-    """MCMC's ``init=laplace``: the chains start at draws from N(mode, H^-1), the metric at H^-1."""
+    """MCMC's ``init=laplace``: the chains start at draws from N(mode, H^-1), the metric at H^-1.
+
+    Raises NoMode where the search ended in a funnel's neck: log pi's curvature there blew up (NECK); a Gaussian
+    there would start every chain in the neck, so the caller starts from the initial points. Raises BayesxError with fit_laplace's reason where there is no Laplace
+    approximation (a search that keeps rising: an improper posterior, a missing Jacobian term)."""
     try:
         laplace = fit_laplace(target, start)
     except LaplaceFailed as exc:
         raise BayesxError(f"{exc}; use method.init=prior") from None
+    smallest, largest = laplace.curvature
+    if largest > NECK and largest > NECK * smallest:
+        raise NoMode(f"the Laplace mode search ended where log pi's curvature is {largest:.2g} (a standard deviation "
+                     f"of {largest ** -0.5:.2g}) and its Hessian is near singular (condition number "
+                     f"{largest / smallest if smallest > 0 else math.inf:.2g}): a funnel's neck, or a badly scaled "
+                     f"parameter, after {laplace.n_grad_evals} gradients")
     return gaussian_start(laplace.mode, laplace.cov, start, gen, mass)

@@ -5,16 +5,19 @@ For each posterior, microseconds per (log pi, gradient) evaluation at one point,
     pytorch, 1 point      ``target.log_prob_and_grad`` on a (1, dim) batch: what a PyTorch NUTS leaf pays
                           (autograd and a dozen small operations dispatched from Python)
     pytorch, 64 points    the same on a (64, dim) batch, per point: chains in lock-step amortize the dispatch
-    compiled (C)          the AOTInductor-compiled density called from C, per point: 2,000 points in one
-                          native call, as the C NUTS tree calls it (bayesx.native.compiled)
+    plain C               the density written as plain C (bayesx.native.codegen) called from C, per point:
+                          2,000 points in one native call, as the C NUTS tree calls it; and its cold
+                          compile (trace, write, cc, check) in seconds
+    AOTInductor           the same density compiled by AOTInductor instead (BAYESX_PLAIN_C=0), and its compile
+                          (--no-aotinductor skips it)
     jax, 1 point          NumPyro's density (the suite's second transcription in jax.numpy) under
                           ``jax.jit(jax.value_and_grad)``, called from Python (dispatch included: an upper
                           bound of what NumPyro's compiled tree pays; NumPyro's own cost per gradient is
                           wall time / gradients in bench_posteriordb.md)
 
 With --logistic DATA..., logistic regression on those data sets too, with one more column: the hand-written
-C logistic form (bayesx.native.logistic, what model=logreg runs), against the same density compiled by
-AOTInductor from the target's torch code: whether the hand-written kernel is still worth its code.
+C logistic form (bayesx.native.logistic, what model=logreg runs), against the same density compiled from the
+target's torch code: whether the hand-written kernel is still worth its code.
 
 The median of --repeats timings is reported.
 
@@ -25,8 +28,10 @@ The median of --repeats timings is reported.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +66,26 @@ def jax_cost(name: str, q: np.ndarray, repeats: int) -> float | None:
     return median_us(lambda: jax.block_until_ready(grad(point)), 200, repeats)
 
 
+def compiled_cost(target, many: torch.Tensor, repeats: int, plain_c: bool) -> tuple[float | None, float | None]:
+    """(us per gradient called from C, cold compile seconds) with plain C, or AOTInductor alone; Nones where the
+    density does not compile that way."""
+    from bayesx.native import compiled
+
+    os.environ["BAYESX_PLAIN_C"] = "1" if plain_c else "0"
+    try:
+        start = time.perf_counter()
+        density = compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
+        seconds = time.perf_counter() - start
+    except compiled.NotCompiled as exc:
+        print(f"not compiled ({exc})", file=sys.stderr)
+        return None, None
+    finally:
+        os.environ.pop("BAYESX_PLAIN_C")
+    if density.compiler != ("plain C" if plain_c else "AOTInductor"):
+        return None, None
+    return median_us(lambda: density.log_prob_and_grad(many), 5, repeats, per=2000), seconds
+
+
 def logistic_target(data: str):
     """model=logreg on ``data=<data>`` with the configuration's defaults, float64, built as the runner builds it."""
     from bayesx.config import compose
@@ -71,7 +96,6 @@ def logistic_target(data: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bayesx.native import compiled
     from bayesx.native import logistic
     from bayesx.targets.posteriordb import NAMES
     from bayesx.targets.posteriordb.target import PosteriorDB
@@ -83,11 +107,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the JAX column (JAX imported after torch stalled for minutes here; time it alone)")
     parser.add_argument("--logistic", nargs="*", default=[], metavar="DATA",
                         help="logistic regression on these data sets (digits, synthetic, ...), with the hand-written C")
+    parser.add_argument("--no-aotinductor", action="store_true", help="skip the AOTInductor columns")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    rows = ["| posterior | dim | pytorch, 1 point | pytorch, 64 points (per point) | compiled (C) | hand-written C | "
-            "jax, 1 point | pytorch / compiled |", "|---|---|---|---|---|---|---|---|"]
+    os.environ["BAYESX_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_gradient_")  # cold: every compile timed
+    logistic.kernels(torch.float64)  # the C kernels themselves are built at install time, not per density
+    rows = ["| posterior | dim | pytorch, 1 point | pytorch, 64 points (per point) | plain C | plain C compile s | "
+            "AOTInductor | AOTInductor compile s | hand-written C | jax, 1 point | pytorch / plain C |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     targets = [(name, PosteriorDB(name=name)) for name in args.posteriors]
     targets += [(f"logreg {data}", logistic_target(data)) for data in args.logistic]
     for name, target in targets:
@@ -97,22 +125,18 @@ def main(argv: list[str] | None = None) -> int:
         many = 0.1 * torch.randn(2000, target.dim, generator=gen, dtype=torch.float64)
         torch_one = median_us(lambda: target.log_prob_and_grad(one), 200, args.repeats)
         torch_batch = median_us(lambda: target.log_prob_and_grad(batch), 50, args.repeats, per=64)
-        try:
-            density = compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
-            native = median_us(lambda: density.log_prob_and_grad(many), 5, args.repeats, per=2000)
-        except compiled.NotCompiled as exc:
-            print(f"{name}: not compiled ({exc})", file=sys.stderr)
-            native = None
+        native, native_s = compiled_cost(target, many, args.repeats, plain_c=True)
+        aoti, aoti_s = (None, None) if args.no_aotinductor else compiled_cost(target, many, args.repeats, plain_c=False)
         form = target.density_form()
         hand = median_us(lambda: logistic.log_prob_and_grad(form, many), 5, args.repeats, per=2000) if form else None
         jax_one = None if args.no_jax or form is not None else jax_cost(name, one[0].numpy(), args.repeats)
         cells = [name, str(target.dim), f"{torch_one:.1f}", f"{torch_batch:.2f}",
-                 f"{native:.2f}" if native else "-", f"{hand:.2f}" if hand else "-", f"{jax_one:.1f}" if jax_one else "-",
-                 f"{torch_one / native:.0f}x" if native else "-"]
+                 *(f"{v:.2f}" if v else "-" for v in (native, native_s, aoti, aoti_s, hand)),
+                 f"{jax_one:.1f}" if jax_one else "-", f"{torch_one / native:.0f}x" if native else "-"]
         rows.append("| " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)
     text = "\n".join([
-        "# What one gradient costs: PyTorch, compiled C, JAX",
+        "# What one gradient costs: PyTorch, plain C, AOTInductor, JAX",
         "",
         f"Command: `python experiments/bench_gradient_cost.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
         "",

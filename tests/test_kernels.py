@@ -336,6 +336,26 @@ def test_health_warnings_show_the_digits_that_made_them_fire():
     assert NUTS().warnings({"rhat_max": 1.009}) == []  # negative control: below the limit, no warning
 
 
+def test_a_funnels_neck_is_no_mode_and_the_chains_start_from_the_initial_points():
+    """The centred eight schools: log pi grows like -7 log tau as tau -> 0 with the thetas equal, so the Laplace
+    start's mode search ends in the funnel's neck, where the Hessian is singular (condition number about 3e16);
+    no Gaussian there is a start, so the chains start from the initial points with a unit metric, as init=prior,
+    and the run says why in a warning. Control: the non-centred eight schools' mode gives no such warning."""
+    from bayesx.targets.posteriordb.target import PosteriorDB
+
+    g = torch.Generator().manual_seed(0)
+    for name, expect_warning in (("eight_schools_centered", True), ("eight_schools_noncentered", False)):
+        target = PosteriorDB(name=name)
+        result = NUTS(num_warmup=5, num_draws=5, init="laplace").infer(
+            target, RunInputs(target.initial_point(4, g), g, progress=False))
+        assert result.draws.shape == (4, 5, 10) and result.error is None
+        warned = [w for w in result.warnings if "its Hessian is near singular" in w]
+        assert bool(warned) == expect_warning, result.warnings
+        if expect_warning:
+            assert "funnel's neck" in warned[0] and "started from the initial points instead" in warned[0]
+            assert result.tags["init"] == "prior (no mode)"
+
+
 def test_a_start_drawn_where_the_density_is_zero_names_the_mode_search():
     """A density that keeps rising towards a cliff at q_0 = 5: the Laplace start's mode search ends at the edge and
     its Gaussian (flat in q_0) puts chains where the density is zero; the error names the mode search and suggests
@@ -357,3 +377,28 @@ def test_a_start_drawn_where_the_density_is_zero_names_the_mode_search():
     result = NUTS(num_warmup=5, num_draws=5, init="prior").infer(target, RunInputs(target.initial_point(4, g), g,
                                                                                     progress=False))
     assert result.draws.shape == (4, 5, 2)
+
+
+def test_rounds_of_the_mode_search_go_on_until_one_rises_by_less_than_a_nat(monkeypatch):
+    """bayesx.optimize.climb: torch's L-BFGS can stop short of the mode (arma11: after 30 gradients, 291 nats below
+    it), so the search goes on in rounds until one rises by less than RUNAWAY; four rounds that all rise ran away.
+    From a Gaussian's mode one more round rises by nothing (further_rise, unpatched)."""
+    from bayesx import optimize
+    from bayesx.targets.base import TargetBase
+
+    class Gaussian(TargetBase):
+        dim, dtype, device = 2, torch.float64, torch.device("cpu")
+
+        def log_prob(self, q):
+            return -0.5 * (q ** 2).sum(-1)
+
+    _, rise, _ = optimize.further_rise(Gaussian(), torch.zeros(1, 2, dtype=torch.float64), 100)
+    assert abs(rise) < 1e-9
+    start = torch.zeros(1, 2, dtype=torch.float64)
+    for rises, ran_away, rounds in (([291.0, 0.2], False, 2), ([5.0] * 4, True, 4), ([float("inf")], True, 1),
+                                    ([-float("inf")], False, 1)):
+        sequence = iter(rises)
+        monkeypatch.setattr(optimize, "further_rise", lambda target, point, max_iter: (point + 1, next(sequence), 10))
+        climbed = optimize.climb(Gaussian(), start, 100)
+        assert (climbed.ran_away, climbed.calls) == (ran_away, 10 * rounds)
+        assert (climbed.point is start) == (rises[0] == -float("inf"))

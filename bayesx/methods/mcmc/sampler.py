@@ -32,7 +32,7 @@ from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
 from bayesx.methods.mcmc.family import Draws, Sampler
-from bayesx.optimize import laplace_start
+from bayesx.optimize import NoMode, laplace_start
 from bayesx.pathfinder import pathfinder_start
 from bayesx.progress import ChainProgress
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive, Settings
@@ -189,12 +189,15 @@ class MCMCMethod(Sampler):
             start_from = laplace_start if cfg.init == "laplace" else pathfinder_start
             try:
                 initial_position, inv_mass = start_from(target, initial_position, gen, mass)
+                metric = make_metric(inv_mass)
             except (KeyboardInterrupt, RunInterrupted):  # stopped while finding the mode: part of warm-up
                 out.interrupted = True
                 out.timings.update(warmup_time_s=time.perf_counter() - start, sampling_time_s=0.0)
                 out.tags["stopped_during"] = "warmup"
                 return out
-            metric = make_metric(inv_mass)
+            except NoMode as exc:  # no mode to start from: the initial points and a unit metric, as init=prior
+                out.warnings.append(f"{exc}; the chains started from the initial points instead (method.init=prior)")
+                out.tags["init"] = "prior (no mode)"
             out.timings[f"{cfg.init}_time_s"] = time.perf_counter() - start
         state = self.kernel.init(initial_position, target)
         if not bool(torch.isfinite(self.kernel.log_density(state)).all()):

@@ -59,7 +59,7 @@ from torch import Tensor
 
 from bayesx.distributions import GaussianQ
 from bayesx.kernels import backend
-from bayesx.optimize import find_mode
+from bayesx.optimize import climb
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.curvature import SecantCurvature
 
@@ -89,8 +89,6 @@ class GaussianVISettings(ApproximationSettings):
     alpha: Annotated[float, Between(0.0, 1.0)] = 0.5  # the Renyi order of divergence=alpha
 
 
-RUNAWAY = 1.0  # nats: a round of the mode search that rises less than this ended at the mode
-MODE_ROUNDS = 4  # rounds of the mode search; one still rising by RUNAWAY after them ran away
 START_DRAWS = 64  # draws of the first q's ELBO at the mode and at the initial points (``_start``)
 
 
@@ -136,30 +134,18 @@ class GaussianVI(Approximation):
         start = initial.mean(0, keepdim=True)
         if self.settings.init != "mode":
             return start, 0, "initial points"
-        point, calls = start, 0
         with torch.no_grad():
             log_p = float(target.log_prob(start)[0])
         if not math.isfinite(log_p):
             return start, 0, "initial points (log p is not finite there: no mode search)"
-        for _ in range(MODE_ROUNDS):
-            try:
-                found, more = find_mode(target, point, max_iter=self.settings.mode_iter)
-            except IndexError:  # torch's L-BFGS fails so when the density turns NaN along its line search
-                return start, calls, "initial points (the mode search met a NaN density)"
-            calls += more
-            with torch.no_grad():
-                found_log_p = float(target.log_prob(found)[0])
-            if not math.isfinite(found_log_p):
-                return start, calls, (f"initial points (the mode search reached a non-finite density after "
-                                      f"{calls} gradients)")
-            rise = found_log_p - log_p
-            if rise > 0:
-                point, log_p = found, found_log_p
-            if rise < RUNAWAY:  # this round ended where it began (or nearly): a mode
-                break
-        else:
-            return start, calls, (f"initial points (the mode search ran away: still rising by {rise:.3g} nats "
-                                  f"after {calls} gradients)")
+        climbed = climb(target, start, self.settings.mode_iter)
+        point, calls = climbed.point, climbed.calls
+        if climbed.ran_away:
+            return start, calls, (f"initial points (the mode search ran away: still rising by {climbed.rise:.3g} "
+                                  f"nats after {calls} gradients)")
+        if point is start and not math.isfinite(climbed.rise):
+            return start, calls, (f"initial points (the mode search reached a non-finite density after "
+                                  f"{calls} gradients)")
         if point is start:
             return start, calls, "initial points (the mode search found no higher density)"
         at_mode, at_start = (self._first_elbo(target, x) for x in (point, start))
