@@ -349,7 +349,7 @@ def test_a_funnels_neck_is_no_mode_and_the_chains_start_from_the_initial_points(
         result = NUTS(num_warmup=5, num_draws=5, init="laplace").infer(
             target, RunInputs(target.initial_point(4, g), g, progress=False))
         assert result.draws.shape == (4, 5, 10) and result.error is None
-        warned = [w for w in result.warnings if "its Hessian is near singular" in w]
+        warned = [w for w in result.warnings if "ended in a funnel's neck" in w]
         assert bool(warned) == expect_warning, result.warnings
         if expect_warning:
             assert "funnel's neck" in warned[0] and "started from the initial points instead" in warned[0]

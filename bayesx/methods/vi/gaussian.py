@@ -59,7 +59,7 @@ from torch import Tensor
 
 from bayesx.distributions import GaussianQ
 from bayesx.kernels import backend
-from bayesx.optimize import climb
+from bayesx.optimize import climb, in_a_neck
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.curvature import SecantCurvature
 
@@ -148,21 +148,11 @@ class GaussianVI(Approximation):
                                   f"{calls} gradients)")
         if point is start:
             return start, calls, "initial points (the mode search found no higher density)"
-        at_mode, at_start = (self._first_elbo(target, x) for x in (point, start))
-        if not at_mode > at_start:
+        neck, at_mode, at_start = in_a_neck(target, point, start, self.settings.init_sd, START_DRAWS)
+        if neck:
             return start, calls, (f"initial points (a q at the mode found after {calls} gradients has the lower "
                                   f"ELBO, {at_mode:.4g} against {at_start:.4g}: a funnel's neck)")
         return point, calls, "mode"
-
-    def _first_elbo(self, target, point: Tensor) -> float:
-        """The ELBO of N(point, init_sd^2 I) by START_DRAWS draws (the candidates' common first q), from a generator
-        of its own: the run's random stream is the fit's alone."""
-        q = GaussianQ(point[0], torch.full_like(point[0], self.settings.init_sd))
-        gen = torch.Generator(device=point.device).manual_seed(0)
-        with torch.no_grad():
-            z, log_q = q.sample_and_log_prob(START_DRAWS, gen)
-            elbo = float((target.log_prob(z) - log_q).mean())
-        return elbo if math.isfinite(elbo) else -math.inf
 
     def _parameters(self, initial: Tensor) -> tuple[Tensor, Tensor]:
         """(mean, raw): raw is log sigma (meanfield), or sqrt(dim) L below the diagonal with log L_jj
