@@ -636,14 +636,31 @@ def _cumulative(kind: str):
 
 
 def _mm(w: _Writer, out, a, b):
+    """out (n, m) = a (n, k) b (k, m), the loop over the index whose operands lie closest together in memory
+    innermost (a design matrix X and its transpose X^T in a gradient read one with rows, the other with columns
+    contiguous): k innermost sums into a register, i or j innermost updates a row or column of out, zeroed first."""
     buffer = w._buffer(out)
     n, k = a.shape
     m = b.shape[1]
     t = buffer.c_type
-    w.loops((n, m), lambda index: (
-        f"{{ {t} acc = 0; for (int64_t k = 0; k < {k}; k++) acc += "
-        f"{w.read(a, (n, k), [index[0], 'k'], t)} * {w.read(b, (k, m), ['k', index[1]], t)}; "
-        f"{buffer.name}[{index[0]}*{m} + {index[1]}] = acc; }}"))
+    spread = {"k": abs(a.stride(1)) + abs(b.stride(0)) if k > 1 else math.inf,  # a loop of one is never inner
+              "j": 1 + abs(b.stride(1)) if m > 1 else math.inf,
+              "i": m + abs(a.stride(0)) if n > 1 else math.inf}
+    inner = min(("k", "j", "i"), key=lambda v: spread[v])
+    if inner == "k":  # the sum vectorized in partial sums (omp simd: reassociated, as BLAS does)
+        w.loops((n, m), lambda index: (
+            f"{{ {t} acc = 0;\n#pragma omp simd reduction(+:acc)\nfor (int64_t k = 0; k < {k}; k++) acc += "
+            f"{w.read(a, (n, k), [index[0], 'k'], t)} * {w.read(b, (k, m), ['k', index[1]], t)}; "
+            f"{buffer.name}[{index[0]}*{m} + {index[1]}] = acc; }}"))
+        return
+    w.body.append(f"for (int64_t i = 0; i < {max(n * m, 1)}; i++) {buffer.name}[i] = 0;")
+    outer, (var, size) = (("i", n), ("j", m)) if inner == "j" else (("j", m), ("i", n))
+    for_outer = f"for (int64_t {outer[0]} = 0; {outer[0]} < {outer[1]}; {outer[0]}++)"
+    a_read, b_read = w.read(a, (n, k), ["i", "k"], t), w.read(b, (k, m), ["k", "j"], t)
+    scale = a_read if inner == "j" else b_read  # fixed in the inner loop
+    moving = b_read if inner == "j" else a_read
+    w.body.append(f"for (int64_t k = 0; k < {k}; k++) {for_outer} {{ const {t} s = {scale};\n#pragma omp simd\n"
+                  f"for (int64_t {var} = 0; {var} < {size}; {var}++) {buffer.name}[i*{m} + j] += s * {moving}; }}")
 
 
 def _bmm(w: _Writer, out, a, b):
