@@ -147,6 +147,9 @@ class _Writer:
         self.allocated_bytes = 0
         self.counter = 0
         self.operations = 0
+        self.last_reader: dict[torch.fx.Node, int] = {}  # node -> position of its last reader (run)
+        self.lifetimes: dict[int, int] = {}  # workspace storage -> position of its last reader (views included)
+        self.position = 0  # of the node being written
 
     # -- buffers --------------------------------------------------------------------------------------------
     def _name(self, prefix: str) -> str:
@@ -277,7 +280,6 @@ class _Writer:
         nodes = list(self.graph.graph.nodes)
         position_of = {node: i for i, node in enumerate(nodes)}
         self.last_reader = {node: max((position_of[u] for u in node.users), default=i) for i, node in enumerate(nodes)}
-        self.lifetimes: dict[int, int] = {}  # workspace storage -> position of its last reader (views included)
         output_node = None
         for position, node in enumerate(nodes):
             self.position = position
@@ -808,9 +810,7 @@ def _index_put(w: _Writer, out, x, indices, values, accumulate=False):
     indices = list(indices) + [None] * (x.dim() - len(indices))
     first, tensors, index_shape = _indexed_layout(w, x, indices)
     shape = tuple(x.shape[:first]) + index_shape + tuple(x.shape[first + len(tensors):])
-    if not accumulate and any(t.numel() > 1 for t in tensors):
-        pass  # duplicate indices: the last write wins, as torch's CPU kernel does in order
-    buffer = w._buffer(out)
+    buffer = w._buffer(out)  # without accumulate, duplicate indices: the last write in order wins
     contiguous = out  # out is contiguous, its strides those of its buffer
     sign = "+=" if accumulate else "="
     w.loops(shape, lambda index: f"{buffer.name}[{_indexed_offset(w, contiguous, first, tensors, index_shape, shape, index)}]"

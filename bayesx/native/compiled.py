@@ -159,14 +159,13 @@ class NotCompiled(Exception):
     """Why a density was not compiled (one line, for the run's log)."""
 
 
-NOT_CACHED = "-"  # no reason to tell: the caller asked for a cached library only
+NOT_CACHED = "-"  # no reason to tell: the caller asked for an AOTInductor library from the cache only
 
 
-def compiled_density(log_prob, dim: int, dtype: torch.dtype, cached_only: bool = False,
-                     identity: str | None = None, quick_only: bool = False) -> CompiledDensity:
+def compiled_density(log_prob, dim: int, dtype: torch.dtype, identity: str | None = None,
+                     quick_only: bool = False) -> CompiledDensity:
     """The compiled density and gradient of ``log_prob`` (q (..., dim) -> (...)) in ``dtype``; raises
-    NotCompiled with the reason where it cannot be had (NOT_CACHED: ``cached_only`` and no library in the
-    cache). ``identity``: what defines the density where the caller knows it (the runner's posterior identity:
+    NotCompiled with the reason where it cannot be had. ``identity``: what defines the density where the caller knows it (the runner's posterior identity:
     model options, the digests of a user's files, the data's options): a library compiled for the same identity
     is found without tracing the density (about 1 s), then checked like any. ``quick_only``: compile now only as
     plain C (about a second); an AOTInductor library (8-26 s) only from the cache (NOT_CACHED otherwise)."""
@@ -184,26 +183,22 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, cached_only: bool =
         known = _known(folder / index.read_text().strip(), log_prob, dim, dtype, functions)
         if known is not None:
             return known
-    elif index is not None and cached_only:  # every library compiled for an identity is indexed by it
-        raise NotCompiled(NOT_CACHED)
     started = time.perf_counter()
     graph = _trace(log_prob, dim, dtype)
     try:  # plain C first: compiled in about a second where AOTInductor takes 8-26 s
         if os.environ.get("BAYESX_PLAIN_C", "1") == "0":
             raise codegen.Unsupported("turned off (BAYESX_PLAIN_C=0)")
-        path, cached = _write_plain_c(graph, dim, dtype, folder, cached_only)
+        path, cached = _write_plain_c(graph, dim, dtype, folder)
         density = _load(path, dim, dtype, 0.0 if cached else time.perf_counter() - started, cached, functions)
         _check(density, log_prob, dim, dtype)
     except (codegen.Unsupported, NotCompiled) as exc:
-        if str(exc) == NOT_CACHED:
-            raise
         plain_c_reason = str(exc)
     else:
         if index is not None:
             _write_atomically(index, path.name)
         return density
     try:
-        density = _aotinductor(log_prob, graph, dim, dtype, folder, cached_only or quick_only, started, functions)
+        density = _aotinductor(log_prob, graph, dim, dtype, folder, quick_only, started, functions)
     except NotCompiled as exc:
         if str(exc) == NOT_CACHED:
             raise
@@ -243,11 +238,10 @@ runtime) let a matrix product's sums vectorize. -O2 compiled the largest suite d
 lines) in 1.4 s."""
 
 
-def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, folder: Path,
-                   cached_only: bool) -> tuple[Path, bool]:
+def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, folder: Path) -> tuple[Path, bool]:
     """The graph as plain C (bayesx.native.codegen) compiled to a library in the cache, named by the digest of
     its source and the compiler's settings, and whether it was there already; raises codegen.Unsupported with the reason where it cannot be
-    written or compiled, NotCompiled(NOT_CACHED) where ``cached_only`` and it is not in the cache."""
+    written or compiled."""
     from bayesx.native.build import _compiler
 
     generated = codegen.generate(graph, dim, dtype)
@@ -260,8 +254,6 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
     path = folder / f"generated-{digest.hexdigest()[:20]}.so"
     if path.exists():
         return path, True
-    if cached_only:
-        raise NotCompiled(NOT_CACHED)
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         source, library = Path(tmp) / "density.c", Path(tmp) / "density.so"
