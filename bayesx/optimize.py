@@ -171,8 +171,12 @@ def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
         raise LaplaceFailed(f"the mode search diverged: still rising by {climbed.rise:.3g} nats after {n_grad_evals} "
                             f"gradients, so log pi has no maximum (an improper posterior, or a missing Jacobian "
                             f"term?); check the density")
-    mode = climbed.point[0]
-    log_prob = float(target.log_prob(climbed.point)[0])
+    log_prob = float(lp[best])
+    climbed_log_prob = float(target.log_prob(climbed.point)[0])
+    if climbed_log_prob - log_prob >= RUNAWAY:  # the first search had stopped short: the climb's end is the mode
+        mode, log_prob = climbed.point[0], climbed_log_prob
+    else:  # it had converged; sub-nat moves along a flat direction are no better mode
+        mode = modes[best]
     precision = -hessian(target, mode)
     precision = 0.5 * (precision + precision.T)
     eye = torch.eye(precision.shape[0], dtype=precision.dtype, device=precision.device)
