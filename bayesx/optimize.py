@@ -24,8 +24,7 @@ class LaplaceFailed(BayesxError):
 
 
 class NoMode(BayesxError):
-    """The mode search found no usable mode: it kept rising (an unbounded density, an improper posterior) or it
-    ended where the Hessian is singular to working precision (a funnel's neck); the message says which."""
+    """The mode search ended in a funnel's neck (:func:`in_a_neck`): no Gaussian there is a start."""
 
 
 RUNAWAY = 1.0

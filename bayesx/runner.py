@@ -362,7 +362,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     check_room(method.memory_needs(target, job.n_chains), device)  # refused in one line before anything is allocated
     gen = torch.Generator(device=device).manual_seed(job.seed)
     initial = method.initial_points(target, job.n_chains, gen)
-    backend.identify(target, json.dumps(posterior_identity(cfg, target), sort_keys=True, default=str))
+    identity = posterior_identity(cfg, target)  # digests a user's files: once
+    backend.identify(target, json.dumps(identity, sort_keys=True, default=str))
 
     tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
     params = flatten(cfg)
@@ -372,7 +373,6 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         resumed = (find_resume(job, method, tracker, params, tracking.stale_after_s, Path(resume_dir.name))
                    if job.resume else None)
         reference = None
-        identity = posterior_identity(cfg, target)
         comparing = (job.reference.enabled is None and not method.approximate_draws
                      and wants_reference(job, method, target, comparing=True)
                      and reference_comparison(tracker, parent_run_id, identity, job.reference))

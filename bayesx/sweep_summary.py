@@ -18,12 +18,12 @@ here leaves a warning, never a failed sweep.
 
 from __future__ import annotations
 
-import math
 import sys
 import tempfile
 from pathlib import Path
 
-NOTE_TAG = "mlflow.note.content"
+from bayesx.report import finite
+from bayesx.tracking import DESCRIPTION_TAG as NOTE_TAG  # MLflow's run description
 FOLDER = "comparison"
 BEGIN, END = "<!-- bayesx sweep comparison -->", "<!-- end of the bayesx sweep comparison -->"
 
@@ -41,10 +41,6 @@ CRITERIA = (
     ("test_nll", True, "best held-out negative log likelihood"),
     ("wall_time_s", True, "fastest"),
 )
-
-
-def finite(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def scored_metrics(sweep):

@@ -418,6 +418,13 @@ def failed_child(run) -> FailedJob:
                      run.data.tags.get(ERROR_TAG) or "no error recorded (see the job's output)", run.info.run_id)
 
 
+def note_failed_jobs(client: MlflowClient, run_id: str) -> tuple[list, list]:
+    """A sweep's children and failed jobs (:func:`sweep_failures`), the failed jobs named in its description."""
+    children, jobs = sweep_failures(client, run_id)
+    set_description_part(client, run_id, FAILED_JOBS_HEAD, failed_jobs_note(jobs))
+    return children, jobs
+
+
 def sweep_failures(client: MlflowClient, parent_id: str) -> tuple[list, list[FailedJob]]:
     """A sweep parent's child runs and its failed jobs: those that failed before recording a run (kept in
     the parent's tags), then its FAILED children in the order they started."""
@@ -657,11 +664,10 @@ class Tracker:
             while len(json.dumps(kept)) > MAX_TAG_LENGTH:  # whole entries only: the tag stays JSON
                 kept.pop()
             retry_locked(self.client.set_tag, run_id, UNRECORDED_FAILURES_TAG, json.dumps(kept))
-        children, jobs = sweep_failures(self.client, run_id)
+        children, jobs = note_failed_jobs(self.client, run_id)
         statuses = {c.info.status for c in children}
         # a killed child explains a sweep that stopped on an error (Slurm's scancel: submitit's UncompletedJobError)
         status = "FAILED" if jobs else "KILLED" if "KILLED" in statuses else "FAILED" if failed else "FINISHED"
-        set_description_part(self.client, run_id, FAILED_JOBS_HEAD, failed_jobs_note(jobs))
         from bayesx.sweep_summary import record_sweep_comparison  # the sweep's table, plots and winners
 
         record_sweep_comparison(self.client, self.uri, run_id, status)
@@ -748,10 +754,11 @@ def ui_command(uri: str, host: str, port: int, artifact_root: str | None) -> lis
     of it, :func:`snapshot`, since MLflow's server cannot open a WAL database in a folder it cannot write)."""
     check_scheme(uri)
     path = sqlite_path(uri)
-    if path is not None and path.is_file() and unwritable_reason(path):
+    reason = unwritable_reason(path) if path is not None and path.is_file() else None
+    if reason:
         copy = snapshot(path, Path(tempfile.mkdtemp(prefix="bayesx-ui-")))
         atexit.register(shutil.rmtree, copy.parent, True)
-        print(f"bayesx: note: {unwritable_reason(path)}, so the UI shows a copy of the store made now: what you "
+        print(f"bayesx: note: {reason}, so the UI shows a copy of the store made now: what you "
               "change in it is not kept", file=sys.stderr)
         uri = f"sqlite:///{copy}"
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
@@ -809,6 +816,5 @@ def mark_killed(uri: str, runs: list[DeadRun]) -> None:
     for run in runs:
         retry_locked(client.set_tag, run.run_id, "killed_reason", run.reason)
         if run.status == "FAILED":
-            _, jobs = sweep_failures(client, run.run_id)
-            set_description_part(client, run.run_id, FAILED_JOBS_HEAD, failed_jobs_note(jobs))
+            note_failed_jobs(client, run.run_id)
         retry_locked(client.set_terminated, run.run_id, run.status)

@@ -61,7 +61,7 @@ def gaussian_library(tmp_path_factory):
     source = folder / "gaussian.c"
     source.write_text(GAUSSIAN_C.replace("DIR", str(build.SOURCE_DIR)))
     target = folder / "gaussian.so"
-    build._build(build._compiler(), source, target)
+    build.build(build._compiler(), source, target)
     return ctypes.CDLL(str(target))
 
 

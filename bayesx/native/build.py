@@ -97,7 +97,7 @@ def load(name: str) -> ctypes.CDLL | None:
         target = cache_dir() / f"{name}-{_key(compiler, sources, openmp)}.so"
         try:
             if not target.exists():
-                _build(compiler, source, target, OPENMP_FLAGS if openmp else ())
+                build(compiler, source, target, OPENMP_FLAGS if openmp else ())
             library = ctypes.CDLL(str(target))
         except (OSError, subprocess.SubprocessError) as exc:
             detail = (getattr(exc, "stderr", "") or str(exc)).strip()
@@ -111,13 +111,15 @@ def load(name: str) -> ctypes.CDLL | None:
     return None
 
 
-def _build(compiler: str, source: Path, target: Path, extra_flags: tuple[str, ...] = ()) -> None:
-    """Compile and link into a temporary folder, then move into place (safe for parallel runs)."""
+def build(compiler: str, source: Path, target: Path, extra_flags: tuple[str, ...] = (),
+          compile_flags: tuple[str, ...] = COMPILE_FLAGS) -> None:
+    """Compile and link into a temporary folder, then move into place (safe for parallel runs); raises
+    subprocess.SubprocessError (CalledProcessError with the compiler's stderr, or a timeout) or OSError."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         obj, lib = Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
         run = {"check": True, "capture_output": True, "text": True, "timeout": 120}
-        subprocess.run([compiler, *COMPILE_FLAGS, *extra_flags, "-c", str(source), "-o", str(obj)], **run)
+        subprocess.run([compiler, *compile_flags, *extra_flags, "-c", str(source), "-o", str(obj)], **run)
         subprocess.run([compiler, *LINK_FLAGS, *extra_flags, str(obj), "-o", str(lib), "-lm"], **run)
         os.replace(lib, target)
 

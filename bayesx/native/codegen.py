@@ -142,7 +142,7 @@ class _Writer:
         self.body: list[str] = []
         self.env: dict[torch.fx.Node, object] = {}
         self.dynamic: set[torch.fx.Node] = set()
-        self.offsets: dict[str, int] = {}  # workspace buffer -> byte offset
+        self.offsets: dict[str, tuple[int, int]] = {}  # workspace buffer -> (byte offset, bytes)
         self.free: dict[int, list[int]] = {}  # bytes -> free offsets
         self.work_bytes = 0
         self.allocated_bytes = 0
@@ -191,7 +191,7 @@ class _Writer:
         else:
             offset, self.work_bytes = self.work_bytes, self.work_bytes + size
         name = self._name("b")
-        self.offsets[name] = offset
+        self.offsets[name] = (offset, size)
         self.body.append(f"{c_type} *restrict {name} = ({c_type} *)(w + {offset});")
         key = self._storage_key(fresh)
         self.buffers[key] = _Buffer(name, c_type, fresh.numel())
@@ -200,10 +200,10 @@ class _Writer:
 
     def _release(self, key: int) -> None:
         buffer = self.buffers.get(key)
-        if buffer is None or buffer.constant or buffer.name not in self.offsets:
+        if buffer is None or buffer.name not in self.offsets:  # constants and u have no workspace
             return
-        size = (max(buffer.numbers, 1) * _size_of(buffer.c_type) + ALIGN - 1) // ALIGN * ALIGN
-        self.free.setdefault(size, []).append(self.offsets.pop(buffer.name))
+        offset, size = self.offsets.pop(buffer.name)
+        self.free.setdefault(size, []).append(offset)
 
     def _buffer(self, t: Tensor) -> _Buffer:
         key = self._storage_key(t)
@@ -449,10 +449,6 @@ def _contiguous_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _size_of(c_type: str) -> int:
-    return {"double": 8, "int64_t": 8, "float": 4, "int32_t": 4, "int16_t": 2, "int8_t": 1, "uint8_t": 1}[c_type]
-
-
 def _dims(dims, rank: int) -> list[int]:
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(rank))
@@ -679,20 +675,11 @@ def _bmm(w: _Writer, out, a, b):
 
 
 def _mv(w: _Writer, out, a, v):
-    buffer = w._buffer(out)
-    n, k = a.shape
-    t = buffer.c_type
-    w.loops((n,), lambda index: (
-        f"{{ {t} acc = 0; for (int64_t k = 0; k < {k}; k++) acc += "
-        f"{w.read(a, (n, k), [index[0], 'k'], t)} * {w.read(v, (k,), ['k'], t)}; {buffer.name}[{index[0]}] = acc; }}"))
+    _mm(w, out.unsqueeze(1), a, v.unsqueeze(1))  # views of the same buffers: (n, k) (k, 1) -> (n, 1)
 
 
 def _dot(w: _Writer, out, a, b):
-    buffer = w._buffer(out)
-    (k,) = a.shape
-    t = buffer.c_type
-    w.body.append(f"{{ {t} acc = 0; for (int64_t k = 0; k < {k}; k++) acc += {w.read(a, (k,), ['k'], t)} * "
-                  f"{w.read(b, (k,), ['k'], t)}; {buffer.name}[0] = acc; }}")
+    _mm(w, out.reshape(1, 1), a.unsqueeze(0), b.unsqueeze(1))
 
 
 def _addmm(w: _Writer, out, bias, a, b, *, beta=1, alpha=1):
@@ -917,7 +904,7 @@ def _softmax_like(w: _Writer, out, x, dim, log: bool):
         full.insert(dim, "k")
         value = w.read(x, shape, full, t)
         base = w.flat(outer, index, outer_strides)
-        result = f"v - m - log(s)" if log else "exp(v - m) / s"
+        result = "v - m - log(s)" if log else "exp(v - m) / s"
         return (f"{{ {t} m = -INFINITY, s = 0; for (int64_t k = 0; k < {n}; k++) {{ {t} v = {value}; "
                 f"if (v > m) m = v; }} if (m == -INFINITY) m = 0; for (int64_t k = 0; k < {n}; k++) "
                 f"{{ {t} v = {value}; s += exp(v - m); }} for (int64_t k = 0; k < {n}; k++) "

@@ -47,7 +47,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from bayesx.native.build import _cpu_signature, cache_dir, enabled, load
+from bayesx.native.build import _compiler, _cpu_signature, build, cache_dir, enabled, load
+from bayesx.native.logistic import kernel_threads
 from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
 from bayesx.native import codegen, unrolled_linalg
 from bayesx.native.entry_points import bind
@@ -121,10 +122,13 @@ class CompiledDensity:
         return COMPILERS[self.kind]
 
     def threads(self, chains: int) -> int:
-        """Threads one call splits ``chains`` over."""
-        if self.kind == AOTINDUCTOR:
-            return THREADS
-        return max(1, min(torch.get_num_threads(), chains))
+        """Threads one call splits ``chains`` over: THREADS for AOTInductor, else as the logistic kernels."""
+        return THREADS if self.kind == AOTINDUCTOR else kernel_threads(self.dtype, chains)
+
+    @functools.cached_property
+    def scratch(self) -> int:
+        """Scratch numbers one evaluation needs (the C side's, asked once)."""
+        return self.functions["compiled_scratch"](self.model, self.kind)
 
     def log_prob_and_grad(self, position: Tensor) -> tuple[Tensor, Tensor]:
         """log pi and its gradient at every row of position (chains, dim), in one native call."""
@@ -140,9 +144,8 @@ class CompiledDensity:
         """``num_steps`` leapfrog steps of every chain in one native call (as bayesx.native.logistic.trajectory)."""
         chains, k = position.shape
         threads = self.threads(chains)
-        scratch = self.functions["compiled_scratch"](self.model, self.kind)
-        work = torch.empty(threads * 2 * (k + scratch), dtype=self.dtype)  # held here: a pointer does not keep
-        run = self.functions["compiled_leapfrog"]  # its tensor alive
+        work = torch.empty(threads * 2 * (k + self.scratch), dtype=self.dtype)  # held here: a pointer does not
+        run = self.functions["compiled_leapfrog"]  # keep its tensor alive
         return leapfrog(lambda steps, *tail: run(threads, chains, k, steps, self.model, self.kind, *tail, ptr(work)),
                         position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
 
@@ -231,7 +234,7 @@ def _aotinductor(log_prob, graph: torch.fx.GraphModule, dim: int, dtype: torch.d
     return density
 
 
-GENERATED_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-fPIC", "-shared", "-std=c11")
+GENERATED_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-fPIC", "-std=c11")
 """Plain C densities: optimized for this CPU, but without -ffast-math, whose finite-math assumption would
 drop the infinities and NaNs a log density uses (-inf outside the support); ``omp simd`` pragmas (no OpenMP
 runtime) let a matrix product's sums vectorize. -O2 compiled the largest suite density (hmm_example, 1,450
@@ -242,8 +245,6 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
     """The graph as plain C (bayesx.native.codegen) compiled to a library in the cache, named by the digest of
     its source and the compiler's settings, and whether it was there already; raises codegen.Unsupported with the reason where it cannot be
     written or compiled."""
-    from bayesx.native.build import _compiler
-
     generated = codegen.generate(graph, dim, dtype)
     compiler = _compiler()
     if compiler is None:
@@ -256,16 +257,14 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
         return path, True
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        source, library = Path(tmp) / "density.c", Path(tmp) / "density.so"
+        source = Path(tmp) / "density.c"
         source.write_text(generated.source)
         try:
-            subprocess.run([compiler, *GENERATED_FLAGS, str(source), "-o", str(library), "-lm"], check=True,
-                           capture_output=True, text=True, timeout=600)
+            build(compiler, source, path, compile_flags=GENERATED_FLAGS)
         except (OSError, subprocess.SubprocessError) as exc:
             detail = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
             raise codegen.Unsupported(f"the C compiler failed ({detail[-1] if detail else type(exc).__name__})") \
                 from None
-        os.replace(library, path)
     return path, False
 
 

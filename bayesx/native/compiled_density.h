@@ -62,6 +62,8 @@ typedef struct {
     void *function;
     size_t work;
 } generated_model;
+/* The kinds of compiled model (bayesx.native.compiled's AOTINDUCTOR, PLAIN_C). */
+enum { AOTINDUCTOR_MODEL = 0, PLAIN_C_MODEL = 1 };
 #endif
 
 static REAL CAT(generated_log_prob_grad, SUFFIX)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch,
@@ -73,11 +75,11 @@ static REAL CAT(generated_log_prob_grad, SUFFIX)(const void *model, int k, const
     return function(u, g, (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63));
 }
 
-/* The density a compiled model is: kind 0 AOTInductor's container (compiled_model, no scratch), kind 1 plain C
+/* The density a compiled model is: AOTInductor's container (compiled_model, no scratch), or plain C
  * (generated_model, its workspace and 64 bytes for alignment as scratch). */
 static DENSITY CAT(compiled_as_density, SUFFIX)(const void *model, int kind) {
     DENSITY density = {CAT(compiled_log_prob_grad, SUFFIX), NULL, model, 0};
-    if (kind == 1) {
+    if (kind == PLAIN_C_MODEL) {
         density.log_prob_grad = CAT(generated_log_prob_grad, SUFFIX);
         density.scratch = (((const generated_model *)model)->work + 64) / sizeof(REAL) + 1;
     }
@@ -103,7 +105,7 @@ void CAT(compiled_density, SUFFIX)(int threads, int chains, int k, const void *m
 }
 
 /* Leapfrog trajectories of every chain (leapfrog.h); work must hold threads x 2 x (k + the density's scratch)
- * numbers (compiled_work_size). */
+ * numbers (compiled_scratch). */
 void CAT(compiled_leapfrog, SUFFIX)(int threads, int chains, int k, int steps, const void *model, int kind,
                                     const REAL *inv_mass, int mass_dense, const REAL *eps, REAL *u_all, REAL *p_all,
                                     REAL *g_all, int start_known, REAL *out, REAL *work) {

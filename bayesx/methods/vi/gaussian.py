@@ -89,7 +89,6 @@ class GaussianVISettings(ApproximationSettings):
     alpha: Annotated[float, Between(0.0, 1.0)] = 0.5  # the Renyi order of divergence=alpha
 
 
-START_DRAWS = 64  # draws of the first q's ELBO at the mode and at the initial points (``_start``)
 
 
 class Ascent(NamedTuple):
@@ -129,7 +128,7 @@ class GaussianVI(Approximation):
         or (``init: mode``) the L-BFGS mode searched from there (bayesx.optimize.find_mode) in rounds of
         ``mode_iter`` iterations until a round raises log p by less than RUNAWAY nats. A search can end in a
         funnel's neck, where log p is high but a q of any width is not: the mode is kept only where the first
-        q there, N(mode, init_sd^2 I), has the higher ELBO (START_DRAWS draws) than at the initial points'
+        q there, N(mode, init_sd^2 I), has the higher ELBO (bayesx.optimize.in_a_neck) than at the initial points'
         mean; otherwise, or where the search is still rising after MODE_ROUNDS rounds, the fit starts there."""
         start = initial.mean(0, keepdim=True)
         if self.settings.init != "mode":
@@ -148,7 +147,7 @@ class GaussianVI(Approximation):
                                   f"{calls} gradients)")
         if point is start:
             return start, calls, "initial points (the mode search found no higher density)"
-        neck, at_mode, at_start = in_a_neck(target, point, start, self.settings.init_sd, START_DRAWS)
+        neck, at_mode, at_start = in_a_neck(target, point, start, self.settings.init_sd)
         if neck:
             return start, calls, (f"initial points (a q at the mode found after {calls} gradients has the lower "
                                   f"ELBO, {at_mode:.4g} against {at_start:.4g}: a funnel's neck)")
