@@ -41,21 +41,35 @@ class Laplace(NamedTuple):
     jitter: float = 0.0  # added to the precision's diagonal to make it positive definite (0: none needed)
 
 
+CLIFF = 1e6
+"""Nats below a row's first finite log pi that the mode search reads where log pi or its gradient is not finite."""
+
+
 def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> tuple[Tensor, int]:
     """Maximize log pi from each row of ``start`` (chains, dim) with L-BFGS; returns the optima
-    (chains, dim) and the number of gradient evaluations (summed over the rows)."""
+    (chains, dim) and the number of gradient evaluations (summed over the rows).
+
+    Where a trial point's log pi or gradient is not finite (a Gaussian process's kernel matrix that stops being
+    positive definite, an overflow), the search reads a cliff instead: log pi CLIFF nats below the row's first
+    finite value, gradient zero. Torch's strong-Wolfe line search then steps back, where a NaN or an infinity
+    would have made its interpolated step NaN and every row with it (gp_pois_regr from some starting points)."""
     q = start.detach().clone().requires_grad_(True)
     opt = torch.optim.LBFGS([q], lr=1.0, max_iter=max_iter, tolerance_grad=tol, tolerance_change=1e-12,
                             history_size=20, line_search_fn="strong_wolfe")
     calls = 0
+    floor = torch.full(start.shape[:1], -CLIFF, dtype=start.dtype, device=start.device)
+    seen = torch.zeros(start.shape[:1], dtype=torch.bool, device=start.device)
 
     def closure():
-        nonlocal calls
+        nonlocal calls, floor, seen
         calls += 1
         opt.zero_grad()
         lp, grad = backend.density_and_grad(target, q.detach())
-        q.grad = -grad
-        return -lp.sum()
+        finite = torch.isfinite(lp) & torch.isfinite(grad).all(-1)
+        first = finite & ~seen
+        floor, seen = torch.where(first, lp - CLIFF, floor), seen | finite
+        q.grad = -torch.where(finite[:, None], grad, torch.zeros_like(grad))
+        return -torch.where(finite, lp, floor).sum()
 
     opt.step(closure)
     return q.detach(), calls * start.shape[0]
@@ -218,7 +232,8 @@ def laplace_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tup
         raise BayesxError(f"{exc}; use method.init=prior") from None
     neck, at_mode, at_start = in_a_neck(target, laplace.mode[None], start.mean(0, keepdim=True))
     if neck:
-        raise NoMode(f"the Laplace mode search ended in a funnel's neck after {laplace.n_grad_evals} gradients (a "
+        raise NoMode(f"the Laplace mode search ended in a funnel's neck or at the edge of the support after "
+                     f"{laplace.n_grad_evals} gradients (a "
                      f"Gaussian of sd {NECK_SD:g} there has the lower ELBO, {at_mode:.4g} against {at_start:.4g} at "
                      f"the initial points' mean)")
     return gaussian_start(laplace.mode, laplace.cov, start, gen, mass)

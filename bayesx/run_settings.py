@@ -52,7 +52,7 @@ class RunSettings(Settings):
 @dataclass(frozen=True)
 class DeviceSettings(Settings):
     name: str = "cpu"  # cpu | cuda | cuda:N
-    dtype: Literal["float32", "float64"] = "float64"
+    dtype: Literal["auto", "float32", "float64"] = "auto"  # auto: float32 on a GPU, the model's cpu_dtype on a CPU
     num_threads: Annotated[int | None, AtLeast(1)] = None  # torch intra-op threads; null: torch's default
     # compile densities without a hand-written native form for the C kernels (bayesx.kernels.backend):
     # auto (runs long enough to repay it), always, never; null: $BAYESX_COMPILE, else auto

@@ -51,7 +51,9 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 # --- building blocks ------------------------------------------------------------------------------
-def resolve_device(device: DeviceSettings) -> tuple[torch.device, torch.dtype]:
+def resolve_device(device: DeviceSettings, model: Capabilities) -> tuple[torch.device, torch.dtype]:
+    """The torch device and dtype of ``device=`` for a model of these capabilities: ``dtype=auto`` is float32 on a
+    GPU and the model's declared ``cpu_dtype`` on a CPU."""
     name = device.name
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise BayesxError(f"device={name} was asked for but CUDA is not available to torch {torch.__version__}; use device=cpu")
@@ -63,7 +65,9 @@ def resolve_device(device: DeviceSettings) -> tuple[torch.device, torch.dtype]:
         torch.set_num_threads(device.num_threads)
     if device.compile is not None:
         os.environ["BAYESX_COMPILE"] = device.compile  # read by bayesx.kernels.backend
-    return resolved, DTYPES[device.dtype]
+    if device.dtype != "auto":
+        return resolved, DTYPES[device.dtype]
+    return resolved, torch.float32 if resolved.type == "cuda" else DTYPES[model.cpu_dtype]
 
 
 def run_settings(cfg: DictConfig) -> tuple[RunSettings, DeviceSettings, TrackingSettings]:
@@ -269,13 +273,17 @@ def compared_with(metrics: dict[str, float], reference: Reference | None, settin
     return None
 
 
-def posterior_identity(cfg: DictConfig, target) -> dict:
+def posterior_identity(cfg: DictConfig, target, dtype: torch.dtype) -> dict:
     """What defines the posterior for the reference cache: the model's options, with the files that
     define it replaced by digests of their contents (a custom model's density and data), the data's
     options and the dtype."""
     model = {**options_of(cfg.model, "model"), **target.content_digests(), "_target_": str(cfg.model._target_)}
     data = OmegaConf.to_container(cfg.data, resolve=True) if target.capabilities.uses_data else None
-    return {"model": model, "data": data, "dtype": str(cfg.device.dtype)}
+    return {"model": model, "data": data, "dtype": dtype_name(dtype)}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 # --- resuming ------------------------------------------------------------------------------------
@@ -308,7 +316,7 @@ def make_checkpoint(job: RunSettings, run, tmp: Path) -> RunCheckpoint | None:
 
 
 # --- the job --------------------------------------------------------------------------------------
-def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, device_settings: DeviceSettings,
+def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, dtype: torch.dtype,
               device: torch.device, method: Method, target, params: dict[str, object], parent_run_id: str | None,
               resumed: tuple[str, Resume] | None, data) -> RunStart:
     """The run as it is opened: its name, the tags that identify it (the preset, ``experiment=NAME``, among
@@ -318,7 +326,7 @@ def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, device
     data_name = choices.get("data", "") if with_data else "none"
     tags = {
         "method": choices.get("method", ""), "model": model_name, "family": method.family, "data": data_name,
-        "device": str(device), "dtype": device_settings.dtype, **provenance_tags(),
+        "device": str(device), "dtype": dtype_name(dtype), **provenance_tags(),
         "seed": str(job.seed), "n_chains": str(job.n_chains),
         **{f"target.{k}": v for k, v in target.describe().items()},
     }
@@ -346,8 +354,9 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     """
     wall_start = time.perf_counter()
     job, device_settings, tracking = run_settings(cfg)
-    device, dtype = resolve_device(device_settings)
-    data = build(cfg.data, "data") if capabilities_of(cfg.model).uses_data else None
+    model = capabilities_of(cfg.model)
+    device, dtype = resolve_device(device_settings, model)
+    data = build(cfg.data, "data") if model.uses_data else None
     torch.manual_seed(job.seed)  # what draws from torch's global generator (a network's initial weights) is seeded too
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
     method = build(cfg.method, "method")
@@ -362,7 +371,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     check_room(method.memory_needs(target, job.n_chains), device)  # refused in one line before anything is allocated
     gen = torch.Generator(device=device).manual_seed(job.seed)
     initial = method.initial_points(target, job.n_chains, gen)
-    identity = posterior_identity(cfg, target)  # digests a user's files: once
+    identity = posterior_identity(cfg, target, dtype)  # digests a user's files: once
     backend.identify(target, json.dumps(identity, sort_keys=True, default=str))
 
     tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
@@ -382,7 +391,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
                      "data": choices.get("data", "") if data is not None else "none"}
             datasets = data_inputs(data, names["data"]) if data is not None else ()
             reference = obtain(target, identity, job.reference, tracker, names, parent_run_id, job.progress, datasets)
-        start = run_start(cfg, choices, job, device_settings, device, method, target, params, parent_run_id,
+        start = run_start(cfg, choices, job, dtype, device, method, target, params, parent_run_id,
                           resumed, data)
         with tracker.run(start) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
             if on_open is not None:

@@ -71,10 +71,10 @@ def test_too_many_chains_are_refused_before_anything_is_allocated(store):
                                                       "device.compile=never"])  # a cold compile's workers count too
     line = error_line(err)
     assert code == 2, err
-    assert "this run would need about" in line and " GB more memory (" in line and "the draws (100000 x 200 x 500, float64)" in line
+    assert "this run would need about" in line and " GB more memory (" in line and "the draws (100000 x 200 x 500, float32)" in line
     assert "available (" in line and "use fewer n_chains" in line
     needed = float(line.split("need about ")[1].split(" GB")[0])
-    assert needed > 149.0  # the draws alone: 2 x 100000 x 200 x 500 x 8 bytes
+    assert needed > 74.5  # the draws alone: 2 x 100000 x 200 x 500 x 4 bytes (float32: logistic regression)
     assert peak_gb < 2.0, f"the refused run took {peak_gb:.1f} GB"  # refused before the chains were allocated
     assert statuses(uri) == before  # nothing recorded
 
@@ -94,8 +94,9 @@ def needs_of(overrides: list[str]) -> tuple[list[memory.Need], object]:
 
     cfg = compose(overrides)
     job, device_settings, _ = run_settings(cfg)
-    device, dtype = resolve_device(device_settings)
-    data = build(cfg.data, "data") if capabilities_of(cfg.model).uses_data else None
+    model = capabilities_of(cfg.model)
+    device, dtype = resolve_device(device_settings, model)
+    data = build(cfg.data, "data") if model.uses_data else None
     method = build(cfg.method, "method")
     if method.family == "trainer":  # a network's training: no parts declared
         return method.memory_needs(None, job.n_chains), device
@@ -109,7 +110,7 @@ def test_a_wide_csvs_laplace_hessian_is_named_and_refused_where_it_does_not_fit(
     the start without it; method.init=prior needs no Hessian."""
     root, uri = store
     path = wide_csv(root)
-    data = ["model=logreg", "data=csv", f"data.path={path}", "data.target=label"]
+    data = ["model=logreg", "data=csv", f"data.path={path}", "data.target=label", "device.dtype=float64"]
     needs, _ = needs_of([*data, "method=nuts"])
     (hessian,) = [n for n in needs if n.part.startswith("the Laplace Hessian")]
     assert hessian.part == "the Laplace Hessian (10000 x 10000, 7 copies)" and hessian.nbytes == 7 * 8 * 10000**2

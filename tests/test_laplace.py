@@ -182,3 +182,25 @@ def test_views_of_a_target_answer_as_the_target_does(small_logreg, monkeypatch):
     assert all(view.autograd_log_prob() is not None for view in views)
     monkeypatch.setattr(small_logreg, "autograd_log_prob", lambda: None)
     assert all(view.autograd_log_prob() is None for view in views)
+
+
+@pytest.mark.parametrize("cliff, reaches_the_mode", [(None, True), (math.nan, False)])
+def test_the_mode_search_steps_back_from_a_nan(cliff, reaches_the_mode, monkeypatch):
+    """gp_pois_regr's kernel matrix stops being positive definite along some of L-BFGS's trial steps: the density
+    and its gradient are NaN there. The search reads a cliff instead (optimize.CLIFF nats down, no gradient) and
+    every starting point of this seed reaches the mode (log pi 976.40). Negative control: a NaN cliff, which is
+    what torch's line search saw before, makes every row NaN and the Laplace fit fail."""
+    from bayesx import optimize
+    from bayesx.targets.posteriordb.target import PosteriorDB
+
+    if cliff is not None:
+        monkeypatch.setattr(optimize, "CLIFF", cliff)
+    target = PosteriorDB(name="gp_pois_regr")
+    start = target.initial_point(4, torch.Generator().manual_seed(2))
+    ends, _ = optimize.find_mode(target, start)
+    assert bool(torch.isfinite(target.log_prob(ends)).all()) == reaches_the_mode
+    if reaches_the_mode:
+        assert optimize.fit_laplace(target, start).log_prob == pytest.approx(976.3999, abs=1e-3)
+    else:
+        with pytest.raises(optimize.LaplaceFailed, match="not finite"):
+            optimize.fit_laplace(target, start)

@@ -145,5 +145,5 @@ def test_device_and_tracking_yamls_satisfy_their_schemas(group, schema, monkeypa
     for path in sorted((conf_dir() / group).glob("*.yaml")):
         options = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
         configure(getattr(run_settings, schema), options, group)
-    with pytest.raises(BayesxError, match=r"^device\.dtype must be one of float32, float64, got 'float16'"):
+    with pytest.raises(BayesxError, match=r"^device\.dtype must be one of auto, float32, float64, got 'float16'"):
         configure(run_settings.DeviceSettings, {"dtype": "float16"}, "device")

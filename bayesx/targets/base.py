@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar, Literal, Protocol
 
 import numpy as np
 import torch
@@ -41,6 +41,8 @@ class Capabilities:
                           draws are approximate
     exact_log_normalizer  ``log_normalizer()`` gives log Z of the unnormalized density exactly (closed
                           form or quadrature): runs that estimate the evidence report ``log_evidence_err``
+    cpu_dtype             the precision ``device.dtype=auto`` gives it on a CPU: float64 unless single
+                          precision is known to give the same answers faster (logistic regression)
     """
 
     posterior: bool = True
@@ -49,6 +51,7 @@ class Capabilities:
     exact_moments: bool = False
     reference_affordable: bool = True
     exact_log_normalizer: bool = False
+    cpu_dtype: Literal["float32", "float64"] = "float64"
 
 
 class GaussianPrior(Protocol):

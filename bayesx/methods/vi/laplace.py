@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import torch
+from torch import Tensor
 
 from bayesx import memory
 from bayesx.errors import BayesxError
@@ -32,6 +33,19 @@ from bayesx.settings import AtLeast
 @dataclass(frozen=True)
 class LaplaceSettings(ApproximationSettings):
     max_iter: Annotated[int, AtLeast(1)] = 500  # L-BFGS iterations of the mode search
+
+
+SUPPORT_DRAWS = 64  # draws of N(mode, H^-1) that check it lies where the density does
+
+
+def share_outside(target, mode: Tensor, chol: Tensor, draws: int = SUPPORT_DRAWS) -> float:
+    """The share of ``draws`` draws of N(mode, chol chol^T) (a generator of its own, seed 0) where log pi is -inf
+    or NaN."""
+    gen = torch.Generator(device=mode.device).manual_seed(0)
+    z = torch.randn(draws, mode.shape[0], generator=gen, dtype=mode.dtype, device=mode.device)
+    with torch.no_grad():
+        log_p = target.log_prob(mode + z @ chol.T)
+    return float((~torch.isfinite(log_p)).double().mean())
 
 
 class Laplace(Approximation):
@@ -58,6 +72,11 @@ class Laplace(Approximation):
             raise BayesxError(f"{exc}: this posterior has no Laplace approximation; use method=vi or an MCMC "
                               f"method") from None
         chol = torch.linalg.cholesky(laplace.cov)
+        outside = share_outside(target, laplace.mode, chol)
+        if outside > 0.5:  # a flat direction the Hessian calls curved (U3's ridge: variance 1e7 along it)
+            raise BayesxError(f"N(mode, H^-1) puts {outside:.0%} of its mass where the density is zero or undefined "
+                              f"(a flat direction at the mode): this posterior has no Laplace approximation; use "
+                              f"method=vi or an MCMC method")
         dim = laplace.mode.shape[0]
         log_det_cov = 2.0 * float(torch.log(chol.diagonal()).sum())
         out.metrics.update({
