@@ -6,8 +6,8 @@ For each posterior of ``model=posteriordb`` (bayesx/targets/posteriordb), side b
                     float64, 300 + 1000 transitions, mass=auto: a dense metric at these sizes, the density
                     compiled on first use)
     bayesx best     the other bayesx samplers given by --best (default: NUTS with 8 chains, NUTS with the
-                    metric from draws and gradients, NUTS with target 0.95 and 1000 + 4000 transitions for
-                    funnels, ChEES with 64 chains), the best of them and of NUTS by min-ESS per second at
+                    metric from draws and gradients, NUTS with target 0.95 and 1000 + 4000 transitions and
+                    with target 0.99 and 1000 + 10000 for funnels, ChEES with 64 chains), the best of them and of NUTS by min-ESS per second at
                     R-hat <= 1.01 (by min-ESS per second alone where none reaches it)
     NumPyro NUTS    its defaults (diagonal metric, target 0.8), 4 chains run one after the other (its
                     choice on one CPU device), float64, --numpyro-warmup + --numpyro-draws (1000 + 1000),
@@ -53,6 +53,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BEST = ["method=nuts n_chains=8", "method=nuts method.mass=diag_grad",
                 "method=nuts method.target_accept=0.95 method.num_warmup=1000 method.num_draws=4000",
+                "method=nuts method.target_accept=0.99 method.num_warmup=1000 method.num_draws=10000",
                 "method=chees n_chains=64"]  # NUTS alone uses its default metric (dense here)
 
 
