@@ -27,6 +27,7 @@ from bayesx.errors import (
     EXIT_OK,
     EXIT_RUN_FAILED,
     BayesxError,
+    RecordedFailure,
     RunInterrupted,
 )
 
@@ -81,7 +82,7 @@ def _task(cfg) -> float | None:
         error = str(exc)
         print(f"bayesx: error: {exc}", file=sys.stderr)
         if not multirun:  # a recorded run that failed, or input refused before anything was recorded
-            raise SystemExit(EXIT_RUN_FAILED if opened else EXIT_BAD_INPUT)
+            raise SystemExit(EXIT_RUN_FAILED if opened or isinstance(exc, RecordedFailure) else EXIT_BAD_INPUT)
         sweep.outcome["failed"] = "yes"  # the sweep goes on; its parent run ends FAILED
         return float("nan") if objective else None  # a tuner records a failed trial
     except (KeyboardInterrupt, RunInterrupted) as exc:

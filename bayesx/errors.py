@@ -30,6 +30,11 @@ class DensityError(BayesxError):
     this one line; before a run starts it is an ordinary bad-input error."""
 
 
+class RecordedFailure(BayesxError):
+    """A run was recorded FAILED before the error reached the command (the reference posterior's own run, made
+    before the run that asked for it opens): the command exits EXIT_RUN_FAILED, not EXIT_BAD_INPUT."""
+
+
 class RunInterrupted(BaseException):
     """Raised inside a run when the user pressed Ctrl-C or the process got SIGTERM.
 

@@ -37,7 +37,7 @@ import torch
 import yaml
 
 from bayesx.diagnostics import convergence
-from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.errors import RecordedFailure, RunInterrupted
 from bayesx.record import Artifact, RunRecord, RunStart, Summary
 from bayesx.run_settings import ReferenceSettings
 from bayesx.tracking import ERROR_TAG
@@ -109,14 +109,14 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
         if result.interrupted:
             raise RunInterrupted("interrupted while computing the reference posterior (nothing kept)")
         if result.error is not None:
-            raise BayesxError(f"the NUTS reference posterior failed: {result.error}; set reference.enabled=false "
+            raise RecordedFailure(f"the NUTS reference posterior failed: {result.error}; set reference.enabled=false "
                               "to run without it")
         draws = result.draws.numpy()
         flat = draws.reshape(-1, draws.shape[-1])
         diagnostics = convergence.summarize(draws)
         mean, sd = flat.mean(0), flat.std(0, ddof=1)
         if not (np.isfinite(mean).all() and np.isfinite(sd).all()):
-            raise BayesxError("the NUTS reference posterior has non-finite moments (is the posterior proper?); "
+            raise RecordedFailure("the NUTS reference posterior has non-finite moments (is the posterior proper?); "
                               "set reference.enabled=false to run without it")
         path = Path(tmp) / FILE
         np.savez(path, mean=mean, sd=sd, ess_bulk_min=diagnostics["ess_bulk_min"])

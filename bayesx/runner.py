@@ -212,17 +212,19 @@ def print_summary(title: str, record: RunRecord) -> None:
 
 
 # --- the reference posterior ---------------------------------------------------------------------------
-def wants_reference(run: RunSettings, method: Method, target, comparing: bool = False) -> bool:
+def wants_reference(run: RunSettings, method: Method, target, comparing: Callable[[], bool]) -> bool:
     """reference.enabled: true/false, or null for auto: on targets whose exact moments are unknown and
     where a NUTS run is affordable (both declared in the target's capabilities), for methods whose
-    draws are approximate, and for every method when ``comparing`` (a sweep over methods, or a
-    reference already in the store: then samplers share the approximations' accuracy metrics)."""
+    draws are approximate, and for an exact sampler where ``comparing()`` says so (a sweep over methods, or
+    a reference already in the store: then samplers share the approximations' accuracy metrics); it is
+    asked only then, as it may read the store."""
     enabled = run.reference.enabled
-    if enabled is None:
-        caps = target.capabilities
-        affordable = caps.posterior and not caps.exact_moments and caps.reference_affordable
-        return affordable and (method.approximate_draws or comparing)
-    return enabled
+    if enabled is not None:
+        return enabled
+    caps = target.capabilities
+    if not (caps.posterior and not caps.exact_moments and caps.reference_affordable):
+        return False
+    return method.approximate_draws or comparing()
 
 
 SWEEP_OVERRIDES_TAG = "sweep_overrides"  # bayesx.sweep's parent run: the sweep's command-line overrides
@@ -382,11 +384,9 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         resumed = (find_resume(job, method, tracker, params, tracking.stale_after_s, Path(resume_dir.name))
                    if job.resume else None)
         reference = None
-        comparing = (job.reference.enabled is None and not method.approximate_draws
-                     and wants_reference(job, method, target, comparing=True)
-                     and reference_comparison(tracker, parent_run_id, identity, job.reference))
-        if wants_reference(job, method, target, comparing):  # its own run, before this one opens: the
-            # run's MLflow Duration and its wall_time_s leave it out
+        compared = lambda: reference_comparison(tracker, parent_run_id, identity, job.reference)  # noqa: E731
+        if wants_reference(job, method, target, compared):  # its own run, before this one opens: the run's
+            # MLflow Duration and its wall_time_s leave it out
             names = {"method": choices.get("method", ""), "model": choices.get("model", "model"),
                      "data": choices.get("data", "") if data is not None else "none"}
             datasets = data_inputs(data, names["data"]) if data is not None else ()

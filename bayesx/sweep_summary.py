@@ -203,14 +203,10 @@ def log_sweep_comparison(client, uri: str, parent_run_id: str, status: str | Non
 
 def append_note(client, run_id: str, text: str) -> None:
     """Put ``text`` in the run's description (MLflow's note), replacing an earlier comparison there."""
-    from bayesx.tracking import MAX_TAG_LENGTH, retry_locked
+    from bayesx.tracking import set_description_part
 
-    if not text:
-        return
-    note = retry_locked(client.get_run, run_id).data.tags.get(NOTE_TAG, "")
-    if BEGIN in note and END in note:
-        note = note[:note.index(BEGIN)] + note[note.index(END) + len(END):]
-    retry_locked(client.set_tag, run_id, NOTE_TAG, (note.rstrip() + "\n\n" + text).strip()[:MAX_TAG_LENGTH])
+    if text:
+        set_description_part(client, run_id, BEGIN, text, END)
 
 
 def record_sweep_comparison(client, uri: str, parent_run_id: str, status: str | None = None) -> None:

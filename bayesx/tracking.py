@@ -442,17 +442,35 @@ def unrecorded_failures(tags: dict[str, str]) -> list[FailedJob]:
     return []
 
 
-def set_description_part(client: MlflowClient, run_id: str, head: str, paragraph: str) -> None:
-    """Put ``paragraph`` in the run's description in place of its paragraph that starts with ``head``
-    (removed when ``paragraph`` is empty); the description's other paragraphs (blank-line separated, e.g.
-    another part's summary, or what a user wrote in the UI) stay as they are."""
+def set_description_part(client: MlflowClient, run_id: str, head: str, part: str, end: str | None = None) -> None:
+    """Put ``part`` in the run's description in place of its part that starts with ``head`` (removed when ``part``
+    is empty). A part is one paragraph (up to a blank line), or with ``end`` everything from ``head`` to ``end``
+    (a part with blank lines inside: a sweep's comparison). The description's other parts (another summary, what a
+    user wrote in the UI) stay as they are. Where the whole would pass MLflow's limit on a tag, ``part`` is
+    shortened, its ``end`` kept, so that the next call still finds where it ends."""
     current = retry_locked(client.get_run, run_id).data.tags.get(DESCRIPTION_TAG, "")
-    parts = [part for part in current.split("\n\n") if part.strip() and not part.startswith(head)]
-    if paragraph:
-        parts.append(paragraph)
-    text = "\n\n".join(parts)[:MAX_TAG_LENGTH]
+    others = without_part(current, head, end)
+    if part:
+        room = MAX_TAG_LENGTH - len("\n\n".join([*others, ""]))
+        if len(part) > room:
+            tail = f"\n{end}" if end else ""
+            part = part[:max(room - len(tail), 0)] + tail
+        others.append(part)
+    text = "\n\n".join(others)[:MAX_TAG_LENGTH]
     if text != current:
         retry_locked(client.set_tag, run_id, DESCRIPTION_TAG, text)
+
+
+def without_part(description: str, head: str, end: str | None) -> list[str]:
+    """The paragraphs of ``description`` other than the part that starts with ``head`` (and runs to ``end``, or to
+    the description's end where an earlier cut lost ``end``)."""
+    if end is None:
+        return [p for p in description.split("\n\n") if p.strip() and not p.startswith(head)]
+    if head in description:
+        start = description.index(head)
+        stop = description.find(end, start)
+        description = description[:start] + (description[stop + len(end):] if stop >= 0 else "")
+    return [p for p in description.split("\n\n") if p.strip()]
 
 
 class Tracker:

@@ -243,3 +243,20 @@ def test_reference_is_its_own_run_keyed_by_file_contents_and_wall_times_add_up(s
     renamed.write_text("m\n1.0\n-2.0\n")
     edited = run_ok(uri, ["run", *model, f"model.data_file={renamed}", *SMALL_REFERENCE])
     assert edited.data.tags["reference_run_id"] != reference.info.run_id
+
+
+def test_a_failed_reference_run_exits_as_a_failed_run(store, tmp_path):
+    """The reference posterior is its own run, made before the approximation's opens: where the density fails in
+    it, that run is recorded FAILED, so the command exits 1 (a recorded run failed), not 2 (refused before anything
+    was recorded), and no approximation run opens."""
+    from cli_helpers import all_runs, call, error_line
+
+    _, uri = store
+    failing = tmp_path / "late_reference.py"
+    failing.write_text(LATE_FAILURE.format(after=300))
+    code, _, err = call(["run", "model=custom", "model.dim=2", f"model.log_density={failing}:log_density",
+                         "method=pathfinder", "reference.num_warmup=60", "reference.num_draws=60", "reference.n_chains=2",
+                         "progress=false", "plots.n_coords=0", "device.compile=never"])
+    assert code == 1 and error_line(err).startswith("bayesx: error: the NUTS reference posterior failed"), err
+    runs = all_runs(uri)
+    assert [(r.data.tags.get("role"), r.info.status) for r in runs] == [("reference", "FAILED")]
