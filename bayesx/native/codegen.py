@@ -890,6 +890,17 @@ def _softmax(w: _Writer, out, x, dim, half_to_float=False):
     _softmax_like(w, out, x, dim, log=False)
 
 
+def _running_max(t: str, n: int, value: str) -> str:
+    """C that declares m, the largest of ``value`` over k < n (-INFINITY for none), and s = 0 for the sum of
+    exp(value - m) that follows: the first pass of a stable softmax or logsumexp."""
+    return f"{t} m = -INFINITY, s = 0; for (int64_t k = 0; k < {n}; k++) {{ {t} v = {value}; if (v > m) m = v; }}"
+
+
+def _sum_exp(t: str, n: int, value: str) -> str:
+    """C that adds exp(value - m) over k < n to s: the second pass."""
+    return f"for (int64_t k = 0; k < {n}; k++) {{ {t} v = {value}; s += exp(v - m); }}"
+
+
 def _softmax_like(w: _Writer, out, x, dim, log: bool):
     buffer = w._buffer(out)
     dim = dim % max(x.dim(), 1)
@@ -905,10 +916,8 @@ def _softmax_like(w: _Writer, out, x, dim, log: bool):
         value = w.read(x, shape, full, t)
         base = w.flat(outer, index, outer_strides)
         result = "v - m - log(s)" if log else "exp(v - m) / s"
-        return (f"{{ {t} m = -INFINITY, s = 0; for (int64_t k = 0; k < {n}; k++) {{ {t} v = {value}; "
-                f"if (v > m) m = v; }} if (m == -INFINITY) m = 0; for (int64_t k = 0; k < {n}; k++) "
-                f"{{ {t} v = {value}; s += exp(v - m); }} for (int64_t k = 0; k < {n}; k++) "
-                f"{{ {t} v = {value}; {buffer.name}[{base} + k*{step}] = {result}; }} }}")
+        return (f"{{ {_running_max(t, n, value)} if (m == -INFINITY) m = 0; {_sum_exp(t, n, value)} "
+                f"for (int64_t k = 0; k < {n}; k++) {{ {t} v = {value}; {buffer.name}[{base} + k*{step}] = {result}; }} }}")
 
     w.loops(outer, statement)
 
@@ -927,10 +936,9 @@ def _logsumexp(w: _Writer, out, x, dims, keepdim=False):
         full = list(index)
         full.insert(dim, "k")
         value = w.read(x, shape, full, t)
-        return (f"{{ {t} m = -INFINITY, s = 0; for (int64_t k = 0; k < {shape[dim]}; k++) {{ {t} v = {value}; "
-                f"if (v > m) m = v; }} if (m == -INFINITY || m == INFINITY) {{ {buffer.name}[{w.flat(outer, index)}] "
-                f"= m; }} else {{ for (int64_t k = 0; k < {shape[dim]}; k++) {{ {t} v = {value}; s += exp(v - m); }} "
-                f"{buffer.name}[{w.flat(outer, index)}] = m + log(s); }} }}")
+        target = f"{buffer.name}[{w.flat(outer, index)}]"
+        return (f"{{ {_running_max(t, shape[dim], value)} if (m == -INFINITY || m == INFINITY) {{ {target} = m; }} "
+                f"else {{ {_sum_exp(t, shape[dim], value)} {target} = m + log(s); }} }}")
 
     w.loops(outer, statement)
 
