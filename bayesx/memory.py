@@ -49,13 +49,18 @@ def shown(nbytes: float) -> str:
     return f"{nbytes / GB:.1f} GB" if nbytes >= 0.1 * GB else f"{nbytes / 1024**2:.0f} MB"
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """float32, float64, ...: a dtype as the options and tags spell it."""
+    return str(dtype).removeprefix("torch.")
+
+
 def itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
 def draws_need(n_chains: int, n_draws: int, dim: int, dtype: torch.dtype, fix: str) -> Need:
     """The retained draws, on the CPU: the per-draw list and the (chains, draws, dim) array it is stacked into."""
-    return Need(f"the draws ({n_chains} x {n_draws} x {dim}, {str(dtype).removeprefix('torch.')})",
+    return Need(f"the draws ({n_chains} x {n_draws} x {dim}, {dtype_name(dtype)})",
                 2.0 * n_chains * n_draws * dim * itemsize(dtype), fix, on_device=False)
 
 

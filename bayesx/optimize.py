@@ -122,11 +122,17 @@ def climb(target, point: Tensor, max_iter: int) -> Climb:
     return Climb(point, calls, True, rise)
 
 
+def fixed_normal_draws(draws: int, like: Tensor) -> Tensor:
+    """``draws`` standard normal rows of like's last dimension, dtype and device, from a generator of its own (seed
+    0): checks that draw points (a neck, a support) leave the run's random stream to the method."""
+    gen = torch.Generator(device=like.device).manual_seed(0)
+    return torch.randn(draws, like.shape[-1], generator=gen, dtype=like.dtype, device=like.device)
+
+
 def smoothed_log_prob(target, point: Tensor, sd: float = NECK_SD, draws: int = NECK_DRAWS) -> float:
-    """The ELBO of N(point, sd^2 I) (point: (1, dim)) by ``draws`` draws from a generator of its own (the run's
-    random stream stays the method's): log pi averaged over a small neighbourhood, -inf where not finite."""
-    gen = torch.Generator(device=point.device).manual_seed(0)
-    z = torch.randn(draws, point.shape[-1], generator=gen, dtype=point.dtype, device=point.device)
+    """The ELBO of N(point, sd^2 I) (point: (1, dim)) by ``draws`` draws of :func:`fixed_normal_draws`: log pi
+    averaged over a small neighbourhood, -inf where not finite."""
+    z = fixed_normal_draws(draws, point)
     with torch.no_grad():
         log_q = -0.5 * (z ** 2).sum(-1) - point.shape[-1] * (math.log(sd) + 0.5 * math.log(2 * math.pi))
         elbo = float((target.log_prob(point + sd * z) - log_q).mean())

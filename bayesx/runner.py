@@ -9,6 +9,7 @@ run_job(cfg):  validate -> build data, target, method -> seed -> (the reference 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -34,7 +35,7 @@ from bayesx.checkpoint import RunCheckpoint, Resume, load_resume, patient_interr
 from bayesx.diagnostics import convergence, plots
 from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.kernels import backend
-from bayesx.memory import check_room
+from bayesx.memory import check_room, dtype_name
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.provenance import data_inputs, provenance_tags
 from bayesx.record import Artifact, RunRecord, RunStart, Summary
@@ -284,9 +285,6 @@ def posterior_identity(cfg: DictConfig, target, dtype: torch.dtype) -> dict:
     return {"model": model, "data": data, "dtype": dtype_name(dtype)}
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
 
 # --- resuming ------------------------------------------------------------------------------------
 UNCOMPARED = ("resume", "progress", "run_name", "tracking.", "device.num_threads", "plots.")
@@ -384,7 +382,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         resumed = (find_resume(job, method, tracker, params, tracking.stale_after_s, Path(resume_dir.name))
                    if job.resume else None)
         reference = None
-        compared = lambda: reference_comparison(tracker, parent_run_id, identity, job.reference)  # noqa: E731
+        compared = functools.partial(reference_comparison, tracker, parent_run_id, identity, job.reference)
         if wants_reference(job, method, target, compared):  # its own run, before this one opens: the run's
             # MLflow Duration and its wall_time_s leave it out
             names = {"method": choices.get("method", ""), "model": choices.get("model", "model"),

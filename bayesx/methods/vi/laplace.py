@@ -26,7 +26,7 @@ from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.distributions import GaussianQ
-from bayesx.optimize import LaplaceFailed, fit_laplace
+from bayesx.optimize import LaplaceFailed, fit_laplace, fixed_normal_draws
 from bayesx.settings import AtLeast
 
 
@@ -39,10 +39,9 @@ SUPPORT_DRAWS = 64  # draws of N(mode, H^-1) that check it lies where the densit
 
 
 def share_outside(target, mode: Tensor, chol: Tensor, draws: int = SUPPORT_DRAWS) -> float:
-    """The share of ``draws`` draws of N(mode, chol chol^T) (a generator of its own, seed 0) where log pi is -inf
+    """The share of ``draws`` draws of N(mode, chol chol^T) (optimize.fixed_normal_draws) where log pi is -inf
     or NaN."""
-    gen = torch.Generator(device=mode.device).manual_seed(0)
-    z = torch.randn(draws, mode.shape[0], generator=gen, dtype=mode.dtype, device=mode.device)
+    z = fixed_normal_draws(draws, mode)
     with torch.no_grad():
         log_p = target.log_prob(mode + z @ chol.T)
     return float((~torch.isfinite(log_p)).double().mean())
