@@ -32,6 +32,11 @@ class ChainProgress:
             self.bar.set_postfix(step=f"{step_size:.3g}", accept=f"{float(info.accept_prob.mean()):.2f}",
                                  div=int(info.divergent.sum()))
 
+    def extend(self, iterations: int) -> None:
+        """More iterations than the bar was built for (a sampler that draws on until its chains agree)."""
+        self.bar.total = (self.bar.total or 0) + iterations
+        self.bar.refresh()
+
     def close(self) -> None:
         self.bar.close()
 

@@ -62,7 +62,9 @@ class Sampler(Method):
         design, and the Laplace start's Hessian (bayesx.memory). Every sampler's settings are MCMCSettings."""
         cfg, dim, dtype = self.settings, target.dim, target.dtype
         fewer = "use fewer n_chains"
-        needs = [memory.draws_need(n_chains, cfg.num_draws, dim, dtype, f"{fewer} or a smaller method.num_draws"),
+        draws = max(cfg.num_draws, cfg.max_draws or 0)
+        needs = [memory.draws_need(n_chains, draws, dim, dtype, f"{fewer} or a smaller method.num_draws "
+                                                                 f"(and method.max_draws)"),
                  memory.state_need(n_chains, dim, dtype, fewer), *memory.design_needs(target, n_chains, fewer)]
         window = max((end - start for start, end in cfg.schedule().windows), default=0)
         if window:

@@ -32,6 +32,7 @@ from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
 from bayesx.methods.mcmc.family import Draws, Sampler
+from bayesx.methods.mcmc.run_length import RETUNE_ITERATIONS, RunLength, retune_step_size
 from bayesx.optimize import NoMode, laplace_start
 from bayesx.pathfinder import pathfinder_start
 from bayesx.progress import ChainProgress
@@ -59,6 +60,12 @@ class MCMCSettings(Settings):
                     laplace: find the mode (L-BFGS), start the chains at draws from the Laplace
                     approximation N(mode, H^-1) and the metric at H^-1 (or its diagonal);
                     pathfinder: the same with the best Gaussian of one Pathfinder path
+    max_draws       null: exactly num_draws per chain; else draw num_draws more while R-hat > 1.01
+                    or the bulk ESS < min_ess, up to max_draws per chain (bayesx.methods.mcmc.run_length)
+    raise_target_accept
+                    targets to climb to, in order, where the first draws diverge on more than
+                    divergence_limit of their transitions (their draws are dropped and the step size
+                    re-tuned; bayesx.methods.mcmc.run_length); empty: never
     """
 
     num_warmup: Annotated[int, AtLeast(0)] = 1000
@@ -73,6 +80,20 @@ class MCMCSettings(Settings):
     term_buffer: Annotated[int, AtLeast(0)] = 50
     base_window: Annotated[int, AtLeast(1)] = 25
     init: Literal["prior", "laplace", "pathfinder"] = "prior"
+    max_draws: Annotated[int | None, AtLeast(1)] = None
+    min_ess: Annotated[float, Positive()] = 400.0
+    raise_target_accept: Annotated[tuple[float, ...], Between(0.0, 1.0)] = ()
+    divergence_limit: Annotated[float, Between(0.0, 1.0)] = 0.002
+
+    def check(self):
+        super().check()
+        if self.max_draws is not None and self.max_draws < self.num_draws:
+            raise InvalidSetting("max_draws", f"={self.max_draws} is below num_draws={self.num_draws}; use at least "
+                                              f"{self.num_draws}, or null for exactly num_draws")
+        ladder = (self.target_accept, *self.raise_target_accept)
+        if any(later <= earlier for earlier, later in zip(ladder, ladder[1:])):
+            raise InvalidSetting("raise_target_accept", f"={list(self.raise_target_accept)} must climb above "
+                                 f"target_accept={self.target_accept}, each above the last; e.g. [0.95, 0.99]")
 
     def schedule(self) -> WarmupSchedule:
         return WarmupSchedule.build(self.num_warmup, self.init_buffer, self.term_buffer, self.base_window,
@@ -245,7 +266,9 @@ class MCMCMethod(Sampler):
                 bar: ChainProgress | None = None, out: Draws | None = None, state=None) -> Draws:
         """The sampling stage from ``start``: after warm-up (no draws yet; ``state`` is the warm-up's last
         kernel state), or a killed run's checkpoint (its draws, statistics and state, including the
-        generator's; the kernel state is rebuilt from the positions)."""
+        generator's; the kernel state is rebuilt from the positions). The chains draw ``num_draws`` each and
+        then as bayesx.methods.mcmc.run_length's rules ask: a divergence probe first where
+        ``raise_target_accept`` is set, more draws while R-hat or the ESS fall short where ``max_draws`` is."""
         cfg = self.settings
         out = out or Draws()
         saved = start.state
@@ -256,41 +279,80 @@ class MCMCMethod(Sampler):
         if "gen_state" in saved:  # resumed: the same random stream as the run that was killed
             gen.set_state(saved["gen_state"])
             out.tags["resumed_at_draw"] = str(start.draws.shape[1])
-        out.timings.update({k: v for k, v in saved["warmup"].items() if k != "n_grad_evals_warmup"})
+        warmup = dict(saved["warmup"])  # grows by what dropped probes and re-tuning cost
         state = state if state is not None else self.kernel.init(position, target)
+        length = RunLength.from_settings(cfg)
+        planned = int(saved.get("planned_draws", cfg.num_draws))  # draws per chain, as the rules extend it
+        target_accept = float(saved.get("target_accept", cfg.target_accept))
+        ladder = [t for t in length.ladder if t > target_accept]
+        probing = start.draws.shape[1] == 0 and length.probe_draws() > 0  # a checkpoint is written after the probe
         params = self.make_params(step_size, metric)
         kept = [torch.as_tensor(start.draws[:, i]) for i in range(start.draws.shape[1])]
         stats: dict[str, list[np.ndarray]] = {k: [v[:, i] for i in range(v.shape[1])] for k, v in start.stats.items()}
         if checkpoint is not None:
             checkpoint.saved = len(kept)
-        bar = bar or ChainProgress(cfg.num_draws * cfg.thin, self.name, progress)
+        bar = bar or ChainProgress(planned * cfg.thin, self.name, progress)
         bar.stage("sampling")
         sampling_start = time.perf_counter()
         earlier = float(saved.get("sampling_time_s", 0.0))  # a resumed run's sampling before it was killed
-        first = int(saved["iteration"])
+        it = int(saved["iteration"])
         faults = FaultWatch()
         try:
-            for it in range(first, cfg.num_draws * cfg.thin):
-                state, info = self.kernel.step(state, target, params, gen)
-                faults.observe(info, sampling=True, kept=it % cfg.thin == 0)
-                if it % cfg.thin == 0:
-                    kept.append(state.position.detach().to("cpu"))
-                    for name, value in info._asdict().items():
-                        if name != "faults":  # where the density failed: summarised below, not a per-draw statistic
-                            stats.setdefault(name, []).append(value.detach().to("cpu").numpy())
-                    if checkpoint is not None:
-                        checkpoint.update(kept, stats, lambda it=it, state=state: {
-                            "position": state.position.detach().cpu(), "step_size": step_size,
-                            "inv_mass": metric.inv_mass.detach().cpu(), "gen_state": gen.get_state(),
-                            "iteration": it + 1, "warmup": saved["warmup"],
-                            "sampling_time_s": earlier + time.perf_counter() - sampling_start})
-                bar.tick(info, step_size, it)
+            while True:
+                end = (length.probe_draws() if probing else planned) * cfg.thin
+                while it < end:
+                    state, info = self.kernel.step(state, target, params, gen)
+                    faults.observe(info, sampling=True, kept=it % cfg.thin == 0)
+                    if it % cfg.thin == 0:
+                        kept.append(state.position.detach().to("cpu"))
+                        for name, value in info._asdict().items():
+                            if name != "faults":  # where the density failed: summarised below, not a per-draw statistic
+                                stats.setdefault(name, []).append(value.detach().to("cpu").numpy())
+                        if checkpoint is not None and not probing:
+                            checkpoint.update(kept, stats, lambda it=it, state=state: {
+                                "position": state.position.detach().cpu(), "step_size": step_size,
+                                "inv_mass": metric.inv_mass.detach().cpu(), "gen_state": gen.get_state(),
+                                "iteration": it + 1, "warmup": warmup, "planned_draws": planned,
+                                "target_accept": target_accept,
+                                "sampling_time_s": earlier + time.perf_counter() - sampling_start})
+                    bar.tick(info, step_size, it)
+                    it += 1
+                if probing:
+                    probing = False
+                    divergent = int(np.sum(stats["divergent"])) - faults.nan_divergent
+                    transitions = len(kept) * position.shape[0]
+                    if ladder and length.too_divergent(divergent, transitions):
+                        raised = ladder.pop(0)
+                        out.tags["raised_target_accept"] = (out.tags.get("raised_target_accept", "") + (
+                            "; " if "raised_target_accept" in out.tags else "") + f"{target_accept:g} -> {raised:g} "
+                            f"({divergent} of {transitions} probe transitions divergent)")
+                        dropped = int(np.sum(stats["n_grad_evals"]))
+                        kept, stats, faults = [], {}, FaultWatch()
+                        bar.extend(RETUNE_ITERATIONS + length.probe_draws() * cfg.thin)
+                        bar.stage(f"retune {raised:g}")
+                        state, step_size, grads = retune_step_size(self.kernel.step, self.make_params, state, target,
+                                                                   gen, step_size, metric, raised, bar.tick)
+                        bar.stage("sampling")
+                        warmup["n_grad_evals_warmup"] += dropped + grads
+                        warmup["warmup_time_s"] += time.perf_counter() - sampling_start
+                        sampling_start = time.perf_counter()
+                        target_accept, params, it = raised, self.make_params(step_size, metric), 0
+                        probing = bool(ladder)
+                    continue
+                more, why = length.more_draws(torch.stack(kept, dim=1).numpy())
+                if not more:
+                    break
+                out.tags["extended"] = (out.tags.get("extended", "") + ("; " if "extended" in out.tags else "")
+                                        + why)
+                planned += more
+                bar.extend(more * cfg.thin)
         except (KeyboardInterrupt, RunInterrupted):
             out.interrupted = True
         except DensityError as exc:  # the run ends FAILED with this line and the draws so far
             out.error = f"{exc} (at sampling iteration {it + 1}; {len(kept)} draws kept)"
         finally:
             bar.close()
+        out.timings.update({k: v for k, v in warmup.items() if k != "n_grad_evals_warmup"})
         out.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
         if kept:
             out.metrics["time_per_iter_s"] = out.timings["sampling_time_s"] / (len(kept) * cfg.thin)
@@ -298,9 +360,11 @@ class MCMCMethod(Sampler):
         if kept:
             out.draws = torch.stack(kept, dim=1)
             out.sample_stats = {name: np.stack(values, axis=1) for name, values in stats.items()}
-        out.metrics.update(self._summaries(out.sample_stats, step_size, saved["warmup"]["n_grad_evals_warmup"]))
+        out.metrics.update(self._summaries(out.sample_stats, step_size, warmup["n_grad_evals_warmup"]))
         out.metrics.update(self.extra_metrics(out.sample_stats))
         out.metrics.update(faults.metrics())
+        if length.ladder:
+            out.metrics["target_accept_final"] = target_accept
         out.warnings.extend(faults.warnings())
         out.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
         return out

@@ -1,0 +1,115 @@
+"""How long a sampler runs after warm-up (bayesx.methods.mcmc.run_length): the divergence probe that raises the
+target acceptance, and drawing on until R-hat and the ESS pass; each with the fixed run as its control."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bayesx.checkpoint import RunCheckpoint, load_resume
+from bayesx.diagnostics.convergence import summarize
+from bayesx.errors import BayesxError
+from bayesx.methods.base import RunInputs
+from bayesx.methods.mcmc.nuts import NUTS
+from bayesx.methods.mcmc.run_length import PROBE_DRAWS, RunLength
+from bayesx.targets.gaussian import Gaussian
+from bayesx.targets.posteriordb.target import PosteriorDB
+
+
+def run(method, target, seed=0, n_chains=4, **inputs):
+    gen = torch.Generator().manual_seed(seed)
+    return method.sample(target, RunInputs(target.initial_point(n_chains, gen), gen, progress=False, **inputs))
+
+
+def test_the_divergence_rule_needs_both_the_share_and_a_few_divergences():
+    rule = RunLength(num_draws=1000, ladder=(0.95,), divergence_limit=0.002)
+    assert not rule.too_divergent(4, 2000) and rule.too_divergent(5, 2000)  # 0.2% of 2000 is 4
+    assert not rule.too_divergent(2, 100)  # 2% of a short probe, but two divergences are noise
+    assert rule.probe_draws() == PROBE_DRAWS and RunLength(num_draws=1000).probe_draws() == 0
+    assert RunLength(num_draws=50, ladder=(0.9,)).probe_draws() == 50
+
+
+def test_more_draws_for_chains_that_disagree_and_none_for_chains_that_agree():
+    rng = np.random.default_rng(0)
+    rule = RunLength(num_draws=1000, max_draws=3000)
+    agree = rng.normal(size=(4, 1000, 3))
+    assert rule.more_draws(agree) == (0, "")
+    apart = agree + np.arange(4)[:, None, None]  # each chain in its own place
+    more, why = rule.more_draws(apart)
+    assert more == 1000 and why.startswith("rhat_max") and "after 1000 draws" in why
+    assert rule.more_draws(rng.normal(size=(4, 2500, 3)) + np.arange(4)[:, None, None])[0] == 500  # up to max_draws
+    assert RunLength(num_draws=1000).more_draws(apart) == (0, "")  # no max_draws: a fixed run
+    short = RunLength(num_draws=50, max_draws=400).more_draws(rng.normal(size=(4, 50, 3)))
+    assert short[0] == 50 and "ess_bulk_min" in short[1]
+
+
+def test_a_posterior_that_diverges_raises_the_target_and_the_control_does_not(tmp_path, monkeypatch):
+    """posteriordb's gp_pois_regr with a dense metric diverges on ~2-8% of its transitions at target 0.8: the
+    probe's draws are dropped, the target goes to 0.95, and the kept draws are exactly num_draws from it, with
+    far fewer divergences per transition. The control, without a ladder, stays at 0.8."""
+    monkeypatch.setenv("BAYESX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BAYESX_COMPILE", "always")  # its density as plain C (a second): the PyTorch path takes minutes
+    gp = PosteriorDB(name="gp_pois_regr")
+    options = dict(num_warmup=300, num_draws=500, mass="dense", init="laplace")
+    raised = run(NUTS(**options, raise_target_accept=(0.95,)), gp)
+    fixed = run(NUTS(**options), gp)
+    assert raised.metrics["target_accept_final"] == 0.95 and "0.8 -> 0.95" in raised.tags["raised_target_accept"]
+    assert "target_accept_final" not in fixed.metrics and "raised_target_accept" not in fixed.tags
+    assert raised.draws.shape == fixed.draws.shape == (4, 500, 13)
+    assert fixed.sample_stats["divergent"].mean() > 0.01
+    assert raised.sample_stats["divergent"].mean() < fixed.sample_stats["divergent"].mean() / 4
+    # what the dropped probe cost is warm-up: more warm-up gradients than the fixed run's
+    assert raised.metrics["n_grad_evals_warmup"] > fixed.metrics["n_grad_evals_warmup"]
+
+
+def test_a_gaussian_that_never_diverges_keeps_its_target():
+    target = Gaussian(dim=5, kind="scaled", condition=10.0)
+    out = run(NUTS(num_warmup=200, num_draws=300, init="prior", raise_target_accept=(0.95,)), target)
+    assert out.metrics["target_accept_final"] == 0.8 and "raised_target_accept" not in out.tags
+    assert out.draws.shape == (4, 300, 5)
+
+
+def test_short_chains_draw_on_until_the_ess_passes_and_a_fixed_run_does_not():
+    target = Gaussian(dim=3)
+    options = dict(num_warmup=100, num_draws=40, init="prior")
+    extended = run(NUTS(**options, max_draws=2000, min_ess=400), target)
+    fixed = run(NUTS(**options), target)
+    assert fixed.draws.shape[1] == 40
+    n = extended.draws.shape[1]
+    assert 40 < n < 2000 and n % 40 == 0 and "ess_bulk_min" in extended.tags["extended"]
+    summary = summarize(extended.draws.numpy())
+    assert summary["ess_bulk_min"] >= 400 and summary["rhat_max"] <= 1.01
+    rule = RunLength(num_draws=40, max_draws=2000)
+    assert rule.more_draws(extended.draws[:, :n - 40].numpy())[0] == 40  # it stopped at the first pass
+
+
+def test_a_resumed_run_goes_on_to_the_draws_its_rule_had_planned(tmp_path):
+    """A run checkpointed every 20 draws while it extends itself; cut back to an early checkpoint (as a kill
+    leaves it) and resumed, it ends with the same draws as without the cut."""
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    target = Gaussian(dim=3)
+    method = NUTS(num_warmup=100, num_draws=40, init="prior", max_draws=2000, min_ess=400)
+    checkpoint = RunCheckpoint(20, lambda path: shutil.copy(path, saved), tmp_path)
+    whole = run(method, target, seed=1, checkpoint=checkpoint)
+    assert whole.draws.shape[1] > 80
+    for path in saved.iterdir():  # keep the first 60 draws' checkpoint, as a run killed at draw 70 would
+        end = int(path.stem.split("_")[-1].split("-")[-1])  # draws_<first>-<end>, stats_..., state_<end>
+        if end > 60:
+            path.unlink()
+    resume = load_resume(saved)
+    assert resume.draws.shape[1] == 60 and resume.state["planned_draws"] == 80
+    resumed = run(method, target, seed=1, resume=resume)
+    np.testing.assert_array_equal(resumed.draws.numpy(), whole.draws.numpy())
+
+
+@pytest.mark.parametrize("options, key", [(dict(num_draws=1000, max_draws=500), "max_draws"),
+                                          (dict(raise_target_accept=(0.99, 0.95)), "raise_target_accept"),
+                                          (dict(target_accept=0.95, raise_target_accept=(0.9,)), "raise_target_accept")])
+def test_bad_run_length_settings_are_one_line_errors(options, key):
+    with pytest.raises(BayesxError, match=key) as info:
+        NUTS(**options)
+    assert "\n" not in str(info.value)
