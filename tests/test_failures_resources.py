@@ -115,11 +115,13 @@ def test_a_wide_csvs_laplace_hessian_is_named_and_refused_where_it_does_not_fit(
     (hessian,) = [n for n in needs if n.part.startswith("the Laplace Hessian")]
     assert hessian.part == "the Laplace Hessian (10000 x 10000, 7 copies)" and hessian.nbytes == 7 * 8 * 10000**2
     assert max(needs, key=lambda n: n.nbytes) is hessian
-    prior_needs, _ = needs_of([*data, "method=nuts", "method.init=prior"])
+    prior_needs, _ = needs_of([*data, "method=nuts", "method.init=prior", "method.max_draws=null"])
     assert not any("Hessian" in n.part for n in prior_needs) and sum(n.nbytes for n in prior_needs) < memory.GB
+    # NUTS's default draws on up to max_draws (5000) per chain: the estimate holds room for all of them
+    assert any(n.part.startswith("the draws (4 x 5000 x 10000") for n in needs)
 
     monkeypatch.setattr(memory, "host_available", lambda: (2.0 * memory.GB, "MemAvailable"))
-    line = assert_rejected(["run", *data, "method=nuts", *QUICK], uri, "the Laplace Hessian (10000 x 10000, 7 copies): 5.2 GB",
+    line = assert_rejected(["run", *data, "method=nuts", *QUICK, "method.max_draws=null"], uri, "the Laplace Hessian (10000 x 10000, 7 copies): 5.2 GB",
                            "but the machine has 2.0 GB available (MemAvailable)", "method.init=prior")
     assert line.startswith("bayesx: error: this run would need about 5.") and "GB more memory (" in line
 

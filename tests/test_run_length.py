@@ -106,8 +106,12 @@ def test_a_resumed_run_goes_on_to_the_draws_its_rule_had_planned(tmp_path):
     np.testing.assert_array_equal(resumed.draws.numpy(), whole.draws.numpy())
 
 
-@pytest.mark.parametrize("options, key", [(dict(num_draws=1000, max_draws=500), "max_draws"),
-                                          (dict(raise_target_accept=(0.99, 0.95)), "raise_target_accept"),
+def test_num_draws_above_max_draws_is_a_fixed_run():
+    out = run(NUTS(num_warmup=50, num_draws=30, max_draws=20, init="prior"), Gaussian(dim=2))
+    assert out.draws.shape[1] == 30 and "extended" not in out.tags
+
+
+@pytest.mark.parametrize("options, key", [(dict(raise_target_accept=(0.99, 0.95)), "raise_target_accept"),
                                           (dict(target_accept=0.95, raise_target_accept=(0.9,)), "raise_target_accept")])
 def test_bad_run_length_settings_are_one_line_errors(options, key):
     with pytest.raises(BayesxError, match=key) as info:

@@ -102,15 +102,16 @@ class Sampler(Method):
         if rhat == rhat and rhat > RHAT_LIMIT:
             shown = shown_against(rhat, RHAT_LIMIT)
             out.append(f"rhat_max = {shown} > {RHAT_LIMIT}: the chains disagree; draw more (method.num_draws, "
-                       "method.num_warmup) or change the metric (method.mass: dense for correlated coordinates, "
+                       "method.max_draws, method.num_warmup) or change the metric (method.mass: dense for correlated coordinates, "
                        "diag_grad where the curvature varies across the posterior)")
         # divergences that met a NaN log density are the density's (their warning comes with the run's result)
         from_energy = metrics.get("n_divergent", 0) - metrics.get("n_divergent_nan", 0)
         if from_energy > 0:
-            out.append(f"{from_energy:.0f} divergent transitions: the draws may be biased; raise "
-                       "method.target_accept (e.g. 0.95), or with a dense metric (NUTS's mass=auto up to 100 "
-                       "coordinates) try method.mass=diag_grad (posteriordb's gp_pois_regr: no R-hat above 1.01 "
-                       "over four seeds with it, 1.02-1.23 with dense)")
+            final = metrics.get("target_accept_final")
+            at = f" at target_accept {final:g}" if final is not None else ""
+            out.append(f"{from_energy:.0f} divergent transitions{at}: the draws may be biased; raise "
+                       "method.target_accept (e.g. 0.95 or 0.99), or with a dense metric (NUTS's mass=auto up to 100 "
+                       "coordinates) try method.mass=diag_grad")
         return out
 
     def plot_coordinates(self, draws: np.ndarray, k: int) -> list[int]:

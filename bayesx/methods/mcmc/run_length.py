@@ -67,10 +67,14 @@ class RunLength:
         """Whether a probe's ``divergent`` energy-error divergences in ``transitions`` ask for a higher target."""
         return divergent >= MIN_DIVERGENT and divergent > self.divergence_limit * transitions
 
+    def may_extend(self, n: int) -> bool:
+        """Whether a run with ``n`` draws per chain may still draw more (else its draws need not be read)."""
+        return self.max_draws is not None and n < self.max_draws
+
     def more_draws(self, draws: np.ndarray) -> tuple[int, str]:
         """How many more draws per chain the chains need after ``draws`` (chains, n, dim) (0: enough), and why."""
         n = draws.shape[1]
-        if self.max_draws is None or n >= self.max_draws:
+        if not self.may_extend(n):
             return 0, ""
         reasons = []
         if draws.shape[0] >= 2:

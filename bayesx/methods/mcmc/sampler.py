@@ -61,7 +61,8 @@ class MCMCSettings(Settings):
                     approximation N(mode, H^-1) and the metric at H^-1 (or its diagonal);
                     pathfinder: the same with the best Gaussian of one Pathfinder path
     max_draws       null: exactly num_draws per chain; else draw num_draws more while R-hat > 1.01
-                    or the bulk ESS < min_ess, up to max_draws per chain (bayesx.methods.mcmc.run_length)
+                    or the bulk ESS < min_ess, up to max_draws per chain (bayesx.methods.mcmc.run_length;
+                    a num_draws of max_draws or more is never extended)
     raise_target_accept
                     targets to climb to, in order, where the first draws diverge on more than
                     divergence_limit of their transitions (their draws are dropped and the step size
@@ -87,9 +88,6 @@ class MCMCSettings(Settings):
 
     def check(self):
         super().check()
-        if self.max_draws is not None and self.max_draws < self.num_draws:
-            raise InvalidSetting("max_draws", f"={self.max_draws} is below num_draws={self.num_draws}; use at least "
-                                              f"{self.num_draws}, or null for exactly num_draws")
         ladder = (self.target_accept, *self.raise_target_accept)
         if any(later <= earlier for earlier, later in zip(ladder, ladder[1:])):
             raise InvalidSetting("raise_target_accept", f"={list(self.raise_target_accept)} must climb above "
@@ -339,6 +337,8 @@ class MCMCMethod(Sampler):
                         target_accept, params, it = raised, self.make_params(step_size, metric), 0
                         probing = bool(ladder)
                     continue
+                if not length.may_extend(len(kept)):
+                    break
                 more, why = length.more_draws(torch.stack(kept, dim=1).numpy())
                 if not more:
                     break
