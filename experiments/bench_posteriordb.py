@@ -78,7 +78,22 @@ def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: 
     wall = metrics["wall_time_s"]
     return {"label": " ".join(overrides), "ess": metrics.get("ess_bulk_min"), "wall": wall,
             "compile": metrics.get("compile_time_s", 0.0), "rhat": metrics.get("rhat_max"), "grads": grads,
-            "ref_err": metrics.get("ref_mean_err_max"), "kernels": tags.get("kernels", "?")}
+            "ref_err": metrics.get("ref_mean_err_max"), "kernels": tags.get("kernels", "?"),
+            "length": run_length(metrics, tags)}
+
+
+def run_length(metrics: dict, tags: dict) -> str:
+    """How long a bayesx run sampled (bayesx.methods.mcmc.run_length): draws per chain and the final target
+    acceptance, where its rules changed them."""
+    extended = tags.get("extended", "")
+    draws = metrics.get("draws_per_chain")
+    final = metrics.get("target_accept_final")
+    parts = [f"{draws:.0f} draws" if draws else "-"]
+    if final is not None:
+        parts.append(f"target {final:g}")
+    if extended:
+        parts.append(f"{extended.count(';') + 1} extensions")
+    return ", ".join(parts)
 
 
 def scan_densities(xp, scan, sigmoid):
@@ -220,16 +235,18 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def table(rows: list[dict]) -> list[str]:
     lines = ["| posterior | dim | bayesx NUTS min-ESS/s | (no compile) | compile s | R-hat | grads | ref err | "
+             "NUTS run length | "
              "bayesx best | best min-ESS/s | best R-hat | NumPyro min-ESS/s | NumPyro R-hat | NumPyro grads | "
              "NumPyro ref err | NUTS / NumPyro | best / NumPyro | nutpie min-ESS/s | nutpie compile s | "
              "nutpie R-hat | nutpie grads | nutpie ref err | NUTS / nutpie | best / nutpie |",
-             "|" + "---|" * 24]
+             "|" + "---|" * 25]
     for row in rows:
         nuts, best, peer, pie = row["nuts"], row["best"], row["numpyro"], row["nutpie"]
         r_nuts, r_best, r_peer, r_pie = rate(nuts), rate(best), rate(peer), rate(pie)
         lines.append("| " + " | ".join([
             row["name"], str(row["dim"]), fmt(r_nuts), fmt(rate(nuts, False)), fmt(nuts.get("compile"), 2),
-            fmt(nuts.get("rhat")), fmt(nuts.get("grads"), 2), fmt(nuts.get("ref_err"), 2), best.get("label", "-"),
+            fmt(nuts.get("rhat")), fmt(nuts.get("grads"), 2), fmt(nuts.get("ref_err"), 2), nuts.get("length", "-"),
+            best.get("label", "-"),
             fmt(r_best), fmt(best.get("rhat")), fmt(r_peer), fmt(peer.get("rhat")), fmt(peer.get("grads"), 2),
             fmt(peer.get("ref_err"), 2), fmt(ratio(r_nuts, r_peer)), fmt(ratio(r_best, r_peer)),
             fmt(r_pie), fmt(pie.get("compile"), 2), fmt(pie.get("rhat")), fmt(pie.get("grads"), 2),
@@ -290,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         "finds it; NumPyro: mcmc.run, JIT included; nutpie: compile_pymc_model + sample, numba compile included, "
         "its defaults with 4 chains in parallel threads; 'nutpie compile s': compile_pymc_model alone). ref err: "
         "worst |mean - gold-standard mean| in gold-standard sds. grads: gradient evaluations, warm-up included. "
+        "NUTS run length: draws per chain kept, the target acceptance it ended at, and how many times it drew on "
+        "because R-hat or the ESS fell short (bayesx.methods.mcmc.run_length). "
         "A '-': the peer was not run (--no-numpyro, --no-nutpie or not installed).",
         "",
     ]

@@ -356,6 +356,7 @@ class MCMCMethod(Sampler):
         out.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
         if kept:
             out.metrics["time_per_iter_s"] = out.timings["sampling_time_s"] / (len(kept) * cfg.thin)
+            out.metrics["draws_per_chain"] = float(len(kept))
         out.tags["stopped_during"] = "sampling" if out.interrupted or out.error else "completed"
         if kept:
             out.draws = torch.stack(kept, dim=1)
