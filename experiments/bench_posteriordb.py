@@ -92,7 +92,7 @@ def run_length(metrics: dict, tags: dict) -> str:
     if final is not None:
         parts.append(f"target {final:g}")
     if extended:
-        parts.append(f"{extended.count(';') + 1} extensions")
+        parts.append(f"drew on {extended.split(' ')[0]}x")
     return ", ".join(parts)
 
 

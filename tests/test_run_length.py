@@ -80,6 +80,7 @@ def test_short_chains_draw_on_until_the_ess_passes_and_a_fixed_run_does_not():
     assert fixed.draws.shape[1] == 40
     n = extended.draws.shape[1]
     assert 40 < n < 2000 and n % 40 == 0 and "ess_bulk_min" in extended.tags["extended"]
+    assert extended.tags["extended"].startswith(f"{n // 40 - 1} times: ") and extended.metrics["draws_per_chain"] == n
     summary = summarize(extended.draws.numpy())
     assert summary["ess_bulk_min"] >= 400 and summary["rhat_max"] <= 1.01
     rule = RunLength(num_draws=40, max_draws=2000)
@@ -111,9 +112,18 @@ def test_num_draws_above_max_draws_is_a_fixed_run():
     assert out.draws.shape[1] == 30 and "extended" not in out.tags
 
 
-@pytest.mark.parametrize("options, key", [(dict(raise_target_accept=(0.99, 0.95)), "raise_target_accept"),
-                                          (dict(target_accept=0.95, raise_target_accept=(0.9,)), "raise_target_accept")])
-def test_bad_run_length_settings_are_one_line_errors(options, key):
-    with pytest.raises(BayesxError, match=key) as info:
-        NUTS(**options)
+def test_a_ladder_that_does_not_climb_is_a_one_line_error():
+    with pytest.raises(BayesxError, match="raise_target_accept") as info:
+        NUTS(raise_target_accept=(0.99, 0.95))
     assert "\n" not in str(info.value)
+
+
+def test_targets_not_above_target_accept_are_skipped():
+    """A user who sets target_accept=0.99 keeps the default ladder [0.95, 0.99] without an error: nothing is left to
+    climb to, so no probe runs."""
+    assert RunLength.from_settings(NUTS(target_accept=0.99, raise_target_accept=(0.95, 0.99)).settings).ladder == ()
+    assert RunLength.from_settings(NUTS(target_accept=0.9, raise_target_accept=(0.95, 0.99)).settings).ladder == (0.95,
+                                                                                                                0.99)
+    gp = Gaussian(dim=3)
+    out = run(NUTS(num_warmup=100, num_draws=50, init="prior", target_accept=0.99, raise_target_accept=(0.95, 0.99)), gp)
+    assert out.metrics["target_accept_final"] == 0.99 and out.draws.shape[1] == 50

@@ -57,7 +57,9 @@ class RunLength:
 
     @classmethod
     def from_settings(cls, cfg) -> RunLength:
-        return cls(cfg.num_draws, cfg.max_draws, cfg.min_ess, tuple(cfg.raise_target_accept), cfg.divergence_limit)
+        """The rules of an MCMCSettings; targets of the ladder not above ``target_accept`` are left out."""
+        ladder = tuple(t for t in cfg.raise_target_accept if t > cfg.target_accept)
+        return cls(cfg.num_draws, cfg.max_draws, cfg.min_ess, ladder, cfg.divergence_limit)
 
     def probe_draws(self) -> int:
         """Draws per chain in the divergence probe (0: no ladder, no probe)."""

@@ -66,7 +66,8 @@ class MCMCSettings(Settings):
     raise_target_accept
                     targets to climb to, in order, where the first draws diverge on more than
                     divergence_limit of their transitions (their draws are dropped and the step size
-                    re-tuned; bayesx.methods.mcmc.run_length); empty: never
+                    re-tuned; bayesx.methods.mcmc.run_length); those not above target_accept are
+                    skipped; empty: never
     """
 
     num_warmup: Annotated[int, AtLeast(0)] = 1000
@@ -88,10 +89,10 @@ class MCMCSettings(Settings):
 
     def check(self):
         super().check()
-        ladder = (self.target_accept, *self.raise_target_accept)
+        ladder = self.raise_target_accept
         if any(later <= earlier for earlier, later in zip(ladder, ladder[1:])):
-            raise InvalidSetting("raise_target_accept", f"={list(self.raise_target_accept)} must climb above "
-                                 f"target_accept={self.target_accept}, each above the last; e.g. [0.95, 0.99]")
+            raise InvalidSetting("raise_target_accept", f"={list(ladder)} must climb, each target above the last; "
+                                                        f"e.g. [0.95, 0.99]")
 
     def schedule(self) -> WarmupSchedule:
         return WarmupSchedule.build(self.num_warmup, self.init_buffer, self.term_buffer, self.base_window,
@@ -283,7 +284,7 @@ class MCMCMethod(Sampler):
         planned = int(saved.get("planned_draws", cfg.num_draws))  # draws per chain, as the rules extend it
         target_accept = float(saved.get("target_accept", cfg.target_accept))
         ladder = [t for t in length.ladder if t > target_accept]
-        probing = start.draws.shape[1] == 0 and length.probe_draws() > 0  # a checkpoint is written after the probe
+        probing = start.draws.shape[1] == 0 and bool(ladder)  # checkpoints are written after the probe
         params = self.make_params(step_size, metric)
         kept = [torch.as_tensor(start.draws[:, i]) for i in range(start.draws.shape[1])]
         stats: dict[str, list[np.ndarray]] = {k: [v[:, i] for i in range(v.shape[1])] for k, v in start.stats.items()}
@@ -295,6 +296,7 @@ class MCMCMethod(Sampler):
         earlier = float(saved.get("sampling_time_s", 0.0))  # a resumed run's sampling before it was killed
         it = int(saved["iteration"])
         faults = FaultWatch()
+        extensions: list[str] = []  # why the chains drew on, one reason per batch
         try:
             while True:
                 end = (length.probe_draws() if probing else planned) * cfg.thin
@@ -342,8 +344,7 @@ class MCMCMethod(Sampler):
                 more, why = length.more_draws(torch.stack(kept, dim=1).numpy())
                 if not more:
                     break
-                out.tags["extended"] = (out.tags.get("extended", "") + ("; " if "extended" in out.tags else "")
-                                        + why)
+                extensions.append(why)
                 planned += more
                 bar.extend(more * cfg.thin)
         except (KeyboardInterrupt, RunInterrupted):
@@ -352,6 +353,9 @@ class MCMCMethod(Sampler):
             out.error = f"{exc} (at sampling iteration {it + 1}; {len(kept)} draws kept)"
         finally:
             bar.close()
+        if extensions:
+            shown = extensions if len(extensions) <= 3 else [extensions[0], "...", extensions[-1]]
+            out.tags["extended"] = f"{len(extensions)} times: " + "; ".join(shown)
         out.timings.update({k: v for k, v in warmup.items() if k != "n_grad_evals_warmup"})
         out.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
         if kept:
@@ -364,7 +368,7 @@ class MCMCMethod(Sampler):
         out.metrics.update(self._summaries(out.sample_stats, step_size, warmup["n_grad_evals_warmup"]))
         out.metrics.update(self.extra_metrics(out.sample_stats))
         out.metrics.update(faults.metrics())
-        if length.ladder:
+        if cfg.raise_target_accept:  # the rule is on (whether or not it had a target left to climb to)
             out.metrics["target_accept_final"] = target_accept
         out.warnings.extend(faults.warnings())
         out.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
