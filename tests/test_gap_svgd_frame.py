@@ -83,13 +83,17 @@ def test_gap_with_defaults_fits_a_badly_scaled_posterior(badly_scaled):
 def test_svgd_with_defaults_fits_a_badly_scaled_posterior(badly_scaled):
     """Defaults (the frame): the particles' mean within 0.15 sds. Their sds are about 0.66 of the target's on every
     coordinate: that is SVGD's own fixed point with 100 particles in 10 dimensions (the same on N(0, I), the
-    variance collapse of Ba et al. 2022), not the frame's; SVGD has no density, so no k-hat says so. Negative
-    control: the same budget without the frame ends more than 1 sd off in the mean."""
+    variance collapse of Ba et al. 2022), not the frame's. SVGD has no density and no k-hat, but Stein's identity
+    on the particles measures that collapse (its spread is the variance ratio, about 0.66^2) and the run says so.
+    Negative control: the same budget without the frame ends more than 1 sd off in the mean."""
     framed = run(SVGD(), badly_scaled)
     assert framed.error is None and framed.tags["frame"] == "full-rank Gaussian VI"
     mean_err, sd_err = errors(framed, badly_scaled)
     assert mean_err < 0.15 and sd_err < 0.45, (mean_err, sd_err)
     assert framed.metrics["n_grad_evals"] > 1000 * 100
+    assert abs(framed.metrics["stein_spread_min"] - (1.0 - sd_err) ** 2) < 0.1, (framed.metrics, sd_err)
+    assert framed.metrics["stein_spread_flagged"] > 0
+    assert any("Stein's identity" in line for line in SVGD().warnings(framed.metrics))
     bare = run(SVGD(frame="none"), badly_scaled)
     assert bare.tags["frame"] == "none" and errors(bare, badly_scaled)[0] > 1.0
 

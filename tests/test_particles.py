@@ -117,8 +117,10 @@ def test_smc_stage_limit_is_one_line(gaussian):
 
 # --- SVGD ---------------------------------------------------------------------------------------------
 def test_svgd_moments_and_the_collapse_without_repulsion(gaussian):
-    with_repulsion = gaussian.evaluate(infer(SVGD(n_particles=150, num_steps=800), gaussian).draws).metrics
+    fit = infer(SVGD(n_particles=150, num_steps=800), gaussian)
+    with_repulsion = gaussian.evaluate(fit.draws).metrics
     assert with_repulsion["posterior_mean_err_max"] < 0.1 and with_repulsion["posterior_sd_err_max"] < 0.1
+    assert SVGD().warnings(fit.metrics) == [] and fit.metrics["stein_spread_flagged"] == 0  # Stein's check is quiet
     collapsed = gaussian.evaluate(infer(SVGD(n_particles=150, num_steps=800, repulsive=False), gaussian).draws)
     assert collapsed.metrics["posterior_sd_err_max"] > 0.5
 

@@ -32,6 +32,7 @@ from bayesx import memory
 from bayesx.diagnostics import importance
 from bayesx.diagnostics.convergence import shown_against
 from bayesx.diagnostics.importance import KHAT_LIMIT
+from bayesx.diagnostics.stein import stein_warnings
 from bayesx.errors import DensityError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.methods.base import Method, RunInputs
@@ -162,6 +163,8 @@ class Approximation(Method):
                 result.metrics["log_evidence_se"] = float(particles.log_evidence_se)
 
     def warnings(self, metrics: dict[str, float]) -> list[str]:
+        """k-hat's verdict on draws with a density, Stein's identity's on draws without one (SVGD's particles:
+        bayesx.diagnostics.stein)."""
         khat = metrics.get("psis_khat", float("nan"))
         if khat == khat and khat > KHAT_LIMIT:
             shown = shown_against(khat, KHAT_LIMIT)
@@ -169,4 +172,4 @@ class Approximation(Method):
                     f"evidence estimate are unreliable; use a richer family or an MCMC method"]
         if not math.isfinite(metrics.get("elbo_final", 0.0)):
             return ["the ELBO is not finite: q puts mass where the target's density is zero or NaN"]
-        return []
+        return stein_warnings(metrics)
