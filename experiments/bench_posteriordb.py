@@ -83,7 +83,7 @@ def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: 
 
 
 def run_length(metrics: dict, tags: dict) -> str:
-    """How long a bayesx run sampled (bayesx.methods.mcmc.run_length): draws per chain and the final target
+    """How long a bayesx run sampled (bayesx/methods/mcmc/run_length.py): draws per chain and the final target
     acceptance, where its rules changed them."""
     extended = tags.get("extended", "")
     draws = metrics.get("draws_per_chain")
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "its defaults with 4 chains in parallel threads; 'nutpie compile s': compile_pymc_model alone). ref err: "
         "worst |mean - gold-standard mean| in gold-standard sds. grads: gradient evaluations, warm-up included. "
         "NUTS run length: draws per chain kept, the target acceptance it ended at, and how many times it drew on "
-        "because R-hat or the ESS fell short (bayesx.methods.mcmc.run_length). "
+        "because R-hat or the ESS fell short (bayesx/methods/mcmc/run_length.py). "
         "A '-': the peer was not run (--no-numpyro, --no-nutpie or not installed).",
         "",
     ]

@@ -19,13 +19,12 @@ identities; the two linear ones are used here, per coordinate, on n draws w_i wi
 - **score z** z_k = mean_i g_ik / (sd_k(g) / sqrt n), which is about N(0, 1) for n independent exact draws. It finds
   draws whose location is off, and funnels the particles do not enter (SVGD on the centred eight schools: 9.7).
 
-The study (2026-11-26, SVGD's defaults, seed 0, on the 13 posteriordb posteriors): SVGD's smallest s_k was
-0.14-0.33 where its sds were 0.64-2.8 reference sds off (diamonds, the non-centred eight schools), 0.52 on
-logmesquite_logvas (0.36 off), 0.59-0.85 on the eight it fits within 0.25; the two it misses in location have
-z = 9.7 (centred eight schools) and 6.0 (gp_pois_regr), the others <= 0.6. On 50 subsets of 100 of the reference
-draws per posterior in the same frames (exact draws: the negative control) the 2% quantile of the smallest s_k
-was 0.61-0.71 on the near-Gaussian posteriors, with standard errors that keep them unflagged, and of the largest
-|z_k| 2.6-3.7 on all 13.
+The study (2026-11-26, SVGD's defaults, seed 0, the 13 posteriordb posteriors; results/svgd_stein_check.md):
+SVGD's smallest s_k was 0.14-0.35 where its sds were 0.64-2.7 reference sds off (diamonds, the non-centred eight
+schools), 0.51 on logmesquite_logvas (0.36 off), 0.58-0.86 on the eight it fits within 0.25; the two it misses in
+location have z = 9.7 (centred eight schools) and 6.0 (gp_pois_regr), the others <= 1.4. On 50 subsets of 100
+reference draws per posterior (exact draws, the negative control) none was flagged on the 11 near-Gaussian
+posteriors, 3 and 4 of 50 on the two heavy-tailed ones.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from torch import Tensor
 SD_TOLERANCE = 0.25
 SPREAD_LOW, SPREAD_HIGH = (1.0 - SD_TOLERANCE) ** 2, 1.0 / (1.0 - SD_TOLERANCE) ** 2
 """Spreads (variance ratios) outside these bounds are flagged: sds more than 25% short of the posterior's, or
-longer by as much in ratio (0.5625 and 1.78). Chosen on the study below (one seed, in sample): it flags exactly
+longer by as much in ratio (0.5625 and 1.78). Chosen on the study above (one seed, in sample): it flags exactly
 the five posteriors where SVGD's sd or mean errors exceed 0.25 reference sds."""
 SPREAD_SE = 3.0
 """A flagged spread must also be this many standard errors from 1, so that noise alone rarely flags it."""
