@@ -26,9 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from bayesx.adaptation.window import DualAveraging
 from bayesx.diagnostics import convergence
 from bayesx.diagnostics.convergence import RHAT_LIMIT
 
@@ -41,8 +39,9 @@ MIN_DIVERGENT = 3
 """Fewer divergent probe transitions than this never raise the target, whatever the share: one or two are
 Poisson noise on a posterior that rarely diverges."""
 RETUNE_ITERATIONS = 100
-"""Dual-averaging iterations at a raised target: twice Stan's final fast window (term_buffer 50), from the
-step size already adapted, so it converges from close by."""
+"""Dual-averaging iterations at a raised target (the sampler runs them as a WindowAdaptation without metric
+windows): twice Stan's final fast window (term_buffer 50), from the step size already adapted, so it converges
+from close by."""
 
 
 @dataclass(frozen=True)
@@ -90,17 +89,3 @@ class RunLength:
             return 0, ""
         return min(self.num_draws, self.max_draws - n), f"{' and '.join(reasons)} after {n} draws"
 
-
-def retune_step_size(step, make_params, state, target, gen: torch.Generator, step_size: float, metric,
-                     target_accept: float, on_step=None):
-    """Dual averaging at ``target_accept`` for RETUNE_ITERATIONS from ``step_size`` with the metric fixed; returns
-    the last state, the averaged step size and the gradients spent."""
-    controller = DualAveraging(step_size, target_accept)
-    grads = 0
-    for it in range(RETUNE_ITERATIONS):
-        state, info = step(state, target, make_params(step_size, metric), gen)
-        grads += int(info.n_grad_evals.sum())
-        step_size = controller.update(float(info.accept_prob.mean()))
-        if on_step is not None:
-            on_step(info, step_size, it)
-    return state, controller.final_step_size, grads

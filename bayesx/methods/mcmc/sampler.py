@@ -32,7 +32,7 @@ from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
 from bayesx.methods.mcmc.family import Draws, Sampler
-from bayesx.methods.mcmc.run_length import RETUNE_ITERATIONS, RunLength, retune_step_size
+from bayesx.methods.mcmc.run_length import RETUNE_ITERATIONS, RunLength
 from bayesx.optimize import NoMode, laplace_start
 from bayesx.pathfinder import pathfinder_start
 from bayesx.progress import ChainProgress
@@ -297,6 +297,7 @@ class MCMCMethod(Sampler):
         it = int(saved["iteration"])
         faults = FaultWatch()
         extensions: list[str] = []  # why the chains drew on, one reason per batch
+        raises: list[str] = []  # each climb of the target acceptance, and why
         try:
             while True:
                 end = (length.probe_draws() if probing else planned) * cfg.thin
@@ -321,19 +322,21 @@ class MCMCMethod(Sampler):
                     probing = False
                     divergent = int(np.sum(stats["divergent"])) - faults.nan_divergent
                     transitions = len(kept) * position.shape[0]
-                    if ladder and length.too_divergent(divergent, transitions):
+                    if length.too_divergent(divergent, transitions):
                         raised = ladder.pop(0)
-                        out.tags["raised_target_accept"] = (out.tags.get("raised_target_accept", "") + (
-                            "; " if "raised_target_accept" in out.tags else "") + f"{target_accept:g} -> {raised:g} "
-                            f"({divergent} of {transitions} probe transitions divergent)")
+                        raises.append(f"{target_accept:g} -> {raised:g} ({divergent} of {transitions} probe "
+                                      f"transitions divergent)")
                         dropped = int(np.sum(stats["n_grad_evals"]))
                         kept, stats, faults = [], {}, FaultWatch()
                         bar.extend(RETUNE_ITERATIONS + length.probe_draws() * cfg.thin)
                         bar.stage(f"retune {raised:g}")
-                        state, step_size, grads = retune_step_size(self.kernel.step, self.make_params, state, target,
-                                                                   gen, step_size, metric, raised, bar.tick)
+                        # dual averaging alone at the raised target, the metric kept: a warm-up without windows
+                        retune = WindowAdaptation(self.kernel.step, self.make_params, None,
+                                                  WarmupSchedule(RETUNE_ITERATIONS, ()), raised)
+                        tuned = retune.run(WarmupProgress(state, step_size, metric), target, gen, on_step=bar.tick)
                         bar.stage("sampling")
-                        warmup["n_grad_evals_warmup"] += dropped + grads
+                        state, step_size = tuned.state, tuned.step_size
+                        warmup["n_grad_evals_warmup"] += dropped + tuned.grad_evals
                         warmup["warmup_time_s"] += time.perf_counter() - sampling_start
                         sampling_start = time.perf_counter()
                         target_accept, params, it = raised, self.make_params(step_size, metric), 0
@@ -353,6 +356,8 @@ class MCMCMethod(Sampler):
             out.error = f"{exc} (at sampling iteration {it + 1}; {len(kept)} draws kept)"
         finally:
             bar.close()
+        if raises:
+            out.tags["raised_target_accept"] = "; ".join(raises)
         if extensions:
             shown = extensions if len(extensions) <= 3 else [extensions[0], "...", extensions[-1]]
             out.tags["extended"] = f"{len(extensions)} times: " + "; ".join(shown)
