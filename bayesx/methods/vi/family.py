@@ -8,7 +8,8 @@ turns it into the run's draws and evidence (bayesx.diagnostics.importance):
   ``elbo_final`` (mean log w, a lower bound on log Z), ``log_evidence`` (log mean w, importance
   sampling with q as the proposal) with its delta-method standard error ``log_evidence_se``, and
   ``psis_khat``, the Pareto k-hat of the weights (ArviZ's PSIS; Vehtari, Simpson, Gelman, Yao and
-  Gabry); above 0.7 neither the evidence nor q's draws are to be trusted;
+  Gabry); above 0.7 neither the evidence nor q's draws are to be trusted; and ``weights_ess_fraction``,
+  the share of the draws importance sampling keeps, which finds the too-wide q that k-hat cannot see;
 - weighted particles: the same summary of the particles' own weights (AIS's are importance weights of
   the whole annealed path), their ``weights_ess``, and ``num_draws`` draws resampled by the weights
   (multinomial); equally weighted particles are the draws.
@@ -31,7 +32,7 @@ from torch import Tensor
 from bayesx import memory
 from bayesx.diagnostics import importance
 from bayesx.diagnostics.convergence import shown_against
-from bayesx.diagnostics.importance import KHAT_LIMIT
+from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, KHAT_LIMIT
 from bayesx.diagnostics.stein import stein_warnings
 from bayesx.errors import DensityError, RunInterrupted
 from bayesx.kernels import backend
@@ -80,7 +81,8 @@ class Approximation(Method):
     Settings = ApproximationSettings
     family = "approximation"
     hook = "approximate"
-    summary_keys = ("elbo_final", "log_evidence", "log_evidence_se", "psis_khat", "n_grad_evals", "fit_time_s")
+    summary_keys = ("elbo_final", "log_evidence", "log_evidence_se", "psis_khat", "weights_ess_fraction", "n_grad_evals",
+                    "fit_time_s")
     compare_keys = ("elbo_final", "log_evidence", "psis_khat", "fit_time_s")
     approximate_draws = True
 
@@ -123,8 +125,9 @@ class Approximation(Method):
         else:
             with torch.no_grad():
                 z, log_q = fit.approximation.sample_and_log_prob(self.settings.num_draws, inputs.gen)
-                log_weights = target.log_prob(z) - log_q
-            result.metrics.update(importance.weight_summary(log_weights.double().cpu().numpy()))
+                log_weights = (target.log_prob(z) - log_q).double().cpu().numpy()
+            result.metrics.update(importance.weight_summary(log_weights))
+            result.metrics["weights_ess_fraction"] = importance.ess_fraction(log_weights)
             result.draws = z.detach().cpu()[None]
             result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
         result.tags.setdefault("stopped_during", "completed")
@@ -163,8 +166,8 @@ class Approximation(Method):
                 result.metrics["log_evidence_se"] = float(particles.log_evidence_se)
 
     def warnings(self, metrics: dict[str, float]) -> list[str]:
-        """k-hat's verdict on draws with a density, Stein's identity's on draws without one (SVGD's particles:
-        bayesx.diagnostics.stein)."""
+        """The importance weights' verdict on draws with a density (k-hat, then the share of draws they keep), Stein's
+        identity's on draws without one (SVGD's particles: bayesx.diagnostics.stein)."""
         khat = metrics.get("psis_khat", float("nan"))
         if khat == khat and khat > KHAT_LIMIT:
             shown = shown_against(khat, KHAT_LIMIT)
@@ -172,4 +175,10 @@ class Approximation(Method):
                     f"evidence estimate are unreliable; use a richer family or an MCMC method"]
         if not math.isfinite(metrics.get("elbo_final", 0.0)):
             return ["the ELBO is not finite: q puts mass where the target's density is zero or NaN"]
+        kept = metrics.get("weights_ess_fraction", float("nan"))
+        if kept == kept and kept < ESS_FRACTION_LIMIT:
+            shown = shown_against(kept, ESS_FRACTION_LIMIT)
+            return [f"weights_ess_fraction = {shown} < {ESS_FRACTION_LIMIT}: the importance weights p/q are far from "
+                    f"even though k-hat is not above {KHAT_LIMIT}: q differs from the posterior, so its draws are "
+                    f"unreliable; use a richer family or an MCMC method"]
         return stein_warnings(metrics)

@@ -1,0 +1,92 @@
+"""The importance weights' ESS fraction (bayesx.diagnostics.importance.ess_fraction) and the family's warning on it.
+
+k-hat reads only the largest weights p/q, so a q that is too wide (bounded weights) passes it. For q = N(0, s^2 I_d)
+and p = N(0, I_d) the weights' ESS fraction is (sqrt(2 - 1/s^2) / s)^d: 0.16 for s = 1.5, d = 10 (flagged, sds 50%
+off), 0.86 for s = 1.1 (the control, sds 10% off: not flagged), 1 for q = p.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, ess_fraction
+from bayesx.distributions import GaussianQ
+from bayesx.methods.base import RunInputs
+from bayesx.methods.vi.family import Approximation, Fit
+from bayesx.targets.gaussian import Gaussian
+
+
+class FixedQ(Approximation):
+    """An approximation whose 'fit' is N(0, s^2 I) whatever the target: wrong by construction for s != 1."""
+
+    name = "fixed_q"
+
+    def __init__(self, scale: float, **options):
+        super().__init__(**options)
+        self.scale = scale
+
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        out = Fit()
+        out.approximation = GaussianQ(torch.zeros(target.dim, dtype=torch.float64),
+                                      torch.full((target.dim,), self.scale, dtype=torch.float64))
+        return out
+
+
+def exact_fraction(scale: float, dim: int) -> float:
+    return (math.sqrt(2.0 - 1.0 / scale**2) / scale) ** dim
+
+
+def run(scale: float, dim: int = 10, seed: int = 0, num_draws: int = 1000):
+    target = Gaussian(dim=dim)
+    gen = torch.Generator().manual_seed(seed)
+    method = FixedQ(scale, num_draws=num_draws)
+    return method, method.infer(target, RunInputs(target.initial_point(1, gen), gen, progress=False))
+
+
+@pytest.mark.parametrize("scale", [1.1, 1.3, 1.5])
+def test_the_fraction_matches_the_gaussian_formula(scale):
+    _, result = run(scale, num_draws=20000)
+    assert result.metrics["weights_ess_fraction"] == pytest.approx(exact_fraction(scale, 10), rel=0.1)
+
+
+def test_a_too_wide_q_passes_khat_but_is_flagged_and_near_exact_ones_are_not():
+    method, wide = run(1.5)
+    assert wide.metrics["psis_khat"] < 0.5  # k-hat cannot see it
+    warnings = method.warnings(wide.metrics)
+    assert len(warnings) == 1 and warnings[0].startswith("weights_ess_fraction = 0.1")
+    for scale in (1.0, 1.1):  # controls: the posterior itself, and sds 10% too wide
+        method, close = run(scale)
+        assert close.metrics["weights_ess_fraction"] > 2 * ESS_FRACTION_LIMIT and method.warnings(close.metrics) == []
+
+
+def test_khat_speaks_first_for_a_too_narrow_q():
+    method, narrow = run(0.5)
+    warnings = method.warnings(narrow.metrics)
+    assert len(warnings) == 1 and warnings[0].startswith("psis_khat = ")
+
+
+def test_failed_densities_count_as_zero_weights():
+    lw = np.zeros(100)
+    lw[:50] = np.nan
+    assert ess_fraction(lw) == pytest.approx(0.5)
+    assert math.isnan(ess_fraction(np.full(100, np.nan)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, flagged", [("gp_pois_regr", True), ("arK", False)])
+def test_fullrank_vi_on_posteriordb(name, flagged):
+    """Full-rank VI's defaults on gp_pois_regr: k-hat about 0.56 with sds 0.60 reference sds off, and an ESS
+    fraction of 0.11-0.13 (flagged); the control arK (errors <= 0.06) keeps about 0.95 of its draws."""
+    from bayesx.methods.vi.gaussian import GaussianVI
+    from bayesx.targets.posteriordb.target import PosteriorDB
+
+    target = PosteriorDB(name=name)
+    gen = torch.Generator().manual_seed(0)
+    method = GaussianVI(family="fullrank")
+    result = method.infer(target, RunInputs(method.initial_points(target, 4, gen), gen, progress=False))
+    warned = any(w.startswith("weights_ess_fraction") for w in method.warnings(result.metrics))
+    assert warned == flagged, result.metrics
