@@ -110,11 +110,11 @@ def test_a_gram_block_that_is_not_positive_definite_fails_the_run_in_one_line(mo
     real = gap.orthonormal_coordinates
     calls = {"n": 0}
 
-    def breaks_on_the_fifth_call(gram, inner):
+    def breaks_on_the_fifth_call(gram, terms):
         calls["n"] += 1
         if calls["n"] == 5:  # the mean's and L's blocks are two calls per (not skipped) iteration
             torch.linalg.cholesky(-torch.eye(2, dtype=torch.float64))  # raises torch.linalg.LinAlgError
-        return real(gram, inner)
+        return real(gram, terms)
 
     monkeypatch.setattr(gap, "orthonormal_coordinates", breaks_on_the_fifth_call)
     result = run(GAP(frame="none", num_steps=10, n_mc=50), Gaussian(dim=2))

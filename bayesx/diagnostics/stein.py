@@ -65,7 +65,7 @@ def stein_warnings(metrics: dict[str, float]) -> list[str]:
     if flagged > 0:
         out.append(f"the draws' spread fails Stein's identity along {flagged:.0f} coordinate(s): their variance there is "
                    f"{metrics['stein_spread_min']:.3g} to {metrics['stein_spread_max']:.3g} of the posterior's (outside "
-                   f"[{SPREAD_LOW}, {SPREAD_HIGH}]), so their sds are unreliable; use more particles or an MCMC method")
+                   f"[{SPREAD_LOW:.3g}, {SPREAD_HIGH:.3g}]), so their sds are unreliable; use more particles or an MCMC method")
     zmax = metrics.get("stein_score_zmax", 0.0)
     if zmax > SCORE_Z:
         out.append(f"stein_score_zmax = {zmax:.3g} > {SCORE_Z}: the mean gradient of log p over the draws is far from "
