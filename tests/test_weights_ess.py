@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, ess_fraction
+from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, KHAT_LIMIT, ess_fraction
 from bayesx.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit
@@ -57,7 +57,8 @@ def test_a_too_wide_q_passes_khat_but_is_flagged_and_near_exact_ones_are_not():
     method, wide = run(1.5)
     assert wide.metrics["psis_khat"] < 0.5  # k-hat cannot see it
     warnings = method.warnings(wide.metrics)
-    assert len(warnings) == 1 and warnings[0].startswith("weights_ess_fraction = 0.1")
+    assert warnings[0].startswith("weights_ess_fraction = 0.1")  # and the moments see sds about 1.5 times too wide
+    assert len(warnings) == 2 and warnings[1].startswith("by the importance weights") and wide.metrics["psis_sd_ratio_max"] > 1.33
     for scale in (1.0, 1.1):  # controls: the posterior itself, and sds 10% too wide
         method, close = run(scale)
         assert close.metrics["weights_ess_fraction"] > 2 * ESS_FRACTION_LIMIT and method.warnings(close.metrics) == []
@@ -90,3 +91,51 @@ def test_fullrank_vi_on_posteriordb(name, flagged):
     result = method.infer(target, RunInputs(method.initial_points(target, 4, gen), gen, progress=False))
     warned = any(w.startswith("weights_ess_fraction") for w in method.warnings(result.metrics))
     assert warned == flagged, result.metrics
+
+
+# --- q's moments against the Pareto-smoothed weights' estimate -------------------------------------------------
+class ShiftedQ(FixedQ):
+    """N(shift, s^2 I): a q whose mean is off by ``shift`` posterior sds in every coordinate."""
+
+    def __init__(self, scale: float, shift: float, **options):
+        super().__init__(scale, **options)
+        self.shift = shift
+
+    def approximate(self, target, inputs: RunInputs) -> Fit:
+        out = super().approximate(target, inputs)
+        out.approximation = GaussianQ(out.approximation.mean + self.shift, out.approximation.scale)
+        return out
+
+
+def shifted(shift: float, scale: float = 1.0, dim: int = 3, seed: int = 0):
+    target = Gaussian(dim=dim)
+    gen = torch.Generator().manual_seed(seed)
+    method = ShiftedQ(scale, shift)
+    return method, method.infer(target, RunInputs(target.initial_point(1, gen), gen, progress=False))
+
+
+def test_a_shifted_q_that_passes_khat_and_the_ess_is_flagged_by_its_moments():
+    """A q 0.45 sds off in mean keeps exp(-3 x 0.45^2) = 0.54 of its draws in 3 dimensions (no ESS warning) with a
+    small k-hat; the weights' moments see the shift. Controls: q = p, and a shift of 0.1 sds, are not flagged."""
+    method, off = shifted(0.45)
+    assert off.metrics["psis_khat"] < KHAT_LIMIT and off.metrics["weights_ess_fraction"] > ESS_FRACTION_LIMIT
+    assert off.metrics["psis_mean_shift_max"] == pytest.approx(0.45, abs=0.1)
+    warnings = method.warnings(off.metrics)
+    assert len(warnings) == 1 and warnings[0].startswith("by the importance weights, q's draws are off along 3")
+    for shift in (0.0, 0.1):
+        method, close = shifted(shift)
+        assert close.metrics["psis_moments_flagged"] == 0 and method.warnings(close.metrics) == []
+
+
+def test_a_narrow_q_with_a_passing_khat_is_flagged_by_its_sd_ratio():
+    """sds 20% short in one dimension: k-hat about 0.5, the draws' sd ratio about 0.8; 35% short: flagged."""
+    method, short = shifted(0.0, scale=0.65, dim=1, seed=1)
+    if short.metrics["psis_khat"] <= KHAT_LIMIT:  # else k-hat speaks first, which is right too
+        assert short.metrics["psis_sd_ratio_min"] < 0.75 and short.metrics["psis_moments_flagged"] == 1
+
+
+def test_moments_of_exact_draws_are_quiet_over_seeds():
+    """The negative control at scale: q = p in 10 dimensions flags no coordinate in 50 seeds (3-SE gates)."""
+    for seed in range(50):
+        _, exact = shifted(0.0, dim=10, seed=seed)
+        assert exact.metrics["psis_moments_flagged"] == 0, seed

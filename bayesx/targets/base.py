@@ -204,6 +204,11 @@ class TargetBase(ModelBase):
         """Names of the dim coordinates for the draws file and plots; None: ``<param_name>[j]``."""
         return None
 
+    def constrain(self, q: Tensor) -> Tensor:
+        """The parameters a user reads (..., p) at points q (..., dim) of the space the target is sampled on: q
+        itself, unless the target samples a transformed space (posteriordb: Stan's unconstrained parameters)."""
+        return q
+
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         u = torch.rand((n_chains, self.dim), generator=gen, dtype=self.dtype, device=self.device)
         return self.init_scale * (2.0 * u - 1.0)

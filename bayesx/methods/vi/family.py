@@ -9,7 +9,9 @@ turns it into the run's draws and evidence (bayesx.diagnostics.importance):
   sampling with q as the proposal) with its delta-method standard error ``log_evidence_se``, and
   ``psis_khat``, the Pareto k-hat of the weights (ArviZ's PSIS; Vehtari, Simpson, Gelman, Yao and
   Gabry); above 0.7 neither the evidence nor q's draws are to be trusted; and ``weights_ess_fraction``,
-  the share of the draws importance sampling keeps, which finds the too-wide q that k-hat cannot see;
+  the share of the draws importance sampling keeps, which finds the too-wide q that k-hat cannot see; and
+  ``psis_mean_shift_max``, ``psis_sd_ratio_min``/``max``: q's moments of the parameters a user reads
+  (``target.constrain``) against the weights' estimate of the posterior's, an estimate of the draws' own error;
 - weighted particles: the same summary of the particles' own weights (AIS's are importance weights of
   the whole annealed path), their ``weights_ess``, and ``num_draws`` draws resampled by the weights
   (multinomial); equally weighted particles are the draws.
@@ -32,7 +34,7 @@ from torch import Tensor
 from bayesx import memory
 from bayesx.diagnostics import importance
 from bayesx.diagnostics.convergence import shown_against
-from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, KHAT_LIMIT
+from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, KHAT_LIMIT, MOMENT_TOLERANCE
 from bayesx.diagnostics.stein import stein_warnings
 from bayesx.errors import DensityError, RunInterrupted
 from bayesx.kernels import backend
@@ -81,8 +83,8 @@ class Approximation(Method):
     Settings = ApproximationSettings
     family = "approximation"
     hook = "approximate"
-    summary_keys = ("elbo_final", "log_evidence", "log_evidence_se", "psis_khat", "weights_ess_fraction", "n_grad_evals",
-                    "fit_time_s")
+    summary_keys = ("elbo_final", "log_evidence", "log_evidence_se", "psis_khat", "weights_ess_fraction",
+                    "psis_mean_shift_max", "psis_sd_ratio_min", "psis_sd_ratio_max", "n_grad_evals", "fit_time_s")
     compare_keys = ("elbo_final", "log_evidence", "psis_khat", "fit_time_s")
     approximate_draws = True
 
@@ -128,6 +130,9 @@ class Approximation(Method):
                 log_weights = (target.log_prob(z) - log_q).double().cpu().numpy()
             result.metrics.update(importance.weight_summary(log_weights))
             result.metrics["weights_ess_fraction"] = importance.ess_fraction(log_weights)
+            with torch.no_grad():
+                reported = target.constrain(z).double().cpu().numpy()
+            result.metrics.update(importance.psis_moments(reported, log_weights))
             result.draws = z.detach().cpu()[None]
             result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
         result.tags.setdefault("stopped_during", "completed")
@@ -166,8 +171,9 @@ class Approximation(Method):
                 result.metrics["log_evidence_se"] = float(particles.log_evidence_se)
 
     def warnings(self, metrics: dict[str, float]) -> list[str]:
-        """The importance weights' verdict on draws with a density (k-hat, then the share of draws they keep), Stein's
-        identity's on draws without one (SVGD's particles: bayesx.diagnostics.stein)."""
+        """The importance weights' verdict on draws with a density (k-hat; below its limit, the share of draws the weights
+        keep and q's moments against theirs), Stein's identity's on draws without one (SVGD's particles:
+        bayesx.diagnostics.stein)."""
         khat = metrics.get("psis_khat", float("nan"))
         if khat == khat and khat > KHAT_LIMIT:
             shown = shown_against(khat, KHAT_LIMIT)
@@ -175,10 +181,17 @@ class Approximation(Method):
                     f"evidence estimate are unreliable; use a richer family or an MCMC method"]
         if not math.isfinite(metrics.get("elbo_final", 0.0)):
             return ["the ELBO is not finite: q puts mass where the target's density is zero or NaN"]
+        found = []
         kept = metrics.get("weights_ess_fraction", float("nan"))
         if kept == kept and kept < ESS_FRACTION_LIMIT:
             shown = shown_against(kept, ESS_FRACTION_LIMIT)
-            return [f"weights_ess_fraction = {shown} < {ESS_FRACTION_LIMIT}: the importance weights p/q are far from "
-                    f"even though k-hat is not above {KHAT_LIMIT}: q differs from the posterior, so its draws are "
-                    f"unreliable; use a richer family or an MCMC method"]
-        return stein_warnings(metrics)
+            found.append(f"weights_ess_fraction = {shown} < {ESS_FRACTION_LIMIT}: the importance weights p/q are far from "
+                         f"even though k-hat is not above {KHAT_LIMIT}: q differs from the posterior, so its draws are "
+                         f"unreliable; use a richer family or an MCMC method")
+        if metrics.get("psis_moments_flagged", 0.0) > 0:
+            found.append(f"by the importance weights, q's draws are off along {metrics['psis_moments_flagged']:.0f} "
+                         f"parameter(s): means up to {metrics['psis_mean_shift_max']:.2f} posterior sds, sds "
+                         f"{metrics['psis_sd_ratio_min']:.2f} to {metrics['psis_sd_ratio_max']:.2f} of the posterior's "
+                         f"(tolerance {MOMENT_TOLERANCE} sds); use a richer family or an MCMC method")
+        return found + stein_warnings(metrics)
+
