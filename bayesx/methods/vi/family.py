@@ -8,7 +8,7 @@ turns it into the run's draws and evidence (bayesx.diagnostics.importance):
   ``elbo_final`` (mean log w, a lower bound on log Z), ``log_evidence`` (log mean w, importance
   sampling with q as the proposal) with its delta-method standard error ``log_evidence_se``, and
   ``psis_khat``, the Pareto k-hat of the weights (ArviZ's PSIS; Vehtari, Simpson, Gelman, Yao and
-  Gabry); above 0.7 neither the evidence nor q's draws are to be trusted; and ``weights_ess_fraction``,
+  Gabry), above 0.7 neither the evidence nor q's draws are to be trusted; ``weights_ess_fraction``,
   the share of the draws importance sampling keeps, which finds the too-wide q that k-hat cannot see; and
   ``psis_mean_shift_max``, ``psis_sd_ratio_min``/``max``: q's moments of the parameters a user reads
   (``target.constrain``) against the weights' estimate of the posterior's, an estimate of the draws' own error;
