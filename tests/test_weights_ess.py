@@ -1,4 +1,4 @@
-"""The importance weights' ESS fraction (bayesx.diagnostics.importance.ess_fraction) and the family's warning on it.
+"""The importance weights' ESS fraction (bayesx.diagnostics.importance.draw_checks) and the family's warning on it.
 
 k-hat reads only the largest weights p/q, so a q that is too wide (bounded weights) passes it. For q = N(0, s^2 I_d)
 and p = N(0, I_d) the weights' ESS fraction is (sqrt(2 - 1/s^2) / s)^d: 0.16 for s = 1.5, d = 10 (flagged, sds 50%
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, KHAT_LIMIT, ess_fraction
+from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, KHAT_LIMIT, draw_checks
 from bayesx.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit
@@ -73,8 +73,9 @@ def test_khat_speaks_first_for_a_too_narrow_q():
 def test_failed_densities_count_as_zero_weights():
     lw = np.zeros(100)
     lw[:50] = np.nan
-    assert ess_fraction(lw) == pytest.approx(0.5)
-    assert math.isnan(ess_fraction(np.full(100, np.nan)))
+    values = np.random.default_rng(0).normal(size=(100, 2))
+    assert draw_checks(values, lw)["weights_ess_fraction"] == pytest.approx(0.5)
+    assert math.isnan(draw_checks(values, np.full(100, np.nan))["weights_ess_fraction"])
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ reference sds off with k-hat 0.56 and an ESS fraction of 0.11-0.13; the fits wit
 Below ESS_FRACTION_LIMIT the family warns (bayesx.methods.vi.family).
 
 Where k-hat is below 0.7 the Pareto-smoothed weights also estimate the posterior's moments, so comparing q's own
-moments with them estimates the error of q's draws (``psis_moments``), per parameter a user reads (posteriordb:
+moments with them estimates the error of q's draws (``draw_checks``), per parameter a user reads (posteriordb:
 the constrained ones): the mean shift |mean_q - mean_w| / sd_w and the sd ratio sd_q / sd_w, with weights w~_i
 normalized to sum 1. Both differences are linear in (1/n - w~_i), so their Monte Carlo standard errors are
 sqrt(sum_i (1/n - w~_i)^2) times the weighted sd of the per-draw term (a fixed-weights approximation); a
@@ -59,7 +59,7 @@ ESS_FRACTION_LIMIT = 0.25
 KHAT_LIMIT: chosen on the posteriordb study in the module docstring (Laplace, mean-field and full-rank VI, two seeds;
 in sample), where every fit below it had sd errors of 0.45-0.96 reference sds and none above it more than 0.26. A
 mean shift hides from it (a Gaussian q shifted by d sds keeps exp(-d^2) of the draws: 0.84 at d = 0.42, Laplace on
-arK): ``psis_moments`` finds those."""
+arK): the moment check of ``draw_checks`` finds those."""
 MOMENT_TOLERANCE = SD_TOLERANCE
 MOMENT_SE = 3.0
 
@@ -92,27 +92,23 @@ def pareto_smoothed(log_weights: np.ndarray) -> np.ndarray:
     return smoothed
 
 
-def ess_fraction(log_weights: np.ndarray) -> float:
-    """The effective sample size of the Pareto-smoothed weights as a fraction of the draws (module docstring);
-    a NaN log weight (a failed density) is a zero weight."""
-    lw = pareto_smoothed(log_weights)
-    if not np.isfinite(lw).any():
-        return float("nan")
-    w = np.exp(lw - lw.max())
-    return float(w.sum() ** 2 / (w * w).sum() / lw.size)
-
-
-def psis_moments(values: np.ndarray, log_weights: np.ndarray) -> dict[str, float]:
-    """q's moments against the Pareto-smoothed importance estimate of the posterior's (module docstring) for draws'
-    ``values`` (n, p) and their log weights (n,): psis_mean_shift_max, psis_sd_ratio_min, psis_sd_ratio_max and
-    psis_moments_flagged (how many coordinates are flagged). Draws with a NaN value or log weight are left out."""
-    x = np.asarray(values, dtype=np.float64).reshape(len(log_weights), -1)
-    keep = np.isfinite(x).all(1) & ~np.isnan(np.asarray(log_weights, dtype=np.float64))
-    x, lw = x[keep], pareto_smoothed(np.asarray(log_weights, dtype=np.float64)[keep])
-    if x.shape[0] < 20 or not np.isfinite(lw).any():
-        return {}
-    w = np.exp(lw - lw.max())
-    w /= w.sum()
+def draw_checks(values: np.ndarray, log_weights: np.ndarray) -> dict[str, float]:
+    """The checks of q's draws by their Pareto-smoothed weights (module docstring), smoothed once, for the draws'
+    ``values`` (n, p) and log weights (n,): weights_ess_fraction over all n draws (a NaN log weight, a failed density,
+    is a zero weight), and psis_mean_shift_max, psis_sd_ratio_min, psis_sd_ratio_max and psis_moments_flagged (how
+    many coordinates are flagged) over the draws whose values and log weight are not NaN."""
+    lw = np.asarray(log_weights, dtype=np.float64).reshape(-1)
+    smoothed = pareto_smoothed(lw)
+    if not np.isfinite(smoothed).any():
+        return {"weights_ess_fraction": float("nan")}
+    w_all = np.exp(smoothed - smoothed.max())
+    out = {"weights_ess_fraction": float(w_all.sum() ** 2 / (w_all * w_all).sum() / lw.size)}
+    x = np.asarray(values, dtype=np.float64).reshape(lw.size, -1)
+    keep = np.isfinite(x).all(1) & ~np.isnan(lw)
+    x, w = x[keep], w_all[keep]
+    if x.shape[0] < 20 or not w.sum() > 0:
+        return out
+    w = w / w.sum()
     spread = math.sqrt(float(((1.0 / len(w) - w) ** 2).sum()))  # times a term's sd: the difference's standard error
     mean_w = w @ x
     centred = x - mean_w
@@ -125,7 +121,7 @@ def psis_moments(values: np.ndarray, log_weights: np.ndarray) -> dict[str, float
     low, high = 1.0 - MOMENT_TOLERANCE, 1.0 / (1.0 - MOMENT_TOLERANCE)
     flagged = (((shift > MOMENT_TOLERANCE) & (shift > MOMENT_SE * spread))
                | (((ratio < low) | (ratio > high)) & (np.abs(var_q - var_w) > MOMENT_SE * var_se)))
-    return {"psis_mean_shift_max": float(np.nanmax(shift)), "psis_sd_ratio_min": float(np.nanmin(ratio)),
+    return {**out, "psis_mean_shift_max": float(np.nanmax(shift)), "psis_sd_ratio_min": float(np.nanmin(ratio)),
             "psis_sd_ratio_max": float(np.nanmax(ratio)), "psis_moments_flagged": float(flagged.sum())}
 
 

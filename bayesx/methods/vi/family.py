@@ -129,10 +129,9 @@ class Approximation(Method):
                 z, log_q = fit.approximation.sample_and_log_prob(self.settings.num_draws, inputs.gen)
                 log_weights = (target.log_prob(z) - log_q).double().cpu().numpy()
             result.metrics.update(importance.weight_summary(log_weights))
-            result.metrics["weights_ess_fraction"] = importance.ess_fraction(log_weights)
             with torch.no_grad():
                 reported = target.constrain(z).double().cpu().numpy()
-            result.metrics.update(importance.psis_moments(reported, log_weights))
+            result.metrics.update(importance.draw_checks(reported, log_weights))
             result.draws = z.detach().cpu()[None]
             result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
         result.tags.setdefault("stopped_during", "completed")
