@@ -6,9 +6,14 @@
 ``model.log_density`` names the function as ``package.module:function`` (importable) or
 ``path/to/file.py:function`` (``:log_density`` when the function part is left out). It takes the
 parameters ``theta`` (a tensor of shape (dim,) or, batched, (chains, dim)) and, where ``model.data_file`` is
-given, the data as a dict of float tensors (a CSV's columns by header, or a ``.npz``'s arrays), and
+given, the data as a dict of tensors (a CSV's columns by header, as floating-point numbers of the run's dtype;
+a ``.npz``'s arrays, integer and boolean arrays as int64 and bool tensors, the others as floats), and
 returns the unnormalised log posterior density: one value per point. A function written for one point
-is vectorised with ``torch.func.vmap`` (or, where vmap cannot trace it, called point by point).
+is vectorised with ``torch.func.vmap`` (or, where vmap cannot trace it, called point by point); so is a
+function whose value at one row of a batch depends on the other rows.
+
+The posterior is identified (reference cache, ``resume=``, compiled libraries) by what the density computes
+at fixed points and by the data file's bytes, not by the bytes of the function's file.
 
 Optional: ``model.init`` (the point the chains start around, jittered by ``model.init_scale``; default
 the origin) and ``model.param_names`` (names of the dim coordinates, used in the draws file, the
@@ -23,7 +28,6 @@ import csv
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import math
 import zipfile
 from collections.abc import Callable
@@ -44,6 +48,12 @@ UNUSED_PROBES = 4
 """Random points at which a coordinate must leave both the gradient and the log density unchanged to be called
 unused (CustomModel._refuse_unused_coordinates)."""
 UNUSED_PROBE_SEED = 20261126
+PROBE_POINTS = 3
+PROBE_SPREADS = (0.1, 1.0, 5.0)
+"""Spreads (in init_scale) of the batches on which a batched function must agree with its points taken alone:
+near the start, across the starting box, and far (a branch on a batch mean shows at some spread)."""
+FINGERPRINT_SCALES = (0.1, 1.0, 10.0)
+"""Where a density's identity is read (CustomModel.fingerprint): two points at each scale (in init_scale)."""
 
 
 @dataclass(frozen=True)
@@ -94,15 +104,16 @@ def load_function(spec: str) -> Callable:
 
 
 def load_data(path_text: str, dtype: torch.dtype, device: torch.device) -> dict[str, Tensor]:
-    """A .csv file's numeric columns (by header) or a .npz file's arrays, as tensors."""
+    """A .csv file's numeric columns (by header) as tensors of ``dtype``, or a .npz file's arrays: integer and
+    boolean arrays keep their kind (int64, bool: group indices index as they are), the others take ``dtype``."""
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise BayesxError(f"model.data_file: no file {path}; give a .csv or .npz file")
     if path.suffix == ".npz":
-        return {k: torch.as_tensor(v, dtype=dtype, device=device) for k, v in _npz_arrays(path).items()}
+        return {k: _as_tensor(v, dtype, device) for k, v in _npz_arrays(path).items()}
     if path.suffix != ".csv":
         raise BayesxError(f"model.data_file: {path.name} is neither .csv nor .npz; convert it to one of them")
-    with path.open(newline="") as handle:
+    with path.open(newline="", encoding="utf-8-sig") as handle:  # a spreadsheet's byte-order mark is not a header
         rows = list(csv.reader(handle))
     if len(rows) < 2:
         raise BayesxError(f"model.data_file: {path} has no data rows below its header")
@@ -114,18 +125,33 @@ def load_data(path_text: str, dtype: torch.dtype, device: torch.device) -> dict[
     return {name: torch.as_tensor(values[:, j], dtype=dtype, device=device) for j, name in enumerate(header)}
 
 
+def _as_tensor(array: np.ndarray, dtype: torch.dtype, device: torch.device) -> Tensor:
+    if array.dtype == np.bool_:
+        return torch.as_tensor(array, device=device)
+    if np.issubdtype(array.dtype, np.integer):
+        return torch.as_tensor(array.astype(np.int64), device=device)
+    return torch.as_tensor(array, dtype=dtype, device=device)
+
+
 def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
-    """A .npz file's arrays as float64; a file numpy cannot read, or an array that is not numbers, is one line."""
+    """A .npz file's arrays (numbers or booleans, as stored); a file numpy cannot read, or an array that is not
+    numbers, is one line."""
     if not zipfile.is_zipfile(path):
         raise BayesxError(f"model.data_file: {path.name} is not a .npz archive (numpy writes one with "
                           f"numpy.savez(path, name=array)); give a .npz or .csv file")
     try:
         with np.load(path, allow_pickle=False) as arrays:
-            return {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+            return {k: _numeric(k, v) for k, v in arrays.items()}
     except (ValueError, TypeError, OSError, EOFError, zipfile.BadZipFile) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BayesxError(f"model.data_file: cannot read {path.name} as numeric .npz arrays ({reason[:120]}); "
                           f"write it with numpy.savez(path, name=array) of numbers") from None
+
+
+def _numeric(name: str, array: np.ndarray) -> np.ndarray:
+    if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
+        return array
+    return np.asarray(array, dtype=np.float64)  # a string array raises ValueError here: one line above
 
 
 def _file_digest(path: Path) -> str:
@@ -155,35 +181,33 @@ class CustomModel(TargetBase):
     def _probe(self) -> Callable[[Tensor], Tensor]:
         """How to evaluate a batch: the function itself if it takes one, else vmap, else a loop; checked
         near the starting point (shape, agreement with one point at a time, finiteness, and a gradient that
-        autograd can compute), so a bad function fails in one line before a run."""
+        autograd can compute), so a bad function fails in one line before a run.
+
+        The function is taken as batched only where, on each of PROBE_SPREADS' batches, every row equals the
+        same point evaluated alone: a function whose value for one chain depends on the other chains (a branch
+        on a mean over the batch) is then evaluated point by point, as it is written for one point."""
         name = self.settings.log_density
-        n = 3 if self.dim == 2 else 2  # a batch size other than dim: a row of one point is never taken for a batch
-        offsets = torch.linspace(-0.1, 0.1, n, dtype=self.dtype, device=self.device)
-        points = self.centre + offsets[:, None] * self.init_scale
+        first = self.centre[None].clone()
         try:
-            single = torch.as_tensor(self._call(points[0]))
-        except Exception as exc:  # noqa: BLE001 - maybe a function for batches only; tried below
+            single = torch.as_tensor(self._call(first[0]))
+        except Exception as exc:  # noqa: BLE001 - maybe a function for batches only; tried on a batch below
             single, single_error = None, exc
-        try:
-            out = torch.as_tensor(self._call(points))
-        except Exception:  # noqa: BLE001 - a function written for one point; tried below
-            out = None
-        if out is not None and out.shape == (len(points),) and (single is None or single.numel() != 1 or
-                                                                  torch.allclose(out[0], single.reshape(()))):
-            evaluate = self._call
-        elif single is None:  # the user's function failed: say where, in one line
-            raise BayesxError(f"model.log_density {name} failed at the starting point: "
-                              f"{type(single_error).__name__}: {single_error}") from None
-        elif single.numel() != 1:
+        if single is not None and single.numel() != 1:
             raise BayesxError(f"model.log_density {name} returned shape {tuple(single.shape)} for one point of "
                               f"dim {self.dim}; return one log density (a scalar) per point")
+        batched = self._batches_agree_with_points() if single is not None else self._takes_batches()
+        if batched:
+            evaluate, self.evaluation = self._call, "batched"
+        elif single is None:  # the user's function failed: say where, in one line
+            raise BayesxError(f"model.log_density {name} failed at the starting point: "
+                              f"{type(single_error).__name__}: {single_error}{self._dim_hint(single_error)}") from None
         else:
-            vectorised = torch.func.vmap(lambda q: self._call(q).reshape(()))
+            evaluate, self.evaluation = torch.func.vmap(lambda q: self._call(q).reshape(())), "vmap"
             try:
-                vectorised(points)
-                evaluate = vectorised
+                evaluate(self._probe_points(PROBE_SPREADS[0]))
             except Exception:  # noqa: BLE001 - vmap cannot trace every function: fall back to a loop
                 evaluate = lambda q: torch.stack([self._call(row).reshape(()) for row in q])  # noqa: E731
+                self.evaluation = "point by point"
         value = float(evaluate(self.centre[None])[0])
         if not math.isfinite(value):
             raise BayesxError(f"model.log_density {name} is {value} at the starting point {self.centre.tolist()}; "
@@ -192,6 +216,54 @@ class CustomModel(TargetBase):
         if self._no_gradient is None:
             self._refuse_unused_coordinates(evaluate)
         return evaluate
+
+    def _probe_points(self, spread: float) -> Tensor:
+        """PROBE_POINTS distinct points, uniform in centre +- spread * init_scale (a batch size other than dim: a
+        row of one point is never taken for a batch)."""
+        n = PROBE_POINTS + 1 if self.dim == PROBE_POINTS else PROBE_POINTS
+        gen = torch.Generator(device="cpu").manual_seed(UNUSED_PROBE_SEED + int(spread * 1000))
+        u = torch.rand((n, self.dim), generator=gen, dtype=self.dtype).to(self.device)
+        return self.centre + spread * self.init_scale * (2.0 * u - 1.0)
+
+    def _takes_batches(self) -> bool:
+        """Whether the function, failing on one point, returns one value per row of a batch."""
+        try:
+            out = torch.as_tensor(self._call(self._probe_points(PROBE_SPREADS[0])))
+        except Exception:  # noqa: BLE001 - it fails on batches too: reported from the one-point call
+            return False
+        return out.shape == (len(self._probe_points(PROBE_SPREADS[0])),)
+
+    def _batches_agree_with_points(self) -> bool:
+        """Whether the function evaluates batches row by row: one value per row, each equal to the row's point
+        evaluated alone, on batches of every spread (rows where the function fails or is not finite alone are not
+        compared)."""
+        for spread in PROBE_SPREADS:
+            points = self._probe_points(spread)
+            try:
+                out = torch.as_tensor(self._call(points))
+            except Exception:  # noqa: BLE001 - a function written for one point
+                return False
+            if out.shape != (len(points),):
+                return False
+            for row, value in zip(points, out):
+                try:
+                    alone = torch.as_tensor(self._call(row)).reshape(())
+                except Exception:  # noqa: BLE001 - outside what the function takes alone: not compared
+                    continue
+                both_finite = bool(torch.isfinite(alone)) and bool(torch.isfinite(value))
+                if both_finite and not torch.allclose(value, alone, rtol=1e-5, atol=1e-6):
+                    return False
+                if not both_finite and not (torch.equal(value, alone) or (value.isnan() and alone.isnan())):
+                    return False
+        return True
+
+    def _dim_hint(self, exc: Exception) -> str:
+        """For an index or shape error: a pointer at model.dim, the likeliest cause."""
+        text = str(exc).lower()
+        if isinstance(exc, IndexError) or any(w in text for w in ("index", "size", "shape", "dimension")):
+            return (f" (model.dim={self.dim}: check that it is the number of parameters the function reads from "
+                    f"theta)")
+        return ""
 
     def _refuse_unused_coordinates(self, evaluate: Callable[[Tensor], Tensor]) -> None:
         """Refuse a density that does not depend on some coordinates: there the posterior is flat, hence
@@ -259,8 +331,17 @@ class CustomModel(TargetBase):
             first = exc.args[0] if exc.args else ""
             raise DensityError(f"model.log_density {self.settings.log_density} raised {type(exc).__name__}"
                                f"{': ' + str(first).splitlines()[0] if str(first) else ''} at a batch of "
-                               f"{flat.shape[0]} points (e.g. {flat[0].tolist()}); the run stopped with what it "
-                               f"had") from None
+                               f"{flat.shape[0]} points (e.g. {self._failing_row(flat)}); the run stopped with what "
+                               f"it had") from None
+
+    def _failing_row(self, flat: Tensor) -> list[float]:
+        """A row at which the function fails alone (the batch's first row where none does)."""
+        for row in flat.detach():
+            try:
+                self._batched(row[None])
+            except Exception:  # noqa: BLE001 - this is the row to show
+                return row.tolist()
+        return flat[0].tolist()
 
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         u = torch.rand((n_chains, self.dim), generator=gen, dtype=self.dtype, device=self.device)
@@ -270,15 +351,39 @@ class CustomModel(TargetBase):
         return list(self.settings.param_names) if self.settings.param_names else None
 
     def content_digests(self) -> dict[str, str]:
-        """SHA-256 of the density's source file and of the data file."""
-        source = inspect.getsourcefile(self.function)
-        digests = {"log_density": _file_digest(Path(source)) if source else self.settings.log_density}
+        """What identifies this posterior for the reference cache, resume and the compiled cache: the density by
+        what it computes (:meth:`fingerprint`, so an edit in a module the function imports counts and a renamed or
+        re-commented file does not) and the data file by its bytes."""
+        digests = {"log_density": self.fingerprint()}
         if self.settings.data_file:
             digests["data_file"] = _file_digest(Path(self.settings.data_file).expanduser())
         return digests
 
+    def fingerprint(self) -> str:
+        """SHA-256 of the log density and its gradient at fixed points around the start (two at each of
+        FINGERPRINT_SCALES init_scales), rounded to 10 significant digits in float64 (5 in float32) so that a
+        reduction's order does not change it; a point where the function raises contributes its exception's
+        type, so a density that fails only far out is told from one that does not."""
+        digits = 10 if self.dtype == torch.float64 else 5
+        gen = torch.Generator(device="cpu").manual_seed(UNUSED_PROBE_SEED)
+        digest = hashlib.sha256(f"dim={self.dim};dtype={self.dtype}".encode())
+        for scale in FINGERPRINT_SCALES:
+            noise = torch.randn((2, self.dim), generator=gen, dtype=torch.float64).to(self.dtype).to(self.device)
+            points = (self.centre + scale * self.init_scale * noise).requires_grad_(True)
+            try:
+                with torch.enable_grad():
+                    values = torch.as_tensor(self._batched(points))
+                    grad = (torch.autograd.grad(values.sum(), points)[0] if self._no_gradient is None
+                            else torch.zeros_like(points))
+            except Exception as exc:  # noqa: BLE001 - a failure is part of what the density computes
+                digest.update(f"{scale}:{type(exc).__name__};".encode())
+                continue
+            numbers = torch.cat([values.detach().reshape(-1), grad.detach().reshape(-1)]).double().cpu().tolist()
+            digest.update((f"{scale}:" + ",".join(f"{x:.{digits}g}" for x in numbers) + ";").encode())
+        return digest.hexdigest()
+
     def describe(self) -> dict[str, str]:
-        tags = {"dim": str(self.dim), "log_density": self.settings.log_density}
+        tags = {"dim": str(self.dim), "log_density": self.settings.log_density, "evaluation": self.evaluation}
         if self.settings.data_file:
             tags["data_file"] = str(self.settings.data_file)
         if self.settings.param_names:
