@@ -13,7 +13,8 @@ invariant (GAP's Hellinger distance, the flow ELBO) this only reparametrizes the
 conditioning; for SVGD it is the affine preconditioning of Wang, Tang, Bajaj and Liu (2019), "Stein variational
 gradient descent with matrix-valued kernels" (the RBF kernel on w is a kernel with the metric (L L^T)^-1 on z).
 
-``frame: none`` is the identity (:class:`IdentityFrame`): the method's behaviour before issue 34. The frame's
+``frame: auto`` (flowvi's default) is ``gaussian`` in three or more dimensions and ``none`` below
+(AUTO_FRAME_MIN_DIM). ``frame: none`` is the identity (:class:`IdentityFrame`): the method's behaviour before issue 34. The frame's
 gradients count in the method's ``n_grad_evals``; where the VI fit fails, or the target has no gradient, there
 is no frame (the tag ``frame`` says why), and the method runs in z as with ``frame: none``.
 """
@@ -31,8 +32,14 @@ from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.gaussian import GaussianVI
 
-FrameChoice = Literal["gaussian", "none"]
+FrameChoice = Literal["auto", "gaussian", "none"]
 FRAMED = "full-rank Gaussian VI"  # the ``frame`` tag of a framed fit
+AUTO_FRAME_MIN_DIM = 3
+"""``frame: auto`` fits the Gaussian frame from this many dimensions on. The frame helps where the posterior's
+scales span orders of magnitude across many coordinates (posteriordb's diamonds, 26-d: without it a flow ends
+hundreds of sds off); in one or two dimensions a flow's base N(0, I) reaches any scale within its budget, and a
+Gaussian fitted to one mode of a multimodal density pins the flow to that mode (the normalizing-flows journal's
+two-lobed energy U1, 16 planar layers: ELBO 0.70 nats below log Z with the frame, 0.07 without)."""
 
 
 class IdentityFrame:
@@ -85,7 +92,12 @@ def fit_frame(choice: FrameChoice, target, inputs: RunInputs, method: str) -> tu
     """The frame of ``choice`` for ``method`` (its name, for messages) and the run's ``frame`` tag: for ``gaussian``
     full-rank Gaussian VI with its defaults from ``inputs.initial``; the identity for ``none``, for a target
     without a gradient, or where the VI fit failed (the tag says which). Ctrl-C or SIGTERM during the VI fit stops
-    the run, as during the method's own fit."""
+    the run, as during the method's own fit. ``auto`` is ``gaussian`` from AUTO_FRAME_MIN_DIM dimensions on, else
+    ``none``."""
+    if choice == "auto":
+        if target.dim < AUTO_FRAME_MIN_DIM:
+            return IdentityFrame(), f"none (frame=auto: {target.dim} dimension{'s' if target.dim > 1 else ''})"
+        choice = "gaussian"
     if choice == "none":
         return IdentityFrame(), "none"
     if (problem := target.gradient_problem()) is not None:
