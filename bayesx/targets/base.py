@@ -209,6 +209,10 @@ class TargetBase(ModelBase):
         itself, unless the target samples a transformed space (posteriordb: Stan's unconstrained parameters)."""
         return q
 
+    def reported_names(self) -> list[str]:
+        """The names of the p parameters :meth:`constrain` returns (the run's posterior summary)."""
+        return self.coordinate_names() or [f"{self.param_name}[{j}]" for j in range(self.dim)]
+
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         u = torch.rand((n_chains, self.dim), generator=gen, dtype=self.dtype, device=self.device)
         return self.init_scale * (2.0 * u - 1.0)

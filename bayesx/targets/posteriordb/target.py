@@ -83,6 +83,9 @@ class PosteriorDB(TargetBase):
         out = torch.cat([self.model.constrain(flat[i:i + CHUNK]) for i in range(0, len(flat), CHUNK)])
         return out.reshape(*q.shape[:-1], out.shape[-1])
 
+    def reported_names(self) -> list[str]:
+        return list(self.posterior.param_names)
+
     def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
         with torch.no_grad():
             params = self.constrain(draws.to(self.dtype)).reshape(-1, len(self.posterior.param_names))
