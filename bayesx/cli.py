@@ -242,14 +242,14 @@ def cmd_ui(ns: argparse.Namespace) -> int:
     check_bindable(ns.host, ns.port)  # a name that does not resolve, an address not on this machine, a port in use
     url = f"http://{ns.host}:{ns.port}"
     print(f"starting the MLflow UI for {uri} at {url}; waiting for it to answer", end="", flush=True)
-    return _supervise(_ui_server_command(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root"))),
+    return _supervise(_ui_server_command(ui_command(uri, ns.host, ns.port, tracking.get("artifact_root")), ns.verbose),
                       _ui_when_ready(url, ns.experiment, str(cfg.get("experiment_name") or "")), _ui_server_env())
 
 
-def _ui_server_command(command: list[str]) -> list[str]:
+def _ui_server_command(command: list[str], verbose: bool = False) -> list[str]:
     from bayesx import ui
 
-    return [*command, *ui.server_options()]
+    return [*command, *ui.server_options(verbose)]
 
 
 def _ui_server_env() -> dict[str, str]:
@@ -419,7 +419,7 @@ def cmd_runs(ns: argparse.Namespace) -> int:
 def cmd_compare(ns: argparse.Namespace) -> int:
     """The runs as a table on standard output: aligned for a terminal (the default, with its notes), or as
     json, csv or markdown (whole run ids in json and csv), the notes then on standard error."""
-    from bayesx.compare import ESS_PER_CHAIN, ID_CHARS, compare_table, render
+    from bayesx.compare import ID_CHARS, check_note, compare_table, render
     from bayesx.tracking import search_runs, store_writable
 
     notes = sys.stdout if ns.format == "table" else sys.stderr  # stdout holds nothing but the table
@@ -442,10 +442,9 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         return EXIT_OK
     if ns.limit:
         table = table.head(ns.limit)
-    print(render(table, ns.format))
-    if not table["check"].isin(["ok", ""]).all():
-        print(f"check: runs with R-hat > 1.01 or bulk ESS < {ESS_PER_CHAIN} per chain (Vehtari et al. 2021) have "
-              f"no reliable ESS or ESS/s" + ("; they are sorted last" if ns.sort else ""), file=notes)
+    print(render(table, ns.format, ns.wide, ns.sort))
+    if check_note(table, ns.sort):
+        print(check_note(table, ns.sort), file=notes)
     if ns.csv:
         table.to_csv(ns.csv, index=False)
         print(f"wrote {len(table)} runs to {ns.csv}", file=notes)
@@ -527,6 +526,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--experiment", metavar="NAME",
                             help="the experiment whose run table the printed link opens (default: the one with the "
                                  "newest run, else experiment_name)")
+        parser.add_argument("--verbose", action="store_true", help="show the server's access log (off by default)")
     if command == "compare":
         from bayesx.compare import FORMATS
 
@@ -534,6 +534,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--sort", metavar="METRIC", help="sort by this metric (descending)")
         parser.add_argument("--ascending", action="store_true", help="sort ascending instead")
         parser.add_argument("--limit", type=int, help="show at most this many runs")
+        parser.add_argument("--wide", action="store_true", help="every column (default: the table fits 120 characters)")
         parser.add_argument("--csv", metavar="FILE", help="also write the table to a CSV file")
         parser.add_argument("--format", choices=FORMATS, default="table",
                             help="table (default: aligned, for a terminal), json (an array of one object per run), "

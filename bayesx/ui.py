@@ -34,11 +34,13 @@ SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job runner: b
 MODEL_TRAINING = "machine_learning"  # the value of MLflow's ``workflowType`` query parameter
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 POLL_S, NOTE_AFTER_S = 0.25, 60.0
+QUIET_SERVER = "--no-access-log"  # uvicorn's option, passed through mlflow ui --uvicorn-opts
 
 
-def server_options() -> list[str]:
-    """The ``mlflow ui`` options bayesx adds (one worker)."""
-    return ["--workers", str(WORKERS)]
+def server_options(verbose: bool = False) -> list[str]:
+    """The ``mlflow ui`` options bayesx adds: one worker, and no access log unless ``verbose`` (a line per
+    request, hundreds per page, would scroll the printed link away)."""
+    return ["--workers", str(WORKERS), *([] if verbose else ["--uvicorn-opts", QUIET_SERVER])]
 
 
 def answers(url: str, timeout: float = 2.0) -> bool:
