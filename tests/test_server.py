@@ -1,6 +1,8 @@
 """`bayesx server`: a real PostgreSQL cluster and a real MLflow tracking server in a temporary folder;
-four parallel jobs log to it and all four are there with their metrics and artifacts. Skipped, with
-the reason, where PostgreSQL or its Python driver is missing."""
+four parallel jobs log to it and all four are there with their metrics and artifacts; the cluster lets
+nobody in without its password, and one made by an older bayesx with trust authentication is
+converted on its next start, its data kept. Skipped, with the reason, where PostgreSQL or its Python
+driver is missing."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import call, error_line
-from tracking_server import running_server
+from tracking_server import psql, running_server
 from tracking_server import why_not as _why_not
 
-from bayesx.server import free_port
+from bayesx.server import DB_USER, Cluster, cluster_user, free_port, postgres_bin
 
 
 @pytest.mark.slow
@@ -41,6 +43,68 @@ def test_four_parallel_jobs_log_to_a_postgresql_backed_server():
             assert "config.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}
         assert not (folder / "mlflow.db").exists()  # nothing went to a local file
     assert not (folder / "srv" / "pgdata" / "postmaster.pid").exists()  # the cluster was stopped too
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _old_trust_cluster(data: Path, port: int) -> None:
+    """A cluster as bayesx made it before passwords (initdb --auth=trust, started with its old options), with a
+    table of one row in database mlflow; left stopped."""
+    user = cluster_user()
+    data.parent.mkdir(parents=True)
+    if user:
+        shutil.chown(data.parent, user)
+    as_cluster_user = {"user": user, "check": True, "capture_output": True, "timeout": 120}
+    subprocess.run([postgres_bin("initdb"), "-D", str(data), "-U", DB_USER, "--auth=trust", "-E", "UTF8"],
+                   **as_cluster_user)
+    subprocess.run([postgres_bin("pg_ctl"), "-D", str(data), "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1",
+                    "-l", str(data.parent / "postgres.log"), "-w", "start"], **as_cluster_user)
+    try:
+        for sql in ("CREATE DATABASE mlflow", "CREATE TABLE kept (x int); INSERT INTO kept VALUES (42)"):
+            subprocess.run([postgres_bin("psql"), "-h", "127.0.0.1", "-p", str(port), "-U", DB_USER, "-d",
+                            "mlflow" if "kept" in sql else "postgres", "-c", sql], check=True, capture_output=True)
+    finally:
+        subprocess.run([postgres_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], **as_cluster_user)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
+def test_a_trust_cluster_of_an_older_bayesx_is_converted_to_passwords(capsys):
+    """Under trust, psql without a password gets in (the control); after one start by this bayesx the same psql is
+    refused over TCP and over the socket, the password file (mode 600) lets us in, and the old data are there."""
+    folder = Path(tempfile.mkdtemp(prefix="bayesx-trust-", dir="/tmp"))
+    folder.chmod(0o755)  # the postgres user must reach its data directory
+    data, port = folder / "srv" / "pgdata", free_port()
+    _old_trust_cluster(data, port)
+    cluster = Cluster(data, port, cluster_user())
+    before = subprocess.run([postgres_bin("pg_ctl"), "-D", str(data), "-o", f"-p {port} -k {data} -c "
+                             "listen_addresses=127.0.0.1", "-l", str(folder / "srv" / "control.log"), "-w", "start"],
+                            user=cluster.user, capture_output=True, timeout=120, check=True)
+    try:
+        control = psql(port, "mlflow")
+    finally:
+        cluster.stop()
+    assert before.returncode == 0 and control.returncode == 0 and control.stdout.strip() == "1", control.stderr
+    try:
+        note = cluster.start()
+        assert note is not None and "let every local user in (trust authentication" in note
+        assert f"it now needs the password in {folder / 'srv' / 'pgpass'}" in capsys.readouterr().err
+        for host in ("127.0.0.1", str(data)):
+            refused = psql(port, "mlflow", host=host)
+            assert refused.returncode != 0 and "no password supplied" in refused.stderr, refused
+        wrong = psql(port, "mlflow", env={**os.environ, "PGPASSWORD": "not-the-password", "PGPASSFILE": "/dev/null"})
+        assert wrong.returncode != 0 and "password authentication failed for user \"bayesx\"" in wrong.stderr
+        assert oct((folder / "srv" / "pgpass").stat().st_mode & 0o777) == "0o600"
+        assert oct(data.stat().st_mode & 0o777) == "0o700"
+        kept = subprocess.run([postgres_bin("psql"), "-w", "-h", "127.0.0.1", "-p", str(port), "-U", DB_USER, "-d",
+                               "mlflow", "-tAc", "SELECT x FROM kept"], env=cluster.client_env(), capture_output=True,
+                              text=True, timeout=60)
+        assert kept.stdout.strip() == "42", kept.stderr
+        assert "trust" not in (data / "pg_hba.conf").read_text()
+    finally:
+        cluster.stop()
+    assert cluster.start() is None  # converted once: the next start changes nothing
+    cluster.stop()
+    assert "not-the-password" not in (folder / "srv" / "postgres.log").read_text()
     shutil.rmtree(folder, ignore_errors=True)
 
 

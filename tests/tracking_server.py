@@ -52,3 +52,32 @@ def running_server(folder: Path, timeout: float = 180.0) -> Iterator[str]:
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=120)
+
+
+def psql(port: int, database: str, host: str = "127.0.0.1", as_user: str | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``psql -w ... -c 'select 1'`` (never prompting for a password) against database ``database``, as OS user
+    ``as_user`` (through runuser, as root) or as ourselves, in ``env`` (default: ours without any libpq
+    password: no $PGPASSFILE, no $PGPASSWORD)."""
+    from bayesx.server import postgres_bin
+
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k not in ("PGPASSFILE", "PGPASSWORD")}
+    command = [postgres_bin("psql"), "-w", "-h", host, "-p", str(port), "-U", "bayesx", "-d", database, "-tAc",
+               "select 1"]
+    if as_user:
+        command = ["runuser", "-u", as_user, "--", *command]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd="/", timeout=60, check=False)
+
+
+def why_not_other_user() -> str | None:
+    """Why these tests cannot connect as another local user (nobody, through runuser), or None."""
+    if os.geteuid() != 0:
+        return "only root can run a command as another user (runuser)"
+    if shutil.which("runuser") is None:
+        return "runuser is not installed"
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return "this machine has no user 'nobody'"
+    return None
