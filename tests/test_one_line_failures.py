@@ -1,0 +1,74 @@
+"""Failures that must end in one line with the right exit status (issue 48): an unwritable home, tracking stores
+that are not stores or have no room, a seed out of range, a damaged checkpoint, resuming a changed posterior, a
+run stopped after its last draw, and a resumed run's wall time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from cli_helpers import assert_rejected, call, error_line, statuses
+
+QUICK = ["experiment=quick", "model=gaussian", "method.num_warmup=20", "method.num_draws=20", "plots.n_coords=0",
+         "device.num_threads=1", "progress=false"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A store with its tables made, free of runs, and a working folder beside it."""
+    root = tmp_path_factory.mktemp("one_line")
+    uri = f"sqlite:///{root}/mlflow.db"
+    MlflowClient(tracking_uri=uri).search_experiments()
+    return root, uri
+
+
+@pytest.fixture
+def env(store, monkeypatch):
+    root, uri = store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(root)
+    return root, uri
+
+
+def bayesx(args: list[str], cwd: Path, unset: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess:
+    """``python -m bayesx ARGS`` in a process of its own, with ``env`` added to our environment and ``unset`` taken
+    out of it."""
+    environ = {k: v for k, v in os.environ.items() if k not in unset}
+    return subprocess.run([sys.executable, "-m", "bayesx", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**environ, **env})
+
+
+# --- 1. a home that cannot be written ---------------------------------------------------------------
+UNWRITABLE_HOME_UNSET = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR", "TORCH_HOME", "BAYESX_CACHE_DIR")
+
+
+def unwritable_home(tmp_path: Path) -> str:
+    """A home that cannot be made: a folder under a file, which stops root too (chmod would not)."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    return str(blocker / "home")
+
+
+def test_the_libraries_load_silently_where_the_home_cannot_be_written(tmp_path):
+    """ArviZ makes ~/.cache/arviz when it is imported (a traceback where it cannot) and matplotlib warns about
+    ~/.config/matplotlib: importing bayesx first moves their caches to a temporary folder."""
+    home = unwritable_home(tmp_path)
+    environ = {k: v for k, v in os.environ.items() if k not in UNWRITABLE_HOME_UNSET}
+    result = subprocess.run([sys.executable, "-c", "import bayesx, arviz, matplotlib.pyplot, torch"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, env={**environ, "HOME": home})
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_run_works_where_the_home_cannot_be_written(store, tmp_path):
+    root, uri = store
+    result = bayesx(["run", *QUICK, "experiment_name=home"], root, HOME=unwritable_home(tmp_path),
+                    MLFLOW_TRACKING_URI=uri, unset=UNWRITABLE_HOME_UNSET)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "NativeKernelWarning" not in result.stderr, result.stderr[-3000:]
+    assert "[FINISHED]" in result.stdout
