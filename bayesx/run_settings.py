@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from bayesx.settings import AtLeast, Positive, Settings
+from bayesx.settings import AtLeast, Between, Positive, Settings
+
+
+SEED_MAX = 2**63 - 1
+"""The largest seed: torch's global generator takes at most a signed 64-bit integer (a larger one stopped the run
+with "Overflow when unpacking long long"), so ``seed=99999999999999999999`` is refused in one line naming the range."""
+Seed = Annotated[int, Between(0, SEED_MAX, closed=True)]
 
 
 @dataclass(frozen=True)
@@ -23,7 +29,7 @@ class ReferenceSettings(Settings):
     num_draws: Annotated[int, AtLeast(4)] = 500  # per chain
     n_chains: Annotated[int, AtLeast(1)] = 4
     max_tree_depth: Annotated[int, AtLeast(1)] = 10
-    seed: Annotated[int, AtLeast(0)] = 12345
+    seed: Seed = 12345
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class SweepSettings(Settings):
 
 @dataclass(frozen=True)
 class RunSettings(Settings):
-    seed: Annotated[int, AtLeast(0)] = 0
+    seed: Seed = 0
     n_chains: Annotated[int, AtLeast(1)] = 4
     experiment_name: str = "bayesx"
     run_name: str | None = None

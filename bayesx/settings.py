@@ -82,9 +82,15 @@ class Between:
         below = value <= self.high if self.closed else value < self.high
         if above and below:
             return None
+        low, high = _shown(self.low), _shown(self.high)
         if self.closed:
-            return f"between {self.low:g} and {self.high:g}"
-        return f"in [{self.low:g}, {self.high:g})" if self.closed_low else f"in ({self.low:g}, {self.high:g})"
+            return f"between {low} and {high}"
+        return f"in [{low}, {high})" if self.closed_low else f"in ({low}, {high})"
+
+
+def _shown(bound: float) -> str:
+    """A bound as a message shows it: an integer in full (a seed's 9223372036854775807, not 9.22337e+18)."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 @dataclass(frozen=True)

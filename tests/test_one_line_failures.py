@@ -72,3 +72,9 @@ def test_a_run_works_where_the_home_cannot_be_written(store, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "NativeKernelWarning" not in result.stderr, result.stderr[-3000:]
     assert "[FINISHED]" in result.stdout
+
+
+# --- 6. a seed out of range ---------------------------------------------------------------------------
+def test_a_seed_beyond_64_bits_is_refused_naming_its_range(env):
+    line = assert_rejected(["run", *QUICK, "seed=99999999999999999999"], env[1], "seed", "99999999999999999999")
+    assert "between 0 and 9223372036854775807" in line
