@@ -530,7 +530,13 @@ class Tracker:
                 location = (Path(artifact_root).resolve() / name).as_uri()
             try:
                 return self.client.create_experiment(name, artifact_location=location)
-            except MlflowException:  # another process (a parallel job on a server) created it first
+            except MlflowException as exc:  # another process (a parallel job on a server) created it first
+                if exc.error_code == "PERMISSION_DENIED":  # a server's user who may only read (bayesx server --auth)
+                    user = os.environ.get("MLFLOW_TRACKING_USERNAME", "?")
+                    raise BayesxError(f"the tracking server {self.uri} does not let user '{user}' create experiment "
+                                      f"'{name}' (HTTP 403: a read-only user); its admin can grant more with  bayesx "
+                                      f"server user add {user} --permission edit  (or create the experiment and "
+                                      f"grant edit on it with --experiment {name})") from None
                 again = self.client.get_experiment_by_name(name)
                 if again is None:
                     raise
