@@ -78,3 +78,18 @@ def test_a_run_works_where_the_home_cannot_be_written(store, tmp_path):
 def test_a_seed_beyond_64_bits_is_refused_naming_its_range(env):
     line = assert_rejected(["run", *QUICK, "seed=99999999999999999999"], env[1], "seed", "99999999999999999999")
     assert "between 0 and 9223372036854775807" in line
+
+
+# --- 10. a byte-order mark before a CSV's header ------------------------------------------------------
+@pytest.mark.parametrize("sep", [",", ";"])
+def test_a_byte_order_mark_is_not_part_of_the_first_column_name(tmp_path, sep):
+    """A spreadsheet's UTF-8 export starts with a byte-order mark: the label column named first is still 'y'."""
+    from bayesx.data.csv import load_csv
+
+    rows = [sep.join(["y", "a", "b"])] + [sep.join([str(i % 2), f"{0.1 * i:.1f}", f"{(-1) ** i * 0.3 * i:.1f}"])
+                                          for i in range(1, 21)]
+    path = tmp_path / "exported.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(rows).encode() + b"\n")
+    data = load_csv(path=str(path), target="y", test_fraction=0.25, seed=0)
+    assert data.x_train.shape[1] == 2 and set(data.y_train.tolist()) == {0.0, 1.0}
+    assert "target 'y'" in data.description

@@ -37,15 +37,16 @@ def _resolve_path(path: object) -> Path:
     return resolved.resolve()
 
 
+ENCODING = "utf-8-sig"  # UTF-8, without the byte-order mark a spreadsheet may write before the header's first name
 DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "bar"}
 
 
 def _delimiter(path: Path) -> str:
     """The file's field delimiter, read from its header line: a comma wherever the header has one (as
     before), else the first of ``;``, tab or ``|`` that it holds (a spreadsheet's export in many locales
-    uses ``;``), else a comma (a one-column file)."""
+    uses ``;``), else a comma (a one-column file). A spreadsheet's byte-order mark is not part of the header."""
     try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
+        with path.open(encoding=ENCODING, errors="replace") as handle:
             header = handle.readline()
     except OSError:
         return ","  # pandas names the problem
@@ -54,7 +55,7 @@ def _delimiter(path: Path) -> str:
 
 def _read_frame(path: Path, delimiter: str = ",") -> pd.DataFrame:
     try:
-        frame = pd.read_csv(path, sep=delimiter)
+        frame = pd.read_csv(path, sep=delimiter, encoding=ENCODING)
     except pd.errors.EmptyDataError:
         raise BayesxError(f"data file '{path}' is empty; give a CSV file with a header row and data rows") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
