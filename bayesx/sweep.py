@@ -4,7 +4,8 @@ The parent is opened in ``on_multirun_start`` and its id passed to the jobs thro
 environment (so launchers that start new processes see it too). ``on_multirun_end`` closes it
 FAILED if any child failed or a job failed before it recorded a run (each job leaves its outcome
 in its output folder, bayesx.run_output), KILLED if one was interrupted, else FINISHED; the failed
-jobs are named in the parent's description (bayesx.tracking.failed_jobs_note). A sweep stopped by an
+jobs are named in the parent's description (bayesx.tracking.failed_jobs_note), and the sweep's answer (a table
+of the runs' errors, costs and reliability, and where the comparison plot is) is printed. A sweep stopped by an
 error that escaped its jobs (the launcher's, or an internal one before a job recorded its run) is
 closed FAILED by :func:`close_open_parent`, so that no parent is left RUNNING.
 """
@@ -66,7 +67,26 @@ def _end_parent(config: DictConfig, failed: bool) -> None:
     unrecorded = [FailedJob(" ".join(o for o in job.get("overrides") or [] if o not in shared)
                             or f"job {job.get('job')}", REJECTED, str(job.get("error") or "no error recorded"))
                   for job in jobs if job["status"] == REJECTED]
-    outcome["status"] = _tracker(config).end_parent(run_id, unrecorded, failed)
+    tracker = _tracker(config)
+    outcome["status"] = tracker.end_parent(run_id, unrecorded, failed)
+    print_answer(tracker.uri, run_id)
+
+
+def print_answer(uri: str, run_id: str) -> None:
+    """The sweep's answer on the terminal (bayesx.sweep_summary.sweep_answer; standard error under --json, whose
+    standard output holds only the runs); a store that fails here is a warning, the sweep's runs are recorded."""
+    import sys
+
+    from bayesx.sweep_summary import sweep_answer
+
+    try:
+        text = sweep_answer(uri, run_id)
+    except Exception as exc:  # noqa: BLE001 - a courtesy, never the sweep's outcome
+        print(f"bayesx: warning: the sweep's comparison table was not printed ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return
+    if text:
+        print("\n" + text, flush=True)
 
 
 def close_open_parent(interrupted: bool = False) -> None:

@@ -1,34 +1,44 @@
-"""A sweep's comparison, on its parent run: what ``bayesx report`` prints, as files the MLflow UI shows, and a
-description that says which run won on which criterion.
+"""A sweep's answer (which method, at what error, at what cost, and whether to trust it): at the end of the sweep on
+the terminal, and on its parent run as files the MLflow UI shows and a description.
 
 When a sweep ends (:meth:`bayesx.tracking.Tracker.end_parent`) its parent run gets, under ``comparison/``:
 
     report.md           the ``bayesx report`` table of the sweep's runs (their key metrics, rounded)
     table.csv           the same table, unrounded (MLflow shows it as a table)
     report.png          ``bayesx report``'s bars: one bar per run for each key metric
-    error_vs_cost.png   accuracy against cost, one point per run, one colour per method: the error against the
-                        reference posterior (``posterior_mean_err``, or the posteriordb gold standard's
-                        ``ref_mean_err_max``) against gradient evaluations and against wall time
+    error_vs_cost.png   accuracy against cost, one point per run, one colour per method, hollow where the run's own
+                        diagnostics say it is unreliable (bayesx.compare.check): the error against the reference
+                        posterior (``posterior_mean_err``, or the posteriordb gold standard's ``ref_mean_err_max``)
+                        against gradient evaluations and against wall time
     ess_per_s.png       samplers only: the smallest bulk ESS per second of sampling, one bar per run
 
-and its description (MLflow's note, ``mlflow.note.content``) names the winner on each criterion that at least
-two runs report (:data:`CRITERIA`), or says that the runs tie. The whole is a courtesy: a store that fails
-here leaves a warning, never a failed sweep.
+and its description (MLflow's note, ``mlflow.note.content``, which the run's Overview shows) opens with the answer
+table (:func:`answer_table`: per run its error, wall time, gradients and whether it is reliable) and the
+error-against-cost plot, then names the winner on each criterion that at least two runs report (:data:`CRITERIA`):
+a tie where the best values are equal as printed, and an unreliable winner as unreliable, beside the best reliable
+run. The sweeping process prints the same answer table on the terminal (:func:`sweep_answer`). The whole is a
+courtesy: a store that fails here leaves a warning, never a failed sweep.
 """
 
 from __future__ import annotations
 
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
+from bayesx.compare import ERROR_METRICS as ERRORS
+from bayesx.compare import reliability, unreliable
 from bayesx.report import finite
 from bayesx.tracking import DESCRIPTION_TAG as NOTE_TAG  # MLflow's run description
+
 FOLDER = "comparison"
+PLOT = "error_vs_cost.png"
+TERMINAL_WIDTH = 100  # characters the answer table printed at the end of a sweep fits
+DESCRIBED_RUNS = 30  # rows of the answer table in the description (MLflow caps a tag's length); the rest: report.md
 BEGIN, END = "<!-- bayesx sweep comparison -->", "<!-- end of the bayesx sweep comparison -->"
 
-# (metric, True where lower wins, what it measures); the first two of these a run reports are plotted against cost
-ERRORS = ("posterior_mean_err", "ref_mean_err_max")
+# (metric, True where lower wins, what it measures); the first of ERRORS a run reports is plotted against cost
 CRITERIA = (
     ("posterior_mean_err", True, "closest posterior means to the reference"),
     ("posterior_sd_err", True, "closest posterior sds to the reference"),
@@ -57,26 +67,42 @@ def unique_labels(labels: list[str], run_ids: list[str]) -> list[str]:
             for label, run in zip(labels, run_ids)]
 
 
-def winners(table, labels: list[str]) -> list[str]:
-    """One sentence per criterion that two or more runs report: the best run, its value and the runner-up's,
-    or that they tie."""
+def winners(table, labels: list[str], verdicts: list[str] | None = None) -> list[str]:
+    """One sentence per criterion that two or more runs report: the best run and its value, and the runner-up's;
+    a tie where several runs share the best value as printed (all of them: "all N runs tie"). ``verdicts`` (per run,
+    :func:`bayesx.compare.check`) mark an unreliable run among the best as such, and the best reliable run is named
+    beside it."""
     from bayesx.report import format_number
+
+    verdicts = verdicts or [""] * len(labels)
+
+    def named(i: int, value: str = "") -> str:
+        flag = f" (unreliable: {verdicts[i]})" if unreliable(verdicts[i]) else ""
+        return f"**{labels[i]}**{value}{flag}"
 
     out = []
     for metric, lower, meaning in CRITERIA:
         if metric not in table:
             continue
-        scored = sorted(((float(v), labels[i]) for i, v in enumerate(table[metric]) if finite(v)),
+        scored = sorted(((float(v), i) for i, v in enumerate(table[metric]) if finite(v)),
                         key=lambda pair: pair[0] if lower else -pair[0])
         if len(scored) < 2:
             continue
-        (best, who), (second, next_who) = scored[0], scored[1]
+        shown = format_number(scored[0][0])
+        best = [i for v, i in scored if format_number(v) == shown]
+        rest = [(v, i) for v, i in scored if format_number(v) != shown]
+        if not rest:
+            out.append(f"- {metric}: all {len(scored)} runs tie at {shown}")
+            continue
         word = "lowest" if lower else "highest"
-        if best == second and all(v == best for v, _ in scored):
-            out.append(f"- {metric}: all {len(scored)} runs tie at {format_number(best)}")
-        else:
-            out.append(f"- {word} {metric} ({meaning}): **{who}** {format_number(best)} "
-                       f"(next: {next_who} {format_number(second)})")
+        who = (f"tie at {shown} between {', '.join(named(i) for i in best)}" if len(best) > 1
+               else named(best[0], f" {shown}"))
+        line = f"- {word} {metric} ({meaning}): {who} (next: {labels[rest[0][1]]} {format_number(rest[0][0])})"
+        if any(unreliable(verdicts[i]) for i in best):
+            trusted = [(v, i) for v, i in scored if not unreliable(verdicts[i])]
+            line += (f"; reliable best: **{labels[trusted[0][1]]}** {format_number(trusted[0][0])}" if trusted
+                     else "; no reliable run reports it")
+        out.append(line)
     return out
 
 
@@ -102,38 +128,65 @@ def spread_axes(ax, xs, ys) -> None:
     ax.margins(0.15)
 
 
-def error_vs_cost(table, labels: list[str], methods: list[str], path: Path) -> Path | None:
-    """The sweep's error against the reference (the first of :data:`ERRORS` any run reports) against gradient
-    evaluations and wall time, log-log, one point per run, coloured by method."""
+def error_metric(table) -> str | None:
+    """The first of :data:`ERRORS` any run of ``table`` reports: what the comparison is about."""
+    return next((m for m in ERRORS if m in table and table[m].map(finite).sum() >= 1), None)
+
+
+def error_vs_cost_figure(table, labels: list[str], methods: list[str], flagged: list[bool] | None = None):
+    """The figure of :func:`error_vs_cost` (None where no run reports an error or a cost): one panel per cost, a point
+    per run coloured by method, hollow where ``flagged`` (the run's diagnostics say it is unreliable), named in the
+    legend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    error = next((m for m in ERRORS if m in table and table[m].map(finite).sum() >= 1), None)
+    flagged = flagged or [False] * len(table)
+    error = error_metric(table)
     costs = [c for c in ("n_grad_evals", "wall_time_s") if c in table and table[c].map(finite).any()]
     if error is None or not costs:
         return None
     colours = {m: f"C{k}" for k, m in enumerate(dict.fromkeys(methods))}
     fig, axes = plt.subplots(1, len(costs), figsize=(4.6 * len(costs), 3.6), squeeze=False, layout="constrained")
-    shown = set()
+    shown, hollow = set(), False
     for ax, cost in zip(axes.flat, costs):
         for i in range(len(table)):
             x, y = table.at[i, cost], table.at[i, error]
             if finite(x) and finite(y) and x > 0 and y > 0:
                 shown.add(methods[i])
-                ax.scatter([x], [y], color=colours[methods[i]], s=40)
-                ax.annotate(labels[i], (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+                hollow |= flagged[i]
+                colour = colours[methods[i]]
+                ax.scatter([x], [y], s=40, edgecolors=colour, linewidths=1.5,
+                           facecolors="none" if flagged[i] else colour)
+                ax.annotate(labels[i] + (" (unreliable)" if flagged[i] else ""), (x, y), fontsize=7, xytext=(4, 3),
+                            textcoords="offset points")
         spread_axes(ax, table[cost], table[error])
         ax.set_xlabel(cost)
         ax.set_ylabel(f"{error} (lower is better)")
         ax.grid(alpha=0.3, which="both")
     for method in [m for m in colours if m in shown]:
         axes.flat[0].scatter([], [], color=colours[method], label=method)
+    if hollow:
+        axes.flat[0].scatter([], [], facecolors="none", edgecolors="grey", linewidths=1.5,
+                             label="hollow: unreliable (R-hat/ESS, k-hat, warnings)")
     axes.flat[0].legend(fontsize=8, title="method", title_fontsize=8)
     missing = [m for m in colours if m not in shown]
     fig.suptitle(f"accuracy against cost: {error} of each run"
                  + (f" (no {error}: {', '.join(missing)})" if missing else ""), fontsize=10)
+    return fig
+
+
+def error_vs_cost(table, labels: list[str], methods: list[str], path: Path,
+                  flagged: list[bool] | None = None) -> Path | None:
+    """The sweep's error against the reference (the first of :data:`ERRORS` any run reports) against gradient
+    evaluations and wall time, one point per run, coloured by method, hollow where the run is unreliable; written
+    to ``path`` (None where there is nothing to plot)."""
+    import matplotlib.pyplot as plt
+
+    fig = error_vs_cost_figure(table, labels, methods, flagged)
+    if fig is None:
+        return None
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -163,11 +216,83 @@ def ess_per_second(table, labels: list[str], methods: list[str], path: Path) -> 
     return path
 
 
+def answer_table(sweep, labels: list[str], verdicts: list[str]):
+    """The sweep's answer, one row per run: what tells it apart (``run``: method and any other swept key), its error
+    against the reference (the first of :data:`ERRORS` the runs report; no such column without one), wall time,
+    gradient evaluations, and ``reliable``: ``yes``, ``no: <why>`` (:func:`bayesx.compare.check`), or ``-`` where
+    nothing judges it."""
+    import pandas as pd
+
+    runs = sweep.runs
+    table = pd.DataFrame({"run": labels})
+    error = next((m for m in ERRORS if f"metrics.{m}" in runs and runs[f"metrics.{m}"].map(finite).any()), None)
+    for metric in ([error] if error else []) + ["wall_time_s", "n_grad_evals"]:
+        if f"metrics.{metric}" in runs:
+            table[metric] = runs[f"metrics.{metric}"].to_numpy()
+    table["reliable"] = ["-" if v == "" else "yes" if not unreliable(v) else f"no: {v}" for v in verdicts]
+    return table
+
+
+def answer_text(table, width: int = TERMINAL_WIDTH) -> str:
+    """The answer table aligned for a terminal in at most ``width`` characters (long labels and reasons cut, values
+    to 4 significant digits, absent ones '-')."""
+    from bayesx.compare import _text
+    from bayesx.report import format_number
+
+    shown = table.copy()
+    for column in shown.columns:
+        if column not in ("run", "reliable"):
+            shown[column] = [format_number(v) for v in shown[column]]
+    shown["run"] = left([cut(str(v), 32) for v in shown["run"]])
+    text = _text(shown)
+    overflow = max(len(line) for line in text.splitlines()) - width
+    if overflow > 0:
+        longest = max(len(v) for v in shown["reliable"])
+        shown["reliable"] = [cut(v, max(8, longest - overflow)) for v in shown["reliable"]]
+    shown["reliable"] = left(list(shown["reliable"]))
+    shown.columns = [c.ljust(len(shown.at[0, c])) if c in ("run", "reliable") and len(shown) else c
+                     for c in shown.columns]
+    return "\n".join(line.rstrip() for line in _text(shown).splitlines())
+
+
+def left(values: list[str]) -> list[str]:
+    """Text values padded to one width, so that the aligned table shows them left-justified."""
+    most = max((len(v) for v in values), default=0)
+    return [v.ljust(most) for v in values]
+
+
+def cut(text: str, most: int) -> str:
+    """``text`` in at most ``most`` characters, a cut one ending in '...'."""
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
+def describe(sweep, scores, labels: list[str], verdicts: list[str], status: str | None, files: str, plotted: bool) -> str:
+    """The description's comparison part (markdown between :data:`BEGIN` and :data:`END`): the answer table, the
+    plot (MLflow serves it at ``get-artifact``), the winners, the runs' warnings, the reference runs, the files."""
+    from bayesx.report import ID_CHARS, markdown_table, reference_lines
+
+    answer = answer_table(sweep, labels, verdicts)
+    more = len(answer) - DESCRIBED_RUNS
+    best = winners(scores, labels, verdicts)
+    lines = [BEGIN, f"**{len(answer)} runs, {status or 'ended'}** (sweep {sweep.parent_id[:ID_CHARS]}):", "",
+             markdown_table(answer.head(DESCRIBED_RUNS)), *([f"({more} more runs in `{FOLDER}/report.md`)"] if more > 0
+                                                             else []), ""]
+    if plotted:
+        lines += [f"![error against cost](get-artifact?path={FOLDER}/{PLOT}&run_uuid={sweep.parent_id})", ""]
+    lines += ["The winner on each criterion:" if best else "No criterion that two runs share to compare them on.",
+              *best, ""]
+    warned = warnings_lines(sweep, labels)
+    lines += ["Warnings (why runs fell short):", *warned, ""] if warned else []
+    lines += reference_lines(sweep)
+    lines += [f"Files: {files}.", END]
+    return "\n".join(lines)
+
+
 def log_sweep_comparison(client, uri: str, parent_run_id: str, status: str | None = None) -> str:
     """Log the sweep's comparison files on its parent run (module docstring) and return the description's text
     (markdown, between markers so a later call replaces it); "" when the sweep has no run to compare."""
     from bayesx.errors import BayesxError
-    from bayesx.report import reference_lines, run_labels, select_sweep, sweep_report
+    from bayesx.report import run_labels, select_sweep, sweep_report
     from bayesx.tracking import retry_locked, search_runs
 
     parent = retry_locked(client.get_run, parent_run_id)
@@ -176,6 +301,7 @@ def log_sweep_comparison(client, uri: str, parent_run_id: str, status: str | Non
         sweep = select_sweep(search_runs(uri, experiment), uri, parent_run_id, experiment)
     except BayesxError:  # no child run recorded: nothing to compare
         return ""
+    verdicts = reliability(sweep.runs)
     with tempfile.TemporaryDirectory(prefix="bayesx-comparison-") as tmp:
         folder = Path(tmp)
         if status:
@@ -185,20 +311,62 @@ def log_sweep_comparison(client, uri: str, parent_run_id: str, status: str | Non
         labels = unique_labels(run_labels(table, metrics), list(table["run"]))
         methods = [str(m) for m in table["method"]]
         scores = scored_metrics(sweep)
-        error_vs_cost(scores, labels, methods, folder / "error_vs_cost.png")
+        plotted = error_vs_cost(scores, labels, methods, folder / PLOT, [unreliable(v) for v in verdicts])
         ess_per_second(scores, labels, methods, folder / "ess_per_s.png")
         for path in sorted(folder.iterdir()):
             retry_locked(client.log_artifact, parent_run_id, str(path), FOLDER)
         files = ", ".join(f"`{FOLDER}/{p.name}`" for p in sorted(folder.iterdir()))
-    best = winners(scores, labels)
-    lines = [BEGIN, f"**{len(table)} runs, {status or 'ended'}.** "
-             + ("The winner on each criterion:" if best else "No criterion that two runs share to compare them on."),
-             *best, ""]
-    warned = warnings_lines(sweep, labels)
-    lines += ["Warnings (why runs fell short):", *warned, ""] if warned else []
-    lines += reference_lines(sweep)
-    lines += [f"Files: {files}.", END]
+    return describe(sweep, scores, labels, verdicts, status, files, plotted is not None)
+
+
+def sweep_answer(uri: str, parent_run_id: str) -> str:
+    """What the sweeping process prints when the sweep has ended: the answer table (:func:`answer_text`), the best
+    run by the error (reliable or not, as the description says it) and where the error-against-cost plot is; ""
+    when the sweep recorded no run."""
+    from bayesx.errors import BayesxError
+    from bayesx.report import ID_CHARS, run_labels, select_sweep, build_table, metric_columns
+    from bayesx.tracking import search_runs
+
+    try:
+        sweep = select_sweep(search_runs(uri), uri, parent_run_id)
+    except BayesxError:
+        return ""
+    verdicts = reliability(sweep.runs)
+    table, metrics = build_table(sweep, None), metric_columns(sweep, None)
+    labels = unique_labels(run_labels(table, metrics), list(table["run"]))
+    answer = answer_table(sweep, labels, verdicts)
+    lines = [f"sweep {parent_run_id[:ID_CHARS]} ({sweep.parent.get('status')}): {len(answer)} runs", "",
+             answer_text(answer), ""]
+    scores = scored_metrics(sweep)
+    error = error_metric(scores)
+    for line in winners(scores, labels, verdicts):
+        if error and f" {error} " in line:
+            lines += textwrap.wrap(line[2:].replace("**", ""), TERMINAL_WIDTH, subsequent_indent="  ")
+    plot = plot_location(str(sweep.parent.get("artifact_uri") or ""))
+    if error and plot:
+        lines.append(f"plot: {plot}")
+    lines.append("browse: bayesx ui   (a table of these runs' key metrics, and the sweep's page with the plot)")
     return "\n".join(lines)
+
+
+def plot_location(artifact_uri: str) -> str | None:
+    """Where the parent's error-against-cost plot is: a path (relative to the working directory where it lies
+    below it) for a store on this machine, else its artifact URI; None where a local plot is missing."""
+    import os
+    from urllib.parse import unquote, urlparse
+
+    if not artifact_uri:
+        return None
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme not in ("", "file"):
+        return f"{artifact_uri}/{FOLDER}/{PLOT}"
+    path = Path(unquote(parsed.path)) / FOLDER / PLOT
+    if not path.is_file():
+        return None
+    try:
+        return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd().resolve()) else str(path)
+    except ValueError:
+        return str(path)
 
 
 def append_note(client, run_id: str, text: str) -> None:
