@@ -287,11 +287,14 @@ def prepare_store(backend_uri: str) -> None:
 
 
 def server_command(backend_uri: str, artifacts: Path, host: str, port: int, auth: bool = False) -> list[str]:
-    """``mlflow server`` on our database; with ``auth``, MLflow's basic-auth app (configured through the
-    environment, see :mod:`bayesx.server_auth`: no secret on this command line)."""
+    """``mlflow server`` on our database; with ``auth``, MLflow's basic-auth app as bayesx wraps it
+    (:mod:`bayesx.server_app`, configured through the environment, see :mod:`bayesx.server_auth`: no secret
+    on this command line)."""
+    from bayesx.server_app import APP_NAME
+
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
             "--artifacts-destination", artifacts.resolve().as_uri(), "--host", host, "--port", str(port)] + (
-        ["--app-name", "basic-auth"] if auth else [])
+        ["--app-name", APP_NAME] if auth else [])
 
 
 def wait_until_serving(proc: subprocess.Popen, host: str, port: int, timeout: float = 180.0) -> None:

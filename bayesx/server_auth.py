@@ -3,8 +3,10 @@
 Who may do what is kept by MLflow in its user database: users with salted password hashes, and
 per-experiment grants READ < EDIT < MANAGE (``experiment`` ``*`` is a grant on every experiment).
 An authenticated user without a grant gets the server's default permission, READ here: the team
-sees every run, and writes only where it has been granted EDIT (or in experiments it creates,
-which it MANAGEs). A request without valid credentials is answered 401 and changes nothing.
+sees every run, and writes only where it has been granted EDIT. Creating an experiment (which
+MLflow then lets its creator MANAGE) needs EDIT on every experiment, or admin: bayesx's app
+(:mod:`bayesx.server_app`) adds that rule to MLflow's, so a READ user records nothing. A request
+without valid credentials is answered 401 and changes nothing.
 
 Where the secrets live:
 
@@ -97,11 +99,19 @@ def check_password(password: str, who: str) -> str:
 
 
 def require_auth_app() -> None:
+    """One line, before anything starts, where the app ``mlflow server --app-name bayesx-auth`` needs is missing:
+    Flask-WTF (MLflow's basic-auth app), or bayesx's own entry point (an install older than the entry point)."""
     import importlib.util
+    from importlib.metadata import entry_points
+
+    from bayesx.server_app import APP_NAME
 
     if importlib.util.find_spec("flask_wtf") is None:
         raise BayesxError("MLflow's basic-auth app needs Flask-WTF, which is not installed: "
                           "pip install 'bayesx[server]' (or pip install Flask-WTF)")
+    if not any(point.name == APP_NAME for point in entry_points(group="mlflow.app")):
+        raise BayesxError(f"MLflow does not know bayesx's app '{APP_NAME}' (an install of bayesx older than it): "
+                          "install bayesx again, e.g. pip install -e . in its folder (make install does it)")
 
 
 def admin_password(file: str | None) -> str:
@@ -309,4 +319,18 @@ def add_user(url: str, name: str, permission: str, experiment: str | None, admin
     if status != 200:
         raise BayesxError(f"cannot grant {permission} to '{name}' on {url}: {_message(body)}")
     where = f"experiment '{experiment}'" if experiment else "every experiment"
-    return f"{'created' if created else 'existing'} user '{name}' on {url}: {permission} on {where}"
+    return (f"{'created' if created else 'existing'} user '{name}' on {url}: {permission} on {where} "
+            f"({permission_meaning(permission, experiment)})")
+
+
+def permission_meaning(permission: str, experiment: str | None) -> str:
+    """What a grant lets its user do on a ``bayesx server --auth`` (MLflow's rules plus :mod:`bayesx.server_app`'s)."""
+    where = f"experiment '{experiment}'" if experiment else "any experiment"
+    if permission == "read":
+        return ("reads: sees every experiment, run, metric and artifact (bayesx compare, report, ui) and records "
+                "nothing: it creates no experiment and no run")
+    also = "creates experiments, " if experiment is None else ""
+    if permission == "edit":
+        return f"reads everything, {also}records and changes runs in {where}"
+    them = "them" if experiment is None else "it"
+    return f"reads everything, {also}records, changes and deletes runs in {where}, deletes {them} and grants others on {them}"

@@ -1,8 +1,9 @@
-"""`bayesx server --auth`: MLflow's basic-auth app in front of a real tracking server on a real PostgreSQL
-cluster (users in the cluster's database mlflow_auth). A request without credentials is refused (401)
-and creates nothing; a user with edit records a FINISHED run; a read-only user cannot write; a wrong
-password is one line before anything runs. The rules that need no server (who may listen where, the
-password file's mode) are fast tests of their own."""
+"""`bayesx server --auth`: MLflow's basic-auth app (as bayesx wraps it) in front of a real tracking server on a
+real PostgreSQL cluster (users in the cluster's database mlflow_auth). A request without credentials is
+refused (401) and creates nothing; a user with edit records a FINISHED run; a read-only user creates no
+experiment and no run, over REST or through bayesx run; a wrong password is one line before anything
+runs; another local user (nobody) cannot open either database, over TCP or the socket. The rules that
+need no server (who may listen where, the password file's mode) are fast tests of their own."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import call, error_line
+from tracking_server import psql, why_not_other_user
 
 from bayesx.server import free_port
 from bayesx.errors import BayesxError
 from bayesx.server_auth import check_admin, check_exposure, is_loopback, new_user_password, request
+
+CAROL_PASSWORD, DAVE_PASSWORD = "carol-pass-0123", "dave-pass-01234"
 
 ADMIN_PASSWORD, ALICE_PASSWORD, BOB_PASSWORD = "admin-pass-0123", "alice-pass-0123", "bob-pass-01234"
 STARTED = "MLflow tracking server at"
@@ -115,7 +119,7 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def auth_server():
-    """One authenticated server for the module: (url, admin credentials, folder)."""
+    """One authenticated server for the module: (url, admin credentials, folder, database port)."""
     reason = _why_not()
     if reason:
         pytest.skip(reason)
@@ -123,15 +127,15 @@ def auth_server():
     folder.chmod(0o755)  # the postgres user must reach its data directory
     admin_file = secret_file(folder, "admin.txt", ADMIN_PASSWORD)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    port = free_port()
-    proc, summary = start_server(folder, ["--dir", str(folder / "srv"), "--port", str(port), "--auth",
-                                          "--admin-password-file", str(admin_file)], env)
+    port, db_port = free_port(), free_port()
+    proc, summary = start_server(folder, ["--dir", str(folder / "srv"), "--port", str(port), "--db-port", str(db_port),
+                                          "--auth", "--admin-password-file", str(admin_file)], env)
     try:
         assert "authentication on (users in postgresql://" in summary and "/mlflow_auth)" in summary
         assert ADMIN_PASSWORD not in summary and ADMIN_PASSWORD not in (folder / "srv" / "basic_auth.ini").read_text()
         command_lines = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True).stdout
-        assert "--app-name basic-auth" in command_lines and ADMIN_PASSWORD not in command_lines
-        yield f"http://127.0.0.1:{port}", ("admin", ADMIN_PASSWORD), folder
+        assert "--app-name bayesx-auth" in command_lines and ADMIN_PASSWORD not in command_lines
+        yield f"http://127.0.0.1:{port}", ("admin", ADMIN_PASSWORD), folder, db_port
     finally:
         stop_server(proc)
     assert not (folder / "srv" / "pgdata" / "postmaster.pid").exists()
@@ -164,7 +168,7 @@ def run_argv(url: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_request_without_credentials_is_refused_and_creates_nothing(auth_server):
-    url, admin, _ = auth_server
+    url, admin, _, _ = auth_server
     for path, payload in (("/api/2.0/mlflow/experiments/create", {"name": "intruder"}),
                           ("/api/2.0/mlflow/runs/create", {"experiment_id": "0"})):
         status, _ = request(url, path, None, payload=payload)
@@ -176,7 +180,7 @@ def test_a_request_without_credentials_is_refused_and_creates_nothing(auth_serve
 
 @pytest.mark.slow
 def test_users_added_by_bayesx_log_and_read_as_granted(auth_server, tmp_path, monkeypatch):
-    url, admin, _ = auth_server
+    url, admin, _, _ = auth_server
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", ADMIN_PASSWORD)
@@ -187,7 +191,8 @@ def test_users_added_by_bayesx_log_and_read_as_granted(auth_server, tmp_path, mo
     monkeypatch.delenv("BAYESX_USER_PASSWORD")
     bob_file = secret_file(tmp_path, "bob.txt", BOB_PASSWORD)
     code, out, err = call(["server", "user", "add", "bob", "--uri", url, "--password-file", str(bob_file)])
-    assert code == 0 and "created user 'bob'" in out and "read on every experiment" in out, err
+    assert code == 0 and "created user 'bob'" in out and "read on every experiment (reads: sees every" in out, err
+    assert "records nothing: it creates no experiment and no run" in out
 
     as_user(monkeypatch, "alice", ALICE_PASSWORD)  # an authenticated run is recorded
     code, out, err = call(run_argv(url))
@@ -230,6 +235,92 @@ def test_users_added_by_bayesx_log_and_read_as_granted(auth_server, tmp_path, mo
     monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", "not-the-admin-password")
     code, _, err = call(["server", "user", "add", "carol", "--uri", url])
     assert code == 2 and "refused the admin 'admin' (HTTP 401)" in error_line(err)
+
+
+@pytest.mark.slow
+def test_other_local_users_cannot_open_the_databases(auth_server):
+    """The cluster under the server (databases mlflow and mlflow_auth) wants role bayesx's password: user nobody is
+    refused without one and with a wrong one, over TCP and over the socket; root with the password file gets in
+    (the control: same port, same databases). The password is in no command line, log or configuration."""
+    reason = why_not_other_user()
+    if reason:
+        pytest.skip(reason)
+    _, _, folder, db_port = auth_server
+    server_dir = folder / "srv"
+    password_file = server_dir / "pgpass"
+    assert oct(password_file.stat().st_mode & 0o777) == "0o600"
+    assert oct((server_dir / "pgdata").stat().st_mode & 0o777) == "0o700"
+    password = password_file.read_text().splitlines()[0].split(":")[-1]
+    assert len(password) >= 32
+    for database in ("mlflow", "mlflow_auth"):
+        allowed = psql(db_port, database, env={**os.environ, "PGPASSFILE": str(password_file)})
+        assert allowed.returncode == 0 and allowed.stdout.strip() == "1", allowed.stderr
+        without = psql(db_port, database, as_user="nobody")
+        assert without.returncode != 0 and "no password supplied" in without.stderr, without
+        wrong = psql(db_port, database, as_user="nobody", env={"PGPASSWORD": "guessed-password-0123",
+                                                                 "PATH": os.environ["PATH"]})
+        assert wrong.returncode != 0 and 'password authentication failed for user "bayesx"' in wrong.stderr, wrong
+        socket = psql(db_port, database, host=str(server_dir / "pgdata"), as_user="nobody")
+        assert socket.returncode != 0 and ("Permission denied" in socket.stderr
+                                           or "no password supplied" in socket.stderr), socket
+        unreadable = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(password_file)], capture_output=True,
+                                    text=True, cwd="/")
+        assert unreadable.returncode != 0 and password not in unreadable.stdout
+    command_lines = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    assert password not in command_lines
+    for where in (folder / "server.out", server_dir / "postgres.log", server_dir / "basic_auth.ini"):
+        assert password not in where.read_text(), where
+
+
+@pytest.mark.slow
+def test_a_read_user_creates_no_experiment_and_no_run(auth_server, tmp_path, monkeypatch):
+    """MLflow alone lets any user create an experiment and MANAGE it; on bayesx's server a READ user (the default
+    grant) is refused experiments/create and runs/create (403) and `bayesx run` ends in one line with nothing
+    recorded, while an EDIT user and the admin create both (the control for the same requests)."""
+    url, admin, _, _ = auth_server
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", ADMIN_PASSWORD)
+    for name, password, permission in (("carol", CAROL_PASSWORD, "read"), ("dave", DAVE_PASSWORD, "edit")):
+        monkeypatch.setenv("BAYESX_USER_PASSWORD", password)
+        code, out, err = call(["server", "user", "add", name, "--uri", url, "--permission", permission])
+        assert code == 0 and f"user '{name}' on {url}: {permission} on every experiment" in out, err
+    monkeypatch.delenv("BAYESX_USER_PASSWORD")
+    carol, dave = ("carol", CAROL_PASSWORD), ("dave", DAVE_PASSWORD)
+
+    status, body = request(url, "/api/2.0/mlflow/experiments/create", admin, payload={"name": "by-admin"})
+    assert status == 200, body
+    by_admin = body["experiment_id"]
+    for api in ("/api/2.0", "/ajax-api/2.0"):  # the REST API and the UI's
+        status, body = request(url, f"{api}/mlflow/experiments/create", carol, payload={"name": "by-carol"})
+        assert status == 403 and "user 'carol' may only read here" in body.get("message", ""), (api, status, body)
+    status, body = request(url, "/api/2.0/mlflow/registered-models/create", carol, payload={"name": "carols-model"})
+    assert status == 403, body
+    status, body = request(url, "/api/2.0/mlflow/runs/create", carol, payload={"experiment_id": by_admin})
+    assert status == 403, body
+    status, body = request(url, "/api/2.0/mlflow/experiments/create", dave, payload={"name": "by-dave"})
+    assert status == 200, body
+    by_dave = body["experiment_id"]
+    for who, experiment_id in ((dave, by_admin), (dave, by_dave), (admin, by_dave)):
+        status, body = request(url, "/api/2.0/mlflow/runs/create", who, payload={"experiment_id": experiment_id})
+        assert status == 200, (who[0], body)
+    status, body = request(url, "/api/2.0/mlflow/runs/create", carol, payload={"experiment_id": by_dave})
+    assert status == 403, body  # another's experiment: MLflow's own rule, unchanged
+    status, body = request(url, "/api/2.0/mlflow/experiments/search", carol, query={"max_results": 1000})
+    assert status == 200 and {"by-admin", "by-dave"} <= {e["name"] for e in body["experiments"]}, body  # carol reads
+    assert "by-carol" not in experiments(url, admin)
+    recorded = len(runs(url, admin))
+
+    as_user(monkeypatch, "carol", CAROL_PASSWORD)  # through bayesx run: a new experiment, then an existing one
+    lines = []
+    for experiment in ("carols-own", "by-admin"):
+        code, out, err = call([*run_argv(url), f"experiment_name={experiment}"])
+        lines.append(error_line(err))  # exactly one line, no traceback
+        assert code == 2 and "(HTTP 403" in lines[-1] and "log_evidence" not in out, err
+        assert "bayesx server user add carol --permission edit" in lines[-1]
+    assert "does not let user 'carol' create experiment 'carols-own' (HTTP 403: a read-only user)" in lines[0]
+    assert "lets user 'carol' only read experiment 'by-admin' (HTTP 403)" in lines[1]
+    assert "carols-own" not in experiments(url, admin) and len(runs(url, admin)) == recorded
 
 
 @pytest.mark.slow
