@@ -46,7 +46,7 @@ from bayesx.result import Result
 from bayesx.run_settings import DeviceSettings, ReferenceSettings, RunSettings, TrackingSettings
 from bayesx.settings import InvalidSetting, Settings, configure
 from bayesx.targets.base import Capabilities, Evaluation
-from bayesx.tracking import Tracker
+from bayesx.tracking import Tracker, check_store
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -354,6 +354,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     """
     wall_start = time.perf_counter()
     job, device_settings, tracking = run_settings(cfg)
+    check_store(tracking.uri)  # a URI that names no store is refused before anything is built
     model = capabilities_of(cfg.model)
     device, dtype = resolve_device(device_settings, model)
     data = build(cfg.data, "data") if model.uses_data else None

@@ -20,9 +20,10 @@ or in a method's code) ends FAILED with :func:`fault_line` as its ``error`` tag 
 its file ``traceback.txt`` (printed too with ``BAYESX_DEBUG=1``). A sweep's parent ends FAILED when any job
 failed, before or after recording its run, and names the failed jobs in its description
 (:func:`failed_jobs_note`, one paragraph of ``mlflow.note.content``; the others are left as they are).
-A tracking URI with a scheme MLflow cannot open, or a SQLite store or local artifact folder that cannot be
-written (a read-only file system, a folder without write permission), is refused in one line before a run
-opens; the commands that only read (compare, report, ui) read a read-only SQLite store from a consistent
+A tracking URI with a scheme MLflow cannot open, one that names no store (a folder, a file that is not an SQLite
+database, MLflow's retired folder store: :func:`check_store`), or a SQLite store or local artifact folder that
+cannot be written (a read-only file system, a folder without write permission), is refused in one line before a
+run opens; the commands that only read (compare, report, ui) read a read-only SQLite store from a consistent
 copy (:func:`snapshot`).
 """
 
@@ -107,10 +108,11 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     check_credentials(uri)  # a wrong password is one line here, not a failure after the run
 
 
-SCHEMES = {"sqlite": "sqlite:///PATH (a file)", "file": "a folder or file:///PATH",
+SCHEMES = {"sqlite": "sqlite:///PATH (a file)", "file": "",
            "http": "http(s)://HOST:PORT (an MLflow server)", "https": "", "postgresql": "postgresql://, mysql:// or "
            "mssql:// (a database)", "mysql": "", "mssql": "", "databricks": "", "databricks-uc": "", "uc": ""}
-"""The tracking URI schemes MLflow can open; those with a text are the ones bayesx documents."""
+"""The tracking URI schemes MLflow can open; those with a text are the ones bayesx documents (``file``: MLflow 3's
+retired folder store, refused by :func:`check_store`)."""
 
 
 def check_scheme(uri: str) -> None:
@@ -120,6 +122,62 @@ def check_scheme(uri: str) -> None:
         known = ", ".join(text for text in SCHEMES.values() if text)
         raise BayesxError(f"the tracking URI '{uri}' has the scheme '{scheme}', which MLflow cannot open; use "
                           f"{known}, in tracking.uri or MLFLOW_TRACKING_URI")
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+MLFLOW_TABLES = ("experiments", "runs", "metrics", "params", "tags", "alembic_version")  # any one: an MLflow store
+# (or one that another process is creating now)
+VALID_STORES = ("an SQLite file, e.g. sqlite:///mlflow.db (created if missing), or an MLflow server, "
+                "http://HOST:PORT")
+
+
+def check_store(uri: str) -> None:
+    """One line, at once, for a tracking URI that names no store bayesx can use (:func:`check_scheme`, then): a
+    folder store (``file://`` or a bare path: MLflow 3 refuses its retired file store unless
+    ``MLFLOW_ALLOW_FILE_STORE`` is set), an ``sqlite:///`` URI naming a folder (MLflow retried it for about 100 s,
+    with 36 warnings), a file that is not an SQLite database, or an SQLite database that is not an MLflow store
+    (MLflow would add its tables to it)."""
+    check_scheme(uri)
+    from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+
+    if (uri.startswith("file:") or "://" not in uri) and not MLFLOW_ALLOW_FILE_STORE.get():
+        raise BayesxError(f"the tracking URI '{uri}' names a folder store (MLflow's file store), which MLflow "
+                          f"{mlflow.__version__} no longer opens; use {VALID_STORES} (`mlflow migrate-filestore` moves "
+                          f"a folder store's runs into an SQLite file)")
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    if path.is_dir():
+        raise BayesxError(f"the tracking URI '{uri}' names the folder {path}, but an SQLite store is a file: use a "
+                          f"file in it, sqlite:///{path / 'mlflow.db'} (created if missing), or an MLflow server, "
+                          f"http://HOST:PORT")
+    problem = not_a_store(path) if path.is_file() else None
+    if problem:
+        raise BayesxError(f"the tracking URI '{uri}' names {path}, which {problem}; use {VALID_STORES}, "
+                          f"in tracking.uri or MLFLOW_TRACKING_URI")
+
+
+def not_a_store(path: Path) -> str | None:
+    """What makes the existing file ``path`` no MLflow store (a phrase after 'which'), or None: it is not an SQLite
+    database, or it is one with tables but none of MLflow's. An empty file is a new database; a database that cannot
+    be read now (locked, or in a folder this process cannot write) is left to MLflow."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except OSError:
+        return None  # the writability checks name it
+    if not head:
+        return None
+    if head != SQLITE_HEADER:
+        return "is not an SQLite database"
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
+        return None
+    if tables and not tables & set(MLFLOW_TABLES):
+        return f"is an SQLite database of something else (tables {', '.join(sorted(tables)[:4])}), not an MLflow store"
+    return None
 
 
 def traceback_text(exc: BaseException) -> str:
@@ -479,7 +537,7 @@ class Tracker:
     def __init__(self, uri: str, experiment_name: str, artifact_root: str | None = None,
                  heartbeat_s: float = 30.0):
         self.uri, self.heartbeat_s, self.experiment_name = uri, heartbeat_s, experiment_name
-        check_scheme(uri)
+        check_store(uri)
         path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
             raise BayesxError(f"the folder of the MLflow database '{path}' does not exist; create it or set tracking.uri")
@@ -736,7 +794,7 @@ class Tracker:
 
 def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:
     """All runs of one experiment (or of every experiment) as a DataFrame, newest first."""
-    check_scheme(uri)
+    check_store(uri)
     path = sqlite_path(uri)
     if path is not None and not path.is_file():  # reading must not create an empty store
         if experiment:
@@ -776,7 +834,7 @@ def _search_runs(uri: str, experiment: str | None, shown: str) -> pd.DataFrame:
 def ui_command(uri: str, host: str, port: int, artifact_root: str | None) -> list[str]:
     """The command line that serves the MLflow UI on ``uri`` (a SQLite store this process cannot write: a copy
     of it, :func:`snapshot`, since MLflow's server cannot open a WAL database in a folder it cannot write)."""
-    check_scheme(uri)
+    check_store(uri)
     path = sqlite_path(uri)
     reason = unwritable_reason(path) if path is not None and path.is_file() else None
     if reason:

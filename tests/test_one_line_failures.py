@@ -4,9 +4,12 @@ run stopped after its last draw, and a resumed run's wall time."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,35 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column_name(tmp_path, sep):
     data = load_csv(path=str(path), target="y", test_fraction=0.25, seed=0)
     assert data.x_train.shape[1] == 2 and set(data.y_train.tolist()) == {0.0, 1.0}
     assert "target 'y'" in data.description
+
+
+# --- 2, 3. a tracking URI that names no store -----------------------------------------------------------
+def test_an_sqlite_uri_naming_a_folder_is_refused_at_once(env, tmp_path):
+    """MLflow retried a folder for about 100 s with 36 warnings, then bayesx called it an internal error."""
+    start = time.monotonic()
+    line = assert_rejected(["run", *QUICK, f"tracking.uri=sqlite:///{tmp_path}"], env[1], str(tmp_path),
+                           "names the folder", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert time.monotonic() - start < 30, line
+
+
+@pytest.mark.parametrize("what", ["text", "other_database"])
+def test_an_sqlite_uri_naming_a_file_that_is_no_store_is_refused(env, tmp_path, what):
+    path = tmp_path / "data.db"
+    if what == "text":
+        path.write_text("x,y\n1,2\n")
+        needle = "is not an SQLite database"
+    else:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute("CREATE TABLE people (name TEXT)")
+            db.commit()
+        needle = "not an MLflow store"
+    before = path.read_bytes()
+    assert_rejected(["run", *QUICK, f"tracking.uri=sqlite:///{path}"], env[1], needle, "sqlite:///mlflow.db")
+    assert path.read_bytes() == before  # nothing was added to somebody else's database
+
+
+@pytest.mark.parametrize("form", ["file:///{}", "{}"])
+def test_a_folder_store_is_refused_naming_the_stores_there_are(env, tmp_path, form):
+    uri = form.format(tmp_path / "mlruns")
+    line = assert_rejected(["run", *QUICK, f"tracking.uri={uri}"], env[1], "folder store", "sqlite:///mlflow.db")
+    assert not (tmp_path / "mlruns").exists(), line
