@@ -12,7 +12,8 @@ When a sweep ends (:meth:`bayesx.tracking.Tracker.end_parent`) its parent run ge
                         against gradient evaluations and against wall time
     ess_per_s.png       samplers only: the smallest bulk ESS per second of sampling, one bar per run
 
-and its description (MLflow's note, ``mlflow.note.content``, which the run's Overview shows) opens with the answer
+its metrics ``<metric>/<run>`` (each run's error, wall time and gradients, which the Overview lists), and its
+description (MLflow's note, ``mlflow.note.content``, which the Overview shows too) opens with the answer
 table (:func:`answer_table`: per run its error, wall time, gradients and whether it is reliable) and the
 error-against-cost plot, then names the winner on each criterion that at least two runs report (:data:`CRITERIA`):
 a tie where the best values are equal as printed, and an unreliable winner as unreliable, beside the best reliable
@@ -266,6 +267,20 @@ def cut(text: str, most: int) -> str:
     return text if len(text) <= most else text[:most - 3] + "..."
 
 
+def parent_metrics(answer) -> dict[str, float]:
+    """The answer table as the parent's own metrics, ``<metric>/<run>`` (``posterior_mean_err/nuts``), which its
+    Overview lists and its metric charts group by metric; a run's label made a valid metric name."""
+    import re
+
+    out = {}
+    for _, row in answer.iterrows():
+        name = re.sub(r"[^\w./ -]", "_", str(row["run"]))
+        for column in answer.columns:
+            if column not in ("run", "reliable") and finite(row[column]):
+                out[f"{column}/{name}"] = float(row[column])
+    return out
+
+
 def describe(sweep, scores, labels: list[str], verdicts: list[str], status: str | None, files: str, plotted: bool) -> str:
     """The description's comparison part (markdown between :data:`BEGIN` and :data:`END`): the answer table, the
     plot (MLflow serves it at ``get-artifact``), the winners, the runs' warnings, the reference runs, the files."""
@@ -293,7 +308,7 @@ def log_sweep_comparison(client, uri: str, parent_run_id: str, status: str | Non
     (markdown, between markers so a later call replaces it); "" when the sweep has no run to compare."""
     from bayesx.errors import BayesxError
     from bayesx.report import run_labels, select_sweep, sweep_report
-    from bayesx.tracking import retry_locked, search_runs
+    from bayesx.tracking import TrackedRun, retry_locked, search_runs
 
     parent = retry_locked(client.get_run, parent_run_id)
     experiment = retry_locked(client.get_experiment, parent.info.experiment_id).name
@@ -316,6 +331,7 @@ def log_sweep_comparison(client, uri: str, parent_run_id: str, status: str | Non
         for path in sorted(folder.iterdir()):
             retry_locked(client.log_artifact, parent_run_id, str(path), FOLDER)
         files = ", ".join(f"`{FOLDER}/{p.name}`" for p in sorted(folder.iterdir()))
+    TrackedRun(client, parent_run_id).log_metrics(parent_metrics(answer_table(sweep, labels, verdicts)))
     return describe(sweep, scores, labels, verdicts, status, files, plotted is not None)
 
 
