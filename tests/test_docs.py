@@ -1,0 +1,75 @@
+"""The user documentation: README.md is a quickstart (at most 200 lines, none over 300 characters, no issue
+numbers or dates), and every relative link in README.md and docs/*.md points to a file that exists."""
+
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+OWN_DOCS = [p for p in DOCS if p.name != "server.md"]  # docs/server.md is written with the server's code
+
+MAX_LINES = 200
+MAX_LINE_CHARS = 300
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+ISSUE = re.compile(r"\bissues?\s+#?\d+|\(#\d|\bsessions?\s+\d", re.IGNORECASE)  # "issue 4", "(#12)", "session 3"
+DATE = re.compile(r"\b20\d\d-\d\d(-\d\d)?\b")
+
+
+def relative_links(text: str) -> list[str]:
+    """The targets of the markdown links and images in ``text`` that are paths in this repository (no scheme, no
+    pure #anchor), without their #anchor; links inside code spans and fenced blocks are not links."""
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    targets = []
+    for target in LINK.findall(text):
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) or target.startswith("#"):
+            continue
+        targets.append(unquote(target.split("#", 1)[0]))
+    return targets
+
+
+def test_link_finder_sees_links_and_images_and_skips_urls_and_code():
+    text = ("[a](docs/cli.md) ![shot](results/ui/run_table.png \"title\") [b](docs/config.md#model) "
+            "[c](https://example.org/x) [d](#top) `[e](not/a/link.md)`\n```\n[f](nor/this.md)\n```\n")
+    assert relative_links(text) == ["docs/cli.md", "results/ui/run_table.png", "docs/config.md"]
+
+
+def test_readme_is_a_quickstart():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines; at most {MAX_LINES} (reference goes to docs/)"
+    long = [(i + 1, len(line)) for i, line in enumerate(lines) if len(line) > MAX_LINE_CHARS]
+    assert not long, f"README.md lines over {MAX_LINE_CHARS} characters (line, length): {long}"
+
+
+@pytest.mark.parametrize("page", [README, *OWN_DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_issue_numbers_or_dates(page):
+    text = page.read_text(encoding="utf-8")
+    issues = sorted({m.group(0) for m in ISSUE.finditer(text)})
+    if page == README:  # the README has no in-page anchors, so any "(#" is an issue reference
+        issues += ["(#"] * ("(#" in text)
+    dates = sorted({m.group(0) for m in DATE.finditer(text)})
+    assert not issues, f"{page.name} refers to issues or sessions: {issues}"
+    assert not dates, f"{page.name} has dates: {dates}"
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_to_files(page):
+    missing = [t for t in relative_links(page.read_text(encoding="utf-8")) if not (page.parent / t).exists()]
+    assert not missing, f"{page.relative_to(ROOT)} links to files that do not exist: {missing}"
+
+
+def test_readme_links_every_docs_page():
+    linked = {(README.parent / t).resolve() for t in relative_links(README.read_text(encoding="utf-8"))}
+    unlinked = [p.name for p in DOCS if p.resolve() not in linked]
+    assert not unlinked, f"docs pages the README does not link: {unlinked}"
+
+
+def test_issue_and_date_patterns():
+    for text in ("see issue 4", "Issues 36, 37", "fixed (#12)", "in session 3", "measured 2026-11-24"):
+        assert ISSUE.search(text) or DATE.search(text), text
+    for text in ("[run](#bayesx-run)", "a session lent a GPU", "10,000 draws", "mnist10k", "k-hat 0.7"):
+        assert not (ISSUE.search(text) or DATE.search(text)), text
