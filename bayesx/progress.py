@@ -1,17 +1,73 @@
-"""Progress bars: one place that decides when a bar shows (``progress``: true, false, or null for
-"only on a terminal", tqdm's own rule) so every method shows its long work the same way."""
+"""Progress: one place that decides how a method shows its long work (``progress``: true, false, or null for
+"as suits standard error"), so every method shows it the same way.
+
+On a terminal (or with ``progress=true``) a tqdm bar redrawn in place. Where standard error is not a terminal (a
+redirected run, a batch job's log, a sweep's job on a cluster) and ``progress`` is null, a redrawn bar would be
+one endless line or nothing at all, so :class:`ProgressLines` writes a plain line every :data:`INTERVAL_S` seconds
+of a long loop instead (what, how far, elapsed and remaining time, the loop's own figures): a 14-minute run is
+then not silent, and a run shorter than the interval prints none. ``$BAYESX_PROGRESS_INTERVAL_S`` changes the
+interval (tests use a fraction of a second). ``progress=false`` shows nothing.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import time
 from collections.abc import Callable
 
+from tqdm import tqdm as plain_tqdm
 from tqdm.auto import tqdm
 
 from bayesx.errors import RunInterrupted
 
+INTERVAL_S = 10.0
+INTERVAL_ENV = "BAYESX_PROGRESS_INTERVAL_S"
+LINE_FORMAT = "{desc}: {n_fmt}/{total_fmt} ({percentage:.0f}%), {elapsed} elapsed, {remaining} to go{postfix}"
+OPEN_FORMAT = "{desc}: {n_fmt}, {elapsed} elapsed{postfix}"  # a loop of unknown length (SMC's stages)
 
-def progress_bar(total: int | None, desc: str, progress: bool | None, unit: str = "it") -> tqdm:
+
+class ProgressLines(plain_tqdm):
+    """A tqdm bar that writes whole lines, at most one every ``interval_s`` seconds of its clock (``clock``, the
+    wall clock by default; a test passes its own), and one last line when it closes if it wrote any. Everything
+    else (update, set_postfix, set_description, total) is tqdm's."""
+
+    def __init__(self, *args, interval_s: float, clock: Callable[[], float] = time.time, **kwargs):
+        self._interval_s, self._last_line, self._lines = interval_s, None, 0
+        kwargs.setdefault("file", sys.stderr)
+        bar_format = LINE_FORMAT if kwargs.get("total") else OPEN_FORMAT
+        super().__init__(*args, mininterval=interval_s, miniters=1, bar_format=bar_format, **kwargs)
+        self._time = clock  # tqdm's own clock: elapsed time, rates and the interval are read from it
+        self.start_t = self.last_print_t = self._last_line = clock()
+
+    def display(self, msg=None, pos=None):
+        """Write the bar's state as one line if ``interval_s`` has passed since the last; on closing (``msg`` "")
+        the final state, where a line was written before."""
+        if self._last_line is None:  # tqdm's first display, from its constructor: nothing has happened yet
+            return False
+        now = self._time()
+        closing = msg == ""
+        if closing and not self._lines or not closing and now - self._last_line < self._interval_s:
+            return False
+        self.fp.write(self.__str__() + ("" if not closing else ", done") + "\n")
+        self.fp.flush()
+        self._last_line, self._lines = now, self._lines + 1
+        return False  # nothing of tqdm's to clear
+
+
+def interval_s() -> float:
+    """Seconds between progress lines: ``$BAYESX_PROGRESS_INTERVAL_S``, else :data:`INTERVAL_S`."""
+    try:
+        return max(float(os.environ.get(INTERVAL_ENV, INTERVAL_S)), 0.0)
+    except ValueError:
+        return INTERVAL_S
+
+
+def progress_bar(total: int | None, desc: str, progress: bool | None, unit: str = "it"):
+    """The bar of a loop of ``total`` steps (module docstring: a bar, lines, or nothing)."""
+    if progress is None and not sys.stderr.isatty():
+        return ProgressLines(total=total, desc=desc, unit=unit, leave=False, interval_s=interval_s())
     return tqdm(total=total, desc=desc, unit=unit, leave=False, disable=None if progress is None else not progress)
 
 
