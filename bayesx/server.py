@@ -137,7 +137,10 @@ def hba_methods(text: str) -> list[str]:
     methods = []
     for line in text.splitlines():
         words = line.split("#", 1)[0].split()
-        if not words or words[0].startswith("include"):
+        if not words:
+            continue
+        if words[0].startswith("include"):  # another file's lines, unread: counted as not converted
+            methods.append(words[0])
             continue
         rest = words[3:] if words[0] == "local" else words[4:]
         if words[0] != "local" and len(rest) >= 2:

@@ -82,6 +82,29 @@ def test_user_add_refuses_a_readable_password_file(tmp_path, monkeypatch):
         new_user_password("alice", None, prompt=lambda _: next(typed))
 
 
+def test_the_routes_whose_creator_becomes_owner_are_found_in_mlflows_tables():
+    """bayesx's app refuses READ users exactly where MLflow makes a creator MANAGE what it made: read from MLflow's
+    after-request tables, so they must include experiment creation (REST and UI) and registered models."""
+    from bayesx.server_app import creation_routes, fastapi_creation_prefixes
+
+    routes = creation_routes()
+    for api in ("/api/2.0", "/ajax-api/2.0"):
+        assert (f"{api}/mlflow/experiments/create", "POST") in routes
+        assert (f"{api}/mlflow/registered-models/create", "POST") in routes
+    assert all(method == "POST" for _, method in routes)
+    assert not any("runs" in path or "search" in path for path, _ in routes)  # MLflow's own checks govern those
+    assert "/api/3.0/mlflow/mcp-servers" in fastapi_creation_prefixes()
+
+
+def test_pg_hba_lines_other_than_scram_are_found():
+    from bayesx.server import HBA, hba_methods
+
+    assert set(hba_methods(HBA)) == {"scram-sha-256"}
+    old = ("local all all trust\nhost all all 127.0.0.1/32 trust # x\nhost all all 127.0.0.1 255.255.255.255 md5\n"
+           "host all all samehost peer\n# host all all ::1/128 trust\ninclude_if_exists more.conf\n")
+    assert hba_methods(old) == ["trust", "trust", "md5", "peer", "include_if_exists"]
+
+
 # --- a real server on PostgreSQL ---------------------------------------------------------------------
 def _why_not() -> str | None:
     from test_server import _why_not as postgres_missing
@@ -298,6 +321,11 @@ def test_a_read_user_creates_no_experiment_and_no_run(auth_server, tmp_path, mon
     assert status == 403, body
     status, body = request(url, "/api/2.0/mlflow/runs/create", carol, payload={"experiment_id": by_admin})
     assert status == 403, body
+    mcp = {"name": "carols-server", "description": "x"}  # a route FastAPI serves itself; dave is the control
+    status, body = request(url, "/api/3.0/mlflow/mcp-servers", carol, payload=mcp)
+    assert status == 403 and "user 'carol' may only read here" in body.get("message", ""), (status, body)
+    status, body = request(url, "/api/3.0/mlflow/mcp-servers", dave, payload={**mcp, "name": "daves-server"})
+    assert status != 403, body
     status, body = request(url, "/api/2.0/mlflow/experiments/create", dave, payload={"name": "by-dave"})
     assert status == 200, body
     by_dave = body["experiment_id"]
