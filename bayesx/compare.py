@@ -82,7 +82,7 @@ def warning_reasons(row) -> list[str]:
     text = row.get(f"tags.{WARNINGS_TAG}")
     if not isinstance(text, str) or not text.strip():
         return []
-    return [f"warned: {w.strip().split(':')[0][:30]}" for w in text.split(" | ") if w.strip()]
+    return [f"warned: {w.strip().split(':')[0][:30].rstrip()}" for w in text.split(" | ") if w.strip()]
 
 
 def check(row) -> str:
@@ -222,6 +222,6 @@ def render(table, fmt: str, wide: bool = False, sort: str | None = None) -> str:
     shown, hidden = narrowed(table, WIDTH, sort)
     text = _text(shown)
     if hidden:
-        note = f"({len(hidden)} more columns: {', '.join(hidden)}; --wide shows them)"
+        note = f"({len(hidden)} more columns, --wide shows them: {', '.join(hidden)})"
         text += "\n" + (note if len(note) <= WIDTH else note[:WIDTH - 5] + " ...)")
     return text
