@@ -19,17 +19,33 @@ ISSUE = re.compile(r"\bissues?\s+#?\d+|\(#\d|\bsessions?\s+\d", re.IGNORECASE)  
 DATE = re.compile(r"\b20\d\d-\d\d(-\d\d)?\b")
 
 
-def relative_links(text: str) -> list[str]:
-    """The targets of the markdown links and images in ``text`` that are paths in this repository (no scheme, no
-    pure #anchor), without their #anchor; links inside code spans and fenced blocks are not links."""
+def anchored_links(text: str) -> list[tuple[str, str]]:
+    """(path, anchor) of the markdown links and images in ``text`` that stay in this repository (no scheme); path
+    "" for a link to an anchor of the same page, anchor "" for none. Links inside code spans and fenced blocks are
+    not links."""
     text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
     text = re.sub(r"`[^`\n]*`", "", text)
-    targets = []
+    found = []
     for target in LINK.findall(text):
-        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) or target.startswith("#"):
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):
             continue
-        targets.append(unquote(target.split("#", 1)[0]))
-    return targets
+        path, _, anchor = target.partition("#")
+        found.append((unquote(path), anchor))
+    return found
+
+
+def relative_links(text: str) -> list[str]:
+    """The paths of the links in ``text`` that are files of this repository, without their #anchor."""
+    return [path for path, _ in anchored_links(text) if path]
+
+
+def heading_anchors(text: str) -> set[str]:
+    """GitHub's anchors of a markdown page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    anchors = set()
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*$", text, flags=re.MULTILINE):
+        anchors.add(re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-"))
+    return anchors
 
 
 def test_link_finder_sees_links_and_images_and_skips_urls_and_code():
@@ -62,10 +78,34 @@ def test_relative_links_point_to_files(page):
     assert not missing, f"{page.relative_to(ROOT)} links to files that do not exist: {missing}"
 
 
-def test_readme_links_every_docs_page():
-    linked = {(README.parent / t).resolve() for t in relative_links(README.read_text(encoding="utf-8"))}
-    unlinked = [p.name for p in DOCS if p.resolve() not in linked]
-    assert not unlinked, f"docs pages the README does not link: {unlinked}"
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+def test_anchors_point_to_headings(page):
+    broken = []
+    for path, anchor in anchored_links(page.read_text(encoding="utf-8")):
+        target = page.parent / path if path else page
+        if anchor and target.suffix == ".md" and target.is_file():
+            if anchor not in heading_anchors(target.read_text(encoding="utf-8")):
+                broken.append(f"{path}#{anchor}")
+    assert not broken, f"{page.relative_to(ROOT)} links to headings that do not exist: {broken}"
+
+
+def test_heading_anchors_follow_github():
+    assert heading_anchors("# Tracking: stores\n## The compiled path (`device.compile`)\n### hydra/launcher and x\n") == {
+        "tracking-stores", "the-compiled-path-devicecompile", "hydralauncher-and-x"}
+
+
+def test_every_docs_page_is_reachable_from_the_readme():
+    """Every docs page is linked from the README, or from a page the README links (directly or not)."""
+    seen, todo = set(), [README.resolve()]
+    while todo:
+        page = todo.pop()
+        if page in seen or not page.is_file() or page.suffix != ".md":
+            continue
+        seen.add(page)
+        todo += [(page.parent / t).resolve() for t in relative_links(page.read_text(encoding="utf-8"))]
+    unreachable = [p.name for p in DOCS if p.resolve() not in seen]
+    assert not unreachable, f"docs pages no link from the README leads to: {unreachable}"
+
 
 
 def test_issue_and_date_patterns():
