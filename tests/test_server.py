@@ -68,9 +68,10 @@ def _old_trust_cluster(data: Path, port: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
-def test_a_trust_cluster_of_an_older_bayesx_is_converted_to_passwords(capsys):
+def test_a_trust_cluster_of_an_older_bayesx_is_converted_to_passwords(capsys, monkeypatch):
     """Under trust, psql without a password gets in (the control); after one start by this bayesx the same psql is
     refused over TCP and over the socket, the password file (mode 600) lets us in, and the old data are there."""
+    monkeypatch.delenv("PGPASSFILE", raising=False)  # Cluster.start sets it for this process: undone at the end
     folder = Path(tempfile.mkdtemp(prefix="bayesx-trust-", dir="/tmp"))
     folder.chmod(0o755)  # the postgres user must reach its data directory
     data, port = folder / "srv" / "pgdata", free_port()
