@@ -115,6 +115,15 @@ def test_a_sweep_parent_gets_the_comparison_table_plots_and_a_description(tmp_pa
     note = client.get_run(parent).data.tags[NOTE_TAG]
     assert "**nuts** 0.03" in note and "lowest posterior_mean_err" in note and "psis_khat = 1.7" in note
     assert note.count(BEGIN) == 1 and note.rstrip().endswith(END)
+    # the Overview: the answer table and the plot open the description, and the table is the parent's own metrics
+    assert "| run | posterior_mean_err | wall_time_s | n_grad_evals | reliable |" in note
+    assert "| vi | 0.5 | 5 | 5000 | no: khat 1.7>0.7 |" in note and "| nuts | 0.03 | 20 | 20000 | - |" in note
+    assert f"(get-artifact?path=comparison/error_vs_cost.png&run_uuid={parent})" in note
+    assert note.index("| run |") < note.index("error_vs_cost.png") < note.index("The winner")
+    assert "**pathfinder**" not in note and "fastest): **vi** 5 (unreliable: khat 1.7>0.7)" in note
+    assert client.get_run(parent).data.metrics == {
+        "posterior_mean_err/nuts": 0.03, "wall_time_s/nuts": 20.0, "n_grad_evals/nuts": 2e4,
+        "posterior_mean_err/vi": 0.5, "wall_time_s/vi": 5.0, "n_grad_evals/vi": 5e3}
 
     tracker.end_parent(parent)  # ended again (a resumed job settles it): one comparison, not two
     assert client.get_run(parent).data.tags[NOTE_TAG].count(BEGIN) == 1

@@ -206,16 +206,45 @@ def test_a_metric_that_comes_out_nan_is_left_out_and_named(fresh_store):
 
 
 # --- bayesx ui -------------------------------------------------------------------------------------------
-def test_the_link_names_the_view_that_mlflows_web_app_reads():
-    """MLflow's bundled web app must read the query parameter and value the link uses."""
+def _bundle() -> str:
     import mlflow
 
     js = Path(mlflow.__file__).parent / "server" / "js" / "build" / "static" / "js"
-    bundle = "".join(p.read_text(errors="replace") for p in js.glob("main.*.js"))
+    return "".join(p.read_text(errors="replace") for p in js.glob("*.js"))
+
+
+def test_the_link_names_the_view_that_mlflows_web_app_reads():
+    """MLflow's bundled web app must read the query parameter and value the link uses."""
+    bundle = _bundle()
     assert 'get("workflowType")' in bundle and f'MACHINE_LEARNING="{ui.MODEL_TRAINING}"' in bundle
     assert f'"{ui.KIND_TAG}"' in bundle and f'CUSTOM_MODEL_DEVELOPMENT="{ui.KIND}"' in bundle
     link = ui.experiment_link("http://127.0.0.1:5000", "7")
     assert link == "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+    shared = ui.experiment_link("http://127.0.0.1:5000", "7", "bayesx-0123")
+    assert shared == "http://127.0.0.1:5000/#/experiments/7/runs?viewStateShareKey=bayesx-0123&workflowType=machine_learning"
+
+
+def test_the_shared_view_uses_the_keys_mlflows_web_app_reads():
+    """The view bayesx stores is read by MLflow 3.17's web app: the query parameter and tag prefix of a shared view,
+    the search facets and table state it takes from the tag, the column keys of its run table, and its rule that
+    a sorted or filtered table lists child runs flat (not folded under their parent)."""
+    bundle = _bundle()
+    assert f'"{ui.SHARE_PARAM}"' in bundle and f'"{ui.SHARE_TAG}"' in bundle
+    assert '["searchFilter","orderByKey","orderByAsc","startTime","lifecycleFilter","modelVersionFilter",' in bundle
+    assert '["selectedColumns","columnOrder","columnWidths","runsExpanded",' in bundle
+    assert re.search(r'\((\w),(\w)\)=>\1\+"\.`"\+\2\+"`"', bundle)  # the run table's column key: metrics.`name`
+    # children are nested under their parent only in a table neither sorted (but by date) nor filtered
+    assert re.search(r"\(\)=>!(\w)&&!(\w)\|\|\1===\w+\.\w+\.DATE,\[\1,\2\]", bundle)
+    view = ui.sweep_view("p1", {"posterior_mean_err", "wall_time_s", "psis_khat", "other"})
+    assert view == {"selectedColumns": ["metrics.`posterior_mean_err`", "metrics.`psis_khat`", "metrics.`wall_time_s`"],
+                    "searchFilter": "tags.`mlflow.parentRunId` = 'p1'",
+                    "orderByKey": "metrics.`posterior_mean_err`", "orderByAsc": True}
+    assert ui.sweep_view(None, set()) == {"selectedColumns": [ui.column("metrics", m) for m in ui.KEY_METRICS]}
+
+
+def test_the_server_keeps_its_access_log_only_when_asked():
+    assert ui.server_options() == ["--workers", "1", "--uvicorn-opts", "--no-access-log"]
+    assert ui.server_options(verbose=True) == ["--workers", "1"]
 
 
 def _free_port() -> int:
@@ -275,13 +304,19 @@ def test_waiting_stops_when_the_server_exits_first():
 
 
 class _FakeStore(BaseHTTPRequestHandler):
-    """Answers the three REST calls `bayesx ui` makes, from ``server.experiments`` and ``server.newest``."""
+    """Answers the REST calls `bayesx ui` makes, from ``server.experiments``, ``server.newest`` (the experiment of the
+    newest run), ``server.sweep`` (its newest sweep parent) and ``server.metrics`` (its children's metrics)."""
 
     def do_POST(self):  # noqa: N802 - http.server's name
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
         store = self.server
         if self.path.endswith("experiments/search"):
             answer = {"experiments": store.experiments}
+        elif self.path.endswith("runs/search") and "sweep" in body.get("filter", ""):
+            answer = {"runs": [{"info": {"run_id": store.sweep}}] if store.sweep else []}
+        elif self.path.endswith("runs/search") and "parentRunId" in body.get("filter", ""):
+            assert body["filter"] == f"tags.`mlflow.parentRunId` = '{store.sweep}'"
+            answer = {"runs": [{"data": {"metrics": [{"key": m, "value": 1.0} for m in store.metrics]}}]}
         elif self.path.endswith("runs/search"):
             answer = {"runs": [{"info": {"experiment_id": store.newest}}] if store.newest in body["experiment_ids"]
                       else []}
@@ -304,7 +339,7 @@ def fake_store():
     server.experiments = [{"experiment_id": "0", "name": "Default", "tags": []},
                           {"experiment_id": "3", "name": "bayesx", "tags": []},
                           {"experiment_id": "5", "name": "digits", "tags": [{"key": ui.KIND_TAG, "value": "genai_development"}]}]
-    server.newest, server.tagged = "3", []
+    server.newest, server.tagged, server.sweep, server.metrics = "3", [], None, []
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server, f"http://127.0.0.1:{server.server_address[1]}"
@@ -312,17 +347,38 @@ def fake_store():
     server.server_close()
 
 
+def _shared(server, experiment_id: str) -> tuple[str, dict]:
+    """The key and view of the one shared view the link stored on ``experiment_id``."""
+    (key, value), = [(k, v) for e, k, v in server.tagged if e == experiment_id and k.startswith(ui.SHARE_TAG)]
+    return key[len(ui.SHARE_TAG):], json.loads(value)
+
+
 def test_the_link_opens_the_newest_runs_experiment_and_marks_it_model_training(fake_store):
     server, url = fake_store
     link, what = ui.landing(url, None, "digits")
-    assert link == ui.experiment_link(url, "3") and what == "the runs of experiment 'bayesx'"
-    assert server.tagged == [("3", ui.KIND_TAG, ui.KIND)]
+    key, view = _shared(server, "3")
+    assert link == ui.experiment_link(url, "3", key) and what == "the runs of experiment 'bayesx'"
+    assert server.tagged[0] == ("3", ui.KIND_TAG, ui.KIND)
+    assert view == ui.sweep_view(None, set())
+
+
+def test_the_link_opens_the_newest_sweep_sorted_by_error_with_its_key_metrics(fake_store):
+    server, url = fake_store
+    server.sweep, server.metrics = "p1", ["posterior_mean_err", "n_grad_evals", "rhat_max", "test_lpd"]
+    link, what = ui.landing(url, None, None)
+    key, view = _shared(server, "3")
+    assert link == ui.experiment_link(url, "3", key) and what.startswith("the newest sweep of experiment 'bayesx'")
+    assert view == ui.sweep_view("p1", set(server.metrics))
+    assert view["searchFilter"] == "tags.`mlflow.parentRunId` = 'p1'" and view["orderByAsc"] is True
+    assert ui.landing(url, None, None)[0] == link  # the same view again: the same key, one tag
+    assert len({k for _, k, _ in server.tagged if k.startswith(ui.SHARE_TAG)}) == 1
 
 
 def test_the_link_opens_the_asked_experiment_and_keeps_a_kind_it_has(fake_store):
     server, url = fake_store
-    assert ui.landing(url, "digits", None)[0] == ui.experiment_link(url, "5")
-    assert server.tagged == []  # the user's own choice of view stays
+    link, _ = ui.landing(url, "digits", None)
+    assert link == ui.experiment_link(url, "5", _shared(server, "5")[0])
+    assert not [t for t in server.tagged if t[1] == ui.KIND_TAG]  # the user's own choice of view stays
     with pytest.raises(BayesxError, match=r"--experiment nope: no such experiment .*known: Default, bayesx, digits"):
         ui.landing(url, "nope", None)
 
@@ -330,7 +386,7 @@ def test_the_link_opens_the_asked_experiment_and_keeps_a_kind_it_has(fake_store)
 def test_without_runs_the_link_opens_the_configured_experiment_or_home(fake_store):
     server, url = fake_store
     server.newest = None
-    assert ui.landing(url, None, "digits")[0] == ui.experiment_link(url, "5")
+    assert ui.landing(url, None, "digits")[0] == ui.experiment_link(url, "5", _shared(server, "5")[0])
     assert ui.landing(url, None, "missing") == (f"{url}/", "MLflow's home page (the store has no runs yet)")
 
 
@@ -358,7 +414,9 @@ def test_bayesx_ui_prints_the_model_training_link_only_once_the_server_answers(t
                 link = match.group(1)
                 assert ui.answers(f"http://127.0.0.1:{port}", timeout=5)  # printed once the server answers
         answered_after = time.monotonic() - started
-        assert link == ui.experiment_link(f"http://127.0.0.1:{port}", tracker.experiment_id)
+        tags = MlflowClient(uri).get_experiment(tracker.experiment_id).tags
+        (key,) = [k[len(ui.SHARE_TAG):] for k in tags if k.startswith(ui.SHARE_TAG)]
+        assert link == ui.experiment_link(f"http://127.0.0.1:{port}", tracker.experiment_id, key)
         with urllib.request.urlopen(link, timeout=10) as page:
             assert page.status == 200
         kind = MlflowClient(uri).get_experiment(tracker.experiment_id).tags.get(ui.KIND_TAG)
