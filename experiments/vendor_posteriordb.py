@@ -7,7 +7,10 @@ posteriordb and writes one compressed ``<file>.npz`` per posterior: the data's a
 the reference draws as ``reference`` (float32, or float64 where the entry asks, (draws, parameters), chains one after the other, thinned
 to ``--max-draws`` evenly within each chain) and their names as ``param_names``.
 
-    python experiments/vendor_posteriordb.py /path/to/posteriordb-checkout [--commit HEAD]
+    python experiments/vendor_posteriordb.py /path/to/posteriordb-checkout [--commit HEAD] [--only NAME ...]
+
+``--only`` rewrites the files of the named posteriors alone (a rewritten file differs in its zip timestamps even
+where its arrays do not).
 """
 
 from __future__ import annotations
@@ -46,10 +49,11 @@ def main() -> None:
     parser.add_argument("repo", type=Path, help="a git checkout (or bare mirror) of stan-dev/posteriordb")
     parser.add_argument("--commit", default="HEAD")
     parser.add_argument("--max-draws", type=int, default=10_000)
+    parser.add_argument("--only", nargs="+", choices=list(SUITE), help="the suite's posteriors to vendor (default: all)")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     done = set()
-    for entry in SUITE.values():
+    for entry in (SUITE[name] for name in args.only or SUITE):
         if entry.file in done:
             continue
         done.add(entry.file)

@@ -2,10 +2,12 @@
 
 posteriordb (Magnusson, Bürkner and Vehtari, "posteriordb: a set of posteriors for Bayesian inference
 and probabilistic programming"; github.com/stan-dev/posteriordb, BSD-3) pairs Stan programs and data
-with reference draws from long Stan runs (10 chains x 1,000 draws). bayesx carries a subset
-(bayesx/targets/posteriordb/suite.py), each posterior written twice: a batched torch density on Stan's
-unconstrained space (torch_models.py, what bayesx samples) and an independent one-point transcription
-for any array namespace (xp_models.py: numpy for the tests, jax.numpy for the peers' benchmark).
+with reference draws from long Stan runs (10 chains x 1,000 draws). bayesx carries 45 of its 46 posteriors with
+reference draws, and a centred eight schools, 46 in all (bayesx/targets/posteriordb/suite.py; the table of them, their
+dimensions and what makes each hard: docs/posteriordb.md), each written twice: a batched torch density on
+Stan's unconstrained space (torch_models.py, what bayesx samples; the Stan program's loops over time kept
+as Python loops in the drive HMMs and the RK4-integrated ODE models) and an independent one-point
+transcription for any array namespace (xp_models.py: numpy for the tests, jax.numpy for the peers' benchmark).
 
     post = load("eight_schools_noncentered")
     post.log_density(np, q, post.data)      # the xp transcription at one point q (dim,)

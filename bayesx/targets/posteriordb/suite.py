@@ -1,6 +1,7 @@
 """The posteriors of the suite: bayesx's name for each, the posteriordb posterior it is, and its file.
 
-Names are posteriordb's model names (``sblri_blr`` for the ``blr`` model on the ``sblri`` data). Each
+Names are posteriordb's model names (``sblri_blr`` and ``sblrc_blr`` for the ``blr`` model on the ``sblri`` and
+``sblrc`` data; ``nes1972`` ... ``nes2000`` for the ``nes`` model on each year's data). Each
 posterior's data and gold-standard reference draws are in ``data/<file>.npz`` (written by
 experiments/vendor_posteriordb.py). ``eight_schools_centered`` has no reference of its own in
 posteriordb; it is the same posterior of (theta, mu, tau) as ``eight_schools_noncentered`` in another
@@ -22,6 +23,7 @@ class SuiteEntry:
     float64: bool = False  # keep the reference draws in float64 (where unconstraining them is ill-conditioned)
     coordinates: tuple[str, ...] | None = None  # names of the unconstrained coordinates; None: the constrained
     # names with the last (a positive scale) as log(...)
+    loop_steps: int = 0  # iterations of the torch density's Python loop over time (0: no loop)
 
 
 def _indexed(name: str, n: int) -> tuple[str, ...]:
@@ -57,6 +59,72 @@ SUITE: dict[str, SuiteEntry] = {
     "hmm_example": SuiteEntry("hmm_example-hmm_example", "hmm_example", 4,
                               "two-state hidden Markov model, simplexes and positive ordered means",
                               coordinates=("logit(theta1[1])", "logit(theta2[1])", "log(mu[1])", "log(mu[2]-mu[1])")),
+    # --- loops over time: the Stan program's loop is a Python loop in the torch density -----------------------
+    "hmm_drive_0": SuiteEntry("bball_drive_event_0-hmm_drive_0", "hmm_drive_0", 6,
+                              "two-state HMM over 416 steps (a Python loop), exponential emissions; transition "
+                              "probabilities near 0 and 1, positive-ordered rates",
+                              coordinates=("logit(theta1[1])", "logit(theta2[1])", "log(phi[1])", "log(phi[2]-phi[1])",
+                                           "log(lambda[1])", "log(lambda[2]-lambda[1])"), loop_steps=415),
+    "hmm_drive_1": SuiteEntry("bball_drive_event_1-hmm_drive_1", "hmm_drive_1", 6,
+                              "two-state HMM over 416 steps (a Python loop), normal emissions; ordered means "
+                              "with sds of 0.006-0.011, transition probabilities near 0 and 1",
+                              coordinates=("logit(theta1[1])", "logit(theta2[1])", "phi[1]", "log(phi[2]-phi[1])",
+                                           "lambda[1]", "log(lambda[2]-lambda[1])"), loop_steps=415),
+    "lotka_volterra": SuiteEntry("hudson_lynx_hare-lotka_volterra", "lotka_volterra", 8,
+                                 "predator-prey ODE by fixed-step RK4 (400 steps, a Python loop), lognormal errors; "
+                                 "rates correlated -0.94, scales 0.004 to 3",
+                                 coordinates=(*(f"log(theta[{i}])" for i in range(1, 5)), "log(z_init[1])",
+                                              "log(z_init[2])", "log(sigma[1])", "log(sigma[2])"), loop_steps=400),
+    "one_comp_mm_elim_abs": SuiteEntry("one_comp_mm_elim_abs-one_comp_mm_elim_abs", "one_comp_mm_elim_abs", 4,
+                                       "pharmacokinetic ODE (Michaelis-Menten elimination) by fixed-step RK4 "
+                                       "(400 steps, a Python loop); K_m and V_m correlated 0.95, a long tail",
+                                       coordinates=("log(k_a)", "log(K_m)", "log(V_m)", "log(sigma)"), loop_steps=400),
+    # --- a Gaussian process ---------------------------------------------------------------------------------
+    "gp_regr": SuiteEntry("gp_pois_regr-gp_regr", "gp_regr", 3,
+                          "Gaussian-process regression, marginal likelihood through the Cholesky of the kernel",
+                          coordinates=("log(rho)", "log(alpha)", "log(sigma)")),
+    # --- regressions (y ~ normal(X beta, sigma), flat priors unless stated) ---------------------------------
+    "sblrc_blr": SuiteEntry("sblrc-blr", "sblrc_blr", 6, "linear regression, coefficients correlated 0.8"),
+    "earn_height": SuiteEntry("earnings-earn_height", "earn_height", 3,
+                              "earnings in dollars on uncentred height: sds 144 and 9,700, intercept and "
+                              "slope correlated -0.998"),
+    "log10earn_height": SuiteEntry("earnings-log10earn_height", "log10earn_height", 3,
+                                   "log10 earnings on uncentred height, correlated -0.998"),
+    "logearn_height": SuiteEntry("earnings-logearn_height", "logearn_height", 3,
+                                 "log earnings on uncentred height, correlated -0.998"),
+    "logearn_height_male": SuiteEntry("earnings-logearn_height_male", "logearn_height_male", 4,
+                                      "log earnings on uncentred height and sex, correlated -0.998"),
+    "logearn_logheight_male": SuiteEntry("earnings-logearn_logheight_male", "logearn_logheight_male", 4,
+                                         "log earnings on log height (uncentred: correlation -0.9999) and sex"),
+    "logearn_interaction": SuiteEntry("earnings-logearn_interaction", "logearn_interaction", 5,
+                                      "log earnings, uncentred height-sex interaction, correlated -0.999"),
+    "logearn_interaction_z": SuiteEntry("earnings-logearn_interaction_z", "logearn_interaction_z", 5,
+                                        "log earnings, standardized height-sex interaction (well conditioned)"),
+    "kidscore_momhs": SuiteEntry("kidiq-kidscore_momhs", "kidscore_momhs", 3, "regression on one binary predictor"),
+    "kidscore_momiq": SuiteEntry("kidiq-kidscore_momiq", "kidscore_momiq", 3,
+                                 "regression on uncentred IQ, correlated -0.99"),
+    "kidscore_momhsiq": SuiteEntry("kidiq-kidscore_momhsiq", "kidscore_momhsiq", 4,
+                                   "regression on uncentred IQ and a binary predictor, correlated -0.95"),
+    "kidscore_interaction_c": SuiteEntry("kidiq_with_mom_work-kidscore_interaction_c", "kidscore_interaction_c", 5,
+                                         "interaction of centred predictors (well conditioned)"),
+    "kidscore_interaction_c2": SuiteEntry("kidiq_with_mom_work-kidscore_interaction_c2", "kidscore_interaction_c2", 5,
+                                          "interaction of predictors centred on reference points"),
+    "kidscore_interaction_z": SuiteEntry("kidiq_with_mom_work-kidscore_interaction_z", "kidscore_interaction_z", 5,
+                                         "interaction of standardized predictors (well conditioned)"),
+    "kidscore_mom_work": SuiteEntry("kidiq_with_mom_work-kidscore_mom_work", "kidscore_mom_work", 5,
+                                    "regression on a four-level factor (indicators)"),
+    "mesquite": SuiteEntry("mesquite-mesquite", "mesquite", 8,
+                           "regression on raw plant measurements, N=46, flat priors, sds 30 to 220"),
+    "logmesquite": SuiteEntry("mesquite-logmesquite", "logmesquite", 8, "log-log regression, N=46, flat priors"),
+    "logmesquite_logva": SuiteEntry("mesquite-logmesquite_logva", "logmesquite_logva", 5,
+                                    "log-log regression on canopy volume and area, correlated -0.96"),
+    "logmesquite_logvash": SuiteEntry("mesquite-logmesquite_logvash", "logmesquite_logvash", 7,
+                                      "log-log regression, N=46, correlated -0.95"),
+    "logmesquite_logvolume": SuiteEntry("mesquite-logmesquite_logvolume", "logmesquite_logvolume", 3,
+                                        "log-log regression on canopy volume"),
+    **{f"nes{year}": SuiteEntry(f"nes{year}-nes", f"nes{year}", 10,
+                                f"party identification on 8 predictors (age as a factor), National Election "
+                                f"Study {year}", max_draws=4_000) for year in range(1972, 2001, 4)},
 }
 
 NAMES = tuple(SUITE)

@@ -6,9 +6,12 @@ positive-ordered vectors by cumulative sums of exponentials, a simplex by stick 
 log absolute Jacobian determinant of each block, and evaluates the Stan program's log density on the
 constrained parameters (constants dropped). The densities are vectorized over the leading batch
 dimensions: the regressions through matrix products or sufficient statistics (diamonds: X'X, X'y),
-the ARMA and GARCH recursions as scans of linear recurrences (log2 T vector steps). A second,
-independent transcription (bayesx/targets/posteriordb/xp_models.py) follows the Stan programs line by
-line; the tests compare the two.
+the ARMA and GARCH recursions as scans of linear recurrences (log2 T vector steps). The later models
+are written as a user writes them from the Stan program, its loops kept as Python loops over time:
+the drive HMMs' forward algorithm (416 steps of a logsumexp), and the two ODE models integrated by
+fixed-step RK4 (``rk4``, 20 steps per observation interval, 400 in all) where Stan calls an adaptive
+solver. A second, independent transcription (bayesx/targets/posteriordb/xp_models.py) follows the Stan
+programs line by line; the tests compare the two, and the RK4 solutions with an adaptive solver.
 
 A model's log-Jacobian terms are kept by name (``transform`` returns them), so that a test can drop one
 and see the Stein identity on the reference draws fail.
@@ -17,6 +20,8 @@ and see the Stein identity on the reference draws fail.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
@@ -52,6 +57,28 @@ def simplex2(u: Tensor) -> tuple[Tensor, Tensor]:
 
 def normal_lpdf(x: Tensor, mu, sigma) -> Tensor:
     return -0.5 * ((x - mu) / sigma) ** 2 - torch.log(torch.as_tensor(sigma))
+
+
+def lognormal_lpdf(x: Tensor, mu, sigma) -> Tensor:
+    """Stan's lognormal_lpdf without -log(2 pi) / 2: -log x - log sigma - (log x - mu)^2 / (2 sigma^2)."""
+    return normal_lpdf(torch.log(x), mu, sigma) - torch.log(x)
+
+
+def rk4(rhs, z0: Tensor, t0: float, times, steps: int) -> Tensor:
+    """z(t) at each of ``times`` for dz/dt = rhs(t, z), z(t0) = z0 (..., n), by the classical Runge-Kutta method
+    with ``steps`` equal steps per interval between successive times: (..., len(times), n)."""
+    z, t, out = z0, float(t0), []
+    for t_next in times:
+        h = (float(t_next) - t) / steps
+        for _ in range(steps):
+            k1 = rhs(t, z)
+            k2 = rhs(t + h / 2, z + h / 2 * k1)
+            k3 = rhs(t + h / 2, z + h / 2 * k2)
+            k4 = rhs(t + h, z + h * k3)
+            z, t = z + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), t + h
+        out.append(z)
+        t = float(t_next)
+    return torch.stack(out, -2)
 
 
 def cauchy_lpdf(x: Tensor, scale: float) -> Tensor:
@@ -215,7 +242,7 @@ class LinearRegression(ScaleLast):
 
     def log_density(self, p):
         residual = self.y - p["beta"] @ self.x.T
-        return self.prior(p) + normal_lpdf(residual, 0.0, p["sigma"][..., None]).sum(-1)
+        return self.prior(p) + gaussian_sum((residual**2).sum(-1), self.y.shape[0], p["sigma"])
 
 
 class KidscoreInteraction(LinearRegression):
@@ -250,6 +277,78 @@ class Kilpisjarvi(LinearRegression):
         d = self.data
         return (-0.5 * ((p["beta"][..., 0] - d["pmualpha"]) / d["psalpha"]) ** 2
                 - 0.5 * ((p["beta"][..., 1] - d["pmubeta"]) / d["psbeta"]) ** 2)
+
+
+class Regression(LinearRegression):
+    """y ~ normal(beta_1 + beta_2 x_1 + ... + beta_K x_(K-1), sigma), flat priors on beta and sigma (the ARM book's
+    programs: earnings, kidiq, mesquite, nes), or sigma ~ cauchy(0, 2.5) where ``sigma_cauchy``; ``columns(data)``
+    returns the predictors x_k and the response y as the Stan program's transformed data computes them."""
+
+    def __init__(self, columns, data, dtype, device, sigma_cauchy: bool = False):
+        self.columns, self.sigma_cauchy = columns, sigma_cauchy
+        super().__init__(data, dtype, device)
+
+    def design(self, d):
+        xs, y = self.columns(d)
+        return torch.stack([torch.ones_like(y), *xs], 1), y
+
+    def prior(self, p):
+        return cauchy_lpdf(p["sigma"], 2.5) if self.sigma_cauchy else torch.zeros_like(p["sigma"])
+
+
+def _standardized(x: Tensor, scale: float = 1.0) -> Tensor:
+    """(x - mean(x)) / (scale sd(x)), Stan's sd with the n - 1 divisor."""
+    return (x - x.mean()) / (scale * x.std(correction=1))
+
+
+def _indicators(x: Tensor, levels) -> list[Tensor]:
+    return [(x == level).to(x.dtype) for level in levels]
+
+
+def _mesquite_logs(d) -> dict[str, Tensor]:
+    return {"weight": torch.log(d["weight"]), "volume": torch.log(d["diam1"] * d["diam2"] * d["canopy_height"]),
+            "area": torch.log(d["diam1"] * d["diam2"]), "shape": torch.log(d["diam1"] / d["diam2"]),
+            "total_height": torch.log(d["total_height"])}
+
+
+def _nes(d):
+    return [d["real_ideo"], d["race_adj"], *_indicators(d["age_discrete"], (2, 3, 4)), d["educ1"], d["gender"],
+            d["income"]], d["partyid7"]
+
+
+REGRESSION_COLUMNS = {  # the predictors and response of each regression, as its Stan program's transformed data
+    "earn_height": lambda d: ([d["height"]], d["earn"]),
+    "log10earn_height": lambda d: ([d["height"]], torch.log10(d["earn"])),
+    "logearn_height": lambda d: ([d["height"]], torch.log(d["earn"])),
+    "logearn_height_male": lambda d: ([d["height"], d["male"]], torch.log(d["earn"])),
+    "logearn_logheight_male": lambda d: ([torch.log(d["height"]), d["male"]], torch.log(d["earn"])),
+    "logearn_interaction": lambda d: ([d["height"], d["male"], d["height"] * d["male"]], torch.log(d["earn"])),
+    "logearn_interaction_z": lambda d: ([_standardized(d["height"]), d["male"], _standardized(d["height"]) * d["male"]],
+                                        torch.log(d["earn"])),
+    "kidscore_momhs": lambda d: ([d["mom_hs"]], d["kid_score"]),
+    "kidscore_momiq": lambda d: ([d["mom_iq"]], d["kid_score"]),
+    "kidscore_momhsiq": lambda d: ([d["mom_hs"], d["mom_iq"]], d["kid_score"]),
+    "kidscore_interaction_c": lambda d: ([d["mom_hs"] - d["mom_hs"].mean(), d["mom_iq"] - d["mom_iq"].mean(),
+                                          (d["mom_hs"] - d["mom_hs"].mean()) * (d["mom_iq"] - d["mom_iq"].mean())],
+                                         d["kid_score"]),
+    "kidscore_interaction_c2": lambda d: ([d["mom_hs"] - 0.5, d["mom_iq"] - 100.0, (d["mom_hs"] - 0.5) * (d["mom_iq"] - 100.0)],
+                                          d["kid_score"]),
+    "kidscore_interaction_z": lambda d: ([_standardized(d["mom_hs"], 2.0), _standardized(d["mom_iq"], 2.0),
+                                          _standardized(d["mom_hs"], 2.0) * _standardized(d["mom_iq"], 2.0)],
+                                         d["kid_score"]),
+    "kidscore_mom_work": lambda d: (_indicators(d["mom_work"], (2, 3, 4)), d["kid_score"]),
+    "mesquite": lambda d: ([d[k] for k in ("diam1", "diam2", "canopy_height", "total_height", "density", "group")],
+                           d["weight"]),
+    "logmesquite": lambda d: ([*(torch.log(d[k]) for k in ("diam1", "diam2", "canopy_height", "total_height", "density")),
+                               d["group"]], torch.log(d["weight"])),
+    "logmesquite_logva": lambda d: ([_mesquite_logs(d)["volume"], _mesquite_logs(d)["area"], d["group"]],
+                                    _mesquite_logs(d)["weight"]),
+    "logmesquite_logvash": lambda d: ([*(_mesquite_logs(d)[k] for k in ("volume", "area", "shape", "total_height")),
+                                       d["group"]], _mesquite_logs(d)["weight"]),
+    "logmesquite_logvolume": lambda d: ([_mesquite_logs(d)["volume"]], _mesquite_logs(d)["weight"]),
+    **{f"nes{year}": _nes for year in range(1972, 2001, 4)},
+}
+SIGMA_CAUCHY = {"kidscore_momhs", "kidscore_momiq", "kidscore_momhsiq"}  # sigma ~ cauchy(0, 2.5); the others flat
 
 
 class ArK(LinearRegression):
@@ -382,7 +481,161 @@ class HmmExample(TorchModel):
         return torch.cat([p["theta1"], p["theta2"], p["mu"]], -1)
 
 
-TORCH_MODELS: dict[str, type[TorchModel]] = {
+class HmmDrive(TorchModel):
+    """Two-state HMM of a basketball player's drives (posteriordb's hmm_drive_0/1): transition rows theta1, theta2
+    (simplexes, Dirichlet(alpha) priors), emissions of 1/speed u_t and hoop distance v_t with state parameters
+    phi and lambda (ordered; positive-ordered rates for the exponential model). The forward algorithm as Stan
+    writes it, a Python loop over the N = 416 time steps: gamma_t = logsumexp_j(gamma_(t-1),j + log theta[j, :])
+    + log p(u_t, v_t | state)."""
+
+    dim = 6
+    positive = False  # phi and lambda positive_ordered (else ordered)
+
+    def transform(self, q):
+        theta1, j1 = simplex2(q[..., 0])
+        theta2, j2 = simplex2(q[..., 1])
+        phi, j_phi = ordered(q[..., 2:4], first_positive=self.positive)
+        lam, j_lambda = ordered(q[..., 4:6], first_positive=self.positive)
+        return ({"theta1": theta1, "theta2": theta2, "phi": phi, "lambda": lam},
+                {"theta1": j1, "theta2": j2, "phi": j_phi, "lambda": j_lambda})
+
+    def emission(self, p, t: int) -> Tensor:
+        """log p(u_t, v_t | state k), (..., K)."""
+        raise NotImplementedError
+
+    def log_density(self, p):
+        log_theta = torch.log(torch.stack([p["theta1"], p["theta2"]], -2))  # (..., from, to)
+        prior = ((self.data["alpha"] - 1.0) * log_theta).sum((-2, -1))  # dirichlet_lpdf of each row
+        for x in (p["phi"], p["lambda"]):
+            prior = prior + normal_lpdf(x[..., 0], 0.0, 1.0) + normal_lpdf(x[..., 1], 3.0, 1.0)
+        gamma = self.emission(p, 0)
+        for t in range(1, self.data["u"].shape[0]):
+            gamma = torch.logsumexp(gamma[..., :, None] + log_theta, -2) + self.emission(p, t)
+        return prior + torch.logsumexp(gamma, -1)
+
+    def outputs(self, p):
+        return torch.cat([p["theta1"], p["theta2"], p["phi"], p["lambda"]], -1)
+
+
+class HmmDrive0(HmmDrive):
+    """Exponential emissions: u_t ~ exponential(phi_k), v_t ~ exponential(lambda_k)."""
+
+    positive = True
+
+    def emission(self, p, t):
+        d, phi, lam = self.data, p["phi"], p["lambda"]
+        return torch.log(phi) - phi * d["u"][t] + torch.log(lam) - lam * d["v"][t]
+
+
+class HmmDrive1(HmmDrive):
+    """Normal emissions: u_t ~ normal(phi_k, tau), v_t ~ normal(lambda_k, rho)."""
+
+    def emission(self, p, t):
+        d = self.data
+        return normal_lpdf(d["u"][t], p["phi"], d["tau"]) + normal_lpdf(d["v"][t], p["lambda"], d["rho"])
+
+
+class LotkaVolterra(TorchModel):
+    """Lynx and hare pelts (Hudson's Bay Company, 1900-1920): du/dt = (alpha - beta v) u, dv/dt = (-gamma + delta u) v
+    from z_init at t = 0, observed with lognormal errors at t = 1..20 (and y_init at 0). Stan integrates by
+    RK45 (relative tolerance 1e-5); here fixed-step RK4, 20 steps a year, a Python loop of 400 steps."""
+
+    dim = 8
+    steps = 20
+
+    def transform(self, q):
+        theta, j_theta = positive(q[..., 0:4])
+        z_init, j_z = positive(q[..., 4:6])
+        sigma, j_sigma = positive(q[..., 6:8])
+        return ({"theta": theta, "z_init": z_init, "sigma": sigma},
+                {"theta": j_theta.sum(-1), "z_init": j_z.sum(-1), "sigma": j_sigma.sum(-1)})
+
+    def solve(self, p) -> Tensor:
+        """z(t) at the measurement times, (..., N, 2)."""
+        alpha, beta, gamma, delta = (p["theta"][..., i] for i in range(4))
+
+        def dz_dt(t, z):
+            u, v = z[..., 0], z[..., 1]
+            return torch.stack([(alpha - beta * v) * u, (-gamma + delta * u) * v], -1)
+
+        return rk4(dz_dt, p["z_init"], 0.0, self.data["ts"].tolist(), self.steps)
+
+    def log_density(self, p):
+        d, theta, sigma = self.data, p["theta"], p["sigma"]
+        z = self.solve(p)
+        lp = (normal_lpdf(theta[..., 0], 1.0, 0.5) + normal_lpdf(theta[..., 2], 1.0, 0.5)
+              + normal_lpdf(theta[..., 1], 0.05, 0.05) + normal_lpdf(theta[..., 3], 0.05, 0.05)
+              + lognormal_lpdf(sigma, -1.0, 1.0).sum(-1) + lognormal_lpdf(p["z_init"], math.log(10.0), 1.0).sum(-1))
+        lp = lp + lognormal_lpdf(d["y_init"], torch.log(p["z_init"]), sigma).sum(-1)
+        return lp + lognormal_lpdf(d["y"], torch.log(z), sigma[..., None, :]).sum((-2, -1))
+
+    def outputs(self, p):
+        return torch.cat([p["theta"], p["z_init"], p["sigma"]], -1)
+
+
+class OneCompMMElimAbs(TorchModel):
+    """One-compartment pharmacokinetics with first-order absorption and Michaelis-Menten elimination:
+    dC/dt = exp(-k_a t) D k_a / V - (V_m / V) C / (K_m + C), C(0) = 0, C_hat_n ~ lognormal(log C(t_n), sigma),
+    half-Cauchy(0, 1) priors. Stan integrates by BDF; here fixed-step RK4, 20 steps per half day, a Python loop of
+    400 steps. The program's ``if (t > 0)`` zeroes the dose term at the single point t = 0, which the solution does
+    not see; the RK4 stages use the t > 0 branch throughout (the solution the adaptive solver converges to)."""
+
+    dim = 4
+    steps = 20
+
+    def transform(self, q):
+        x, j = positive(q)
+        names = ("k_a", "K_m", "V_m", "sigma")
+        return {n: x[..., i] for i, n in enumerate(names)}, {n: j[..., i] for i, n in enumerate(names)}
+
+    def log_density(self, p):
+        d = self.data
+        k_a, K_m, V_m, sigma = (p[k][..., None] for k in ("k_a", "K_m", "V_m", "sigma"))
+
+        def dc_dt(t, c):
+            return torch.exp(-k_a * t) * d["D"] * k_a / d["V"] - (V_m / d["V"]) * c / (K_m + c)
+
+        c = rk4(dc_dt, torch.zeros_like(k_a), float(d["t0"]), d["times"].tolist(), self.steps)[..., 0]
+        prior = sum(cauchy_lpdf(p[k], 1.0) for k in ("k_a", "K_m", "V_m", "sigma"))
+        return prior + lognormal_lpdf(d["C_hat"], torch.log(c), sigma).sum(-1)
+
+    def outputs(self, p):
+        return torch.stack([p["k_a"], p["K_m"], p["V_m"], p["sigma"]], -1)
+
+
+class GpRegr(TorchModel):
+    """y ~ multi_normal(0, K + sigma I), K_ij = alpha^2 exp(-|x_i - x_j|^2 / (2 rho^2)) (note: sigma, not sigma^2,
+    on the diagonal, as the Stan program has it); rho ~ gamma(25, 4), alpha ~ normal(0, 2), sigma ~ normal(0, 1).
+    The marginal likelihood through the Cholesky factor L: -sum log L_ii - |L^-1 y|^2 / 2."""
+
+    dim = 3
+
+    def prepare(self, data):
+        self.data = data
+        self.sq_dist = (data["x"][:, None] - data["x"][None, :]) ** 2
+        self.eye = torch.eye(len(data["x"]), dtype=self.dtype, device=self.device)
+
+    def transform(self, q):
+        x, j = positive(q)
+        names = ("rho", "alpha", "sigma")
+        return {n: x[..., i] for i, n in enumerate(names)}, {n: j[..., i] for i, n in enumerate(names)}
+
+    def log_density(self, p):
+        rho, alpha, sigma = (p[k][..., None, None] for k in ("rho", "alpha", "sigma"))
+        cov = alpha**2 * torch.exp(-0.5 * self.sq_dist / rho**2) + sigma * self.eye
+        chol, info = torch.linalg.cholesky_ex(cov)
+        y = self.data["y"].expand(*chol.shape[:-1])[..., None]
+        z = torch.linalg.solve_triangular(chol, y, upper=False)[..., 0]
+        likelihood = -torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1) - 0.5 * (z**2).sum(-1)
+        likelihood = torch.where(info == 0, likelihood, torch.full_like(likelihood, -math.inf))  # Stan rejects
+        prior = 24.0 * torch.log(p["rho"]) - 4.0 * p["rho"] - 0.5 * (p["alpha"] / 2.0) ** 2 - 0.5 * p["sigma"] ** 2
+        return prior + likelihood
+
+    def outputs(self, p):
+        return torch.stack([p["rho"], p["alpha"], p["sigma"]], -1)
+
+
+TORCH_MODELS: dict[str, Callable[..., TorchModel]] = {
     "eight_schools_noncentered": EightSchoolsNoncentered,
     "eight_schools_centered": EightSchoolsCentered,
     "diamonds": Diamonds,
@@ -396,4 +649,12 @@ TORCH_MODELS: dict[str, type[TorchModel]] = {
     "sblri_blr": SblriBlr,
     "kilpisjarvi": Kilpisjarvi,
     "hmm_example": HmmExample,
+    "hmm_drive_0": HmmDrive0,
+    "hmm_drive_1": HmmDrive1,
+    "lotka_volterra": LotkaVolterra,
+    "one_comp_mm_elim_abs": OneCompMMElimAbs,
+    "gp_regr": GpRegr,
+    "sblrc_blr": SblriBlr,  # the same program, blr, on other data
+    **{name: partial(Regression, columns, sigma_cauchy=name in SIGMA_CAUCHY)
+       for name, columns in REGRESSION_COLUMNS.items()},
 }

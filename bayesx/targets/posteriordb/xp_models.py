@@ -20,6 +20,10 @@ log J = log x + log(1 - x); interval (0, b), x = b logistic(u), log J = log b + 
 ordered, x1 = u1, x_k = x_{k-1} + exp(u_k), log J = sum_{k>1} u_k; positive ordered: the same with
 x1 = exp(u1); simplex of size 2 by stick breaking, x = (logistic(u), 1 - logistic(u)),
 log J = log x1 + log x2.
+
+The ODE models are integrated by the classical Runge-Kutta method with a fixed number of steps per interval
+between measurement times (``_rk4``, on lists of scalars), where Stan calls an adaptive solver; the tests
+compare its solutions with scipy's adaptive solver at tight tolerances.
 """
 
 from __future__ import annotations
@@ -46,6 +50,41 @@ def _log_logistic(xp, u):
 
 def _logit(x):
     return np.log(x) - np.log1p(-x)
+
+
+def _lognormal(xp, x, mu, sigma):
+    """lognormal_lpdf without its -log(2 pi) / 2."""
+    return _normal(xp, xp.log(x), mu, sigma) - xp.log(x)
+
+
+def _half_cauchy(xp, x, scale):
+    """cauchy_lpdf(x | 0, scale) on x > 0, up to a constant."""
+    return -xp.log(1.0 + (x / scale) ** 2)
+
+
+def _rk4(rhs, z0: list, t0, times, steps: int) -> list[list]:
+    """z(t_n) for dz/dt = rhs(t, z), z(t0) = z0, z a list of scalars: the classical Runge-Kutta method, ``steps``
+    equal steps per interval between successive times."""
+    z, t, out = list(z0), t0, []
+    for t_next in times:
+        h = (t_next - t) / steps
+        for _ in range(steps):
+            k1 = rhs(t, z)
+            k2 = rhs(t + h / 2, [zi + h / 2 * ki for zi, ki in zip(z, k1)])
+            k3 = rhs(t + h / 2, [zi + h / 2 * ki for zi, ki in zip(z, k2)])
+            k4 = rhs(t + h, [zi + h * ki for zi, ki in zip(z, k3)])
+            z = [zi + h / 6 * (a + 2 * b + 2 * c + e) for zi, a, b, c, e in zip(z, k1, k2, k3, k4)]
+            t = t + h
+        out.append(z)
+        t = t_next
+    return out
+
+
+def _log_sum_exp(xp, values: list):
+    out = values[0]
+    for v in values[1:]:
+        out = xp.logaddexp(out, v)
+    return out
 
 
 # --- eight schools --------------------------------------------------------------------------------
@@ -262,6 +301,217 @@ def hmm_example_unconstrain(p, d):
     return np.stack([_logit(p[:, 0]), _logit(p[:, 2]), np.log(p[:, 4]), np.log(p[:, 5] - p[:, 4])], axis=1)
 
 
+# --- the drive HMMs: the forward algorithm, loops over time and states as in the Stan program --------------
+def _hmm_drive(emission, positive: bool):
+    """The log density of hmm_drive_0 (positive-ordered phi and lambda, exponential emissions) or hmm_drive_1
+    (ordered, normal): ``emission(xp, d, t, phi_k, lambda_k)`` is log p(u_t, v_t | state k)."""
+
+    def log_density(xp, q, d):
+        th1, th2 = _logistic(xp, q[0]), _logistic(xp, q[1])
+        theta = [[th1, 1.0 - th1], [th2, 1.0 - th2]]
+        first = xp.exp if positive else (lambda u: u)
+        phi = [first(q[2])]
+        phi.append(phi[0] + xp.exp(q[3]))
+        lam = [first(q[4])]
+        lam.append(lam[0] + xp.exp(q[5]))
+        alpha, n_states = d["alpha"], 2
+        lp = 0.0
+        for k in range(n_states):
+            for j in range(n_states):
+                lp = lp + (alpha[k, j] - 1.0) * xp.log(theta[k][j])
+        lp = lp + _normal(xp, phi[0], 0.0, 1.0) + _normal(xp, phi[1], 3.0, 1.0)
+        lp = lp + _normal(xp, lam[0], 0.0, 1.0) + _normal(xp, lam[1], 3.0, 1.0)
+        gamma = [emission(xp, d, 0, phi[k], lam[k]) for k in range(n_states)]
+        for t in range(1, d["u"].shape[0]):
+            gamma = [_log_sum_exp(xp, [gamma[j] + xp.log(theta[j][k]) + emission(xp, d, t, phi[k], lam[k])
+                                       for j in range(n_states)]) for k in range(n_states)]
+        lp = lp + _log_sum_exp(xp, gamma)
+        log_jacobian = xp.log(th1) + xp.log(1.0 - th1) + xp.log(th2) + xp.log(1.0 - th2) + q[3] + q[5]
+        return lp + log_jacobian + ((q[2] + q[4]) if positive else 0.0)
+
+    return log_density
+
+
+def _exponential_emission(xp, d, t, phi, lam):
+    return xp.log(phi) - phi * d["u"][t] + xp.log(lam) - lam * d["v"][t]
+
+
+def _normal_emission(xp, d, t, phi, lam):
+    return _normal(xp, d["u"][t], phi, d["tau"]) + _normal(xp, d["v"][t], lam, d["rho"])
+
+
+def _hmm_drive_constrain(positive: bool):
+    def constrain(xp, q, d):
+        th1, th2 = _logistic(xp, q[0]), _logistic(xp, q[1])
+        phi1, lam1 = (xp.exp(q[2]), xp.exp(q[4])) if positive else (q[2], q[4])
+        return xp.stack([th1, 1.0 - th1, th2, 1.0 - th2, phi1, phi1 + xp.exp(q[3]), lam1, lam1 + xp.exp(q[5])])
+
+    return constrain
+
+
+def _hmm_drive_unconstrain(positive: bool):
+    """logit(theta[1]) = log theta[1] - log theta[2]: both stored, so a probability near 1 keeps its precision."""
+
+    def unconstrain(p, d):
+        first = np.log if positive else (lambda x: x)
+        return np.stack([np.log(p[:, 0]) - np.log(p[:, 1]), np.log(p[:, 2]) - np.log(p[:, 3]), first(p[:, 4]),
+                         np.log(p[:, 5] - p[:, 4]), first(p[:, 6]), np.log(p[:, 7] - p[:, 6])], axis=1)
+
+    return unconstrain
+
+
+# --- ODE models, by fixed-step RK4 ----------------------------------------------------------------------
+ODE_STEPS = 20  # RK4 steps per interval between measurement times
+
+
+def lotka_volterra_solution(xp, theta, z_init, d, steps: int = ODE_STEPS) -> list[list]:
+    """[prey, predator] at each measurement time, from z_init at t = 0."""
+    alpha, beta, gamma, delta = theta
+
+    def dz_dt(t, z):
+        u, v = z
+        return [(alpha - beta * v) * u, (-gamma + delta * u) * v]
+
+    return _rk4(dz_dt, z_init, 0.0, [float(t) for t in d["ts"]], steps)
+
+
+def lotka_volterra(xp, q, d):
+    theta = [xp.exp(q[i]) for i in range(4)]
+    z_init = [xp.exp(q[4]), xp.exp(q[5])]
+    sigma = [xp.exp(q[6]), xp.exp(q[7])]
+    z = lotka_volterra_solution(xp, theta, z_init, d)
+    lp = _normal(xp, theta[0], 1.0, 0.5) + _normal(xp, theta[2], 1.0, 0.5)
+    lp = lp + _normal(xp, theta[1], 0.05, 0.05) + _normal(xp, theta[3], 0.05, 0.05)
+    for k in range(2):
+        lp = lp + _lognormal(xp, sigma[k], -1.0, 1.0) + _lognormal(xp, z_init[k], xp.log(10.0), 1.0)
+    for k in range(2):
+        lp = lp + _lognormal(xp, d["y_init"][k], xp.log(z_init[k]), sigma[k])
+        for n in range(len(z)):
+            lp = lp + _lognormal(xp, d["y"][n, k], xp.log(z[n][k]), sigma[k])
+    return lp + xp.sum(q)
+
+
+def _exp_constrain(xp, q, d):
+    """Every parameter positive: x = exp(u)."""
+    return xp.exp(q)
+
+
+def _log_unconstrain(p, d):
+    return np.log(p)
+
+
+def one_comp_solution(xp, k_a, K_m, V_m, d, steps: int = ODE_STEPS) -> list[list]:
+    """[C] at each measurement time, from C = 0 at t0."""
+    D, V = d["D"], d["V"]
+
+    def dc_dt(t, y):
+        dose = xp.exp(-k_a * t) * D * k_a / V  # the t > 0 branch at t = 0 too (torch_models.OneCompMMElimAbs)
+        elim = (V_m / V) * y[0] / (K_m + y[0])
+        return [dose - elim]
+
+    return _rk4(dc_dt, [0.0 * k_a], float(d["t0"]), [float(t) for t in d["times"]], steps)
+
+
+def one_comp_mm_elim_abs(xp, q, d):
+    k_a, K_m, V_m, sigma = xp.exp(q[0]), xp.exp(q[1]), xp.exp(q[2]), xp.exp(q[3])
+    c = one_comp_solution(xp, k_a, K_m, V_m, d)
+    lp = _half_cauchy(xp, k_a, 1.0) + _half_cauchy(xp, K_m, 1.0) + _half_cauchy(xp, V_m, 1.0) + _half_cauchy(xp, sigma, 1.0)
+    for n in range(len(c)):
+        lp = lp + _lognormal(xp, d["C_hat"][n], xp.log(c[n][0]), sigma)
+    return lp + xp.sum(q)
+
+
+# --- Gaussian-process regression -------------------------------------------------------------------------
+def gp_regr(xp, q, d):
+    """y ~ multi_normal(0, K), K = alpha^2 exp(-(x_i - x_j)^2 / (2 rho^2)) + sigma I, by a log determinant and a
+    linear solve (the torch side by the Cholesky factor)."""
+    rho, alpha, sigma = xp.exp(q[0]), xp.exp(q[1]), xp.exp(q[2])
+    x, y = d["x"], d["y"]
+    cov = alpha**2 * xp.exp(-0.5 * ((x[:, None] - x[None, :]) / rho) ** 2) + sigma * xp.eye(x.shape[0])
+    _, log_det = xp.linalg.slogdet(cov)
+    lp = -0.5 * log_det - 0.5 * xp.sum(y * xp.linalg.solve(cov, y))
+    lp = lp + 24.0 * xp.log(rho) - 4.0 * rho - 0.5 * (alpha / 2.0) ** 2 - 0.5 * sigma**2
+    return lp + xp.sum(q)
+
+
+# --- regressions of the ARM book (flat priors unless stated) -----------------------------------------------
+def _regression(predictors, sigma_cauchy: bool = False):
+    """The log density of y ~ normal(beta[1] + beta[2] x_1 + ..., sigma), ``predictors(xp, d) -> ([x_1, ...], y)``
+    as the Stan program's transformed data; flat priors, or sigma ~ cauchy(0, 2.5) where ``sigma_cauchy``."""
+
+    def log_density(xp, q, d):
+        xs, y = predictors(xp, d)
+        mean = q[0]
+        for k, x in enumerate(xs):
+            mean = mean + q[k + 1] * x
+        sigma = xp.exp(q[len(xs) + 1])
+        lp = xp.sum(_normal(xp, y, mean, sigma))
+        if sigma_cauchy:
+            lp = lp + _half_cauchy(xp, sigma, 2.5)
+        return lp + q[len(xs) + 1]
+
+    return log_density
+
+
+def _z(xp, x, scale=1.0):
+    return (x - xp.mean(x)) / (scale * xp.std(x, ddof=1))
+
+
+def _is(x, level):
+    return (x == level) * 1.0
+
+
+def _logmesquite(xp, d):
+    log = xp.log
+    return ([log(d["diam1"]), log(d["diam2"]), log(d["canopy_height"]), log(d["total_height"]), log(d["density"]),
+             d["group"]], log(d["weight"]))
+
+
+def _logmesquite_logvash(xp, d):
+    log = xp.log
+    return ([log(d["diam1"] * d["diam2"] * d["canopy_height"]), log(d["diam1"] * d["diam2"]), log(d["diam1"] / d["diam2"]),
+             log(d["total_height"]), d["group"]], log(d["weight"]))
+
+
+def _nes(xp, d):
+    age = d["age_discrete"]
+    return ([d["real_ideo"], d["race_adj"], _is(age, 2), _is(age, 3), _is(age, 4), d["educ1"], d["gender"], d["income"]],
+            d["partyid7"])
+
+
+REGRESSIONS = {  # name: (predictors, sigma ~ cauchy(0, 2.5))
+    "earn_height": (lambda xp, d: ([d["height"]], d["earn"]), False),
+    "log10earn_height": (lambda xp, d: ([d["height"]], xp.log10(d["earn"])), False),
+    "logearn_height": (lambda xp, d: ([d["height"]], xp.log(d["earn"])), False),
+    "logearn_height_male": (lambda xp, d: ([d["height"], d["male"]], xp.log(d["earn"])), False),
+    "logearn_logheight_male": (lambda xp, d: ([xp.log(d["height"]), d["male"]], xp.log(d["earn"])), False),
+    "logearn_interaction": (lambda xp, d: ([d["height"], d["male"], d["height"] * d["male"]], xp.log(d["earn"])), False),
+    "logearn_interaction_z": (lambda xp, d: ([_z(xp, d["height"]), d["male"], _z(xp, d["height"]) * d["male"]],
+                                             xp.log(d["earn"])), False),
+    "kidscore_momhs": (lambda xp, d: ([d["mom_hs"]], d["kid_score"]), True),
+    "kidscore_momiq": (lambda xp, d: ([d["mom_iq"]], d["kid_score"]), True),
+    "kidscore_momhsiq": (lambda xp, d: ([d["mom_hs"], d["mom_iq"]], d["kid_score"]), True),
+    "kidscore_interaction_c": (lambda xp, d: ([d["mom_hs"] - xp.mean(d["mom_hs"]), d["mom_iq"] - xp.mean(d["mom_iq"]),
+                                               (d["mom_hs"] - xp.mean(d["mom_hs"])) * (d["mom_iq"] - xp.mean(d["mom_iq"]))],
+                                              d["kid_score"]), False),
+    "kidscore_interaction_c2": (lambda xp, d: ([d["mom_hs"] - 0.5, d["mom_iq"] - 100.0,
+                                                (d["mom_hs"] - 0.5) * (d["mom_iq"] - 100.0)], d["kid_score"]), False),
+    "kidscore_interaction_z": (lambda xp, d: ([_z(xp, d["mom_hs"], 2.0), _z(xp, d["mom_iq"], 2.0),
+                                               _z(xp, d["mom_hs"], 2.0) * _z(xp, d["mom_iq"], 2.0)], d["kid_score"]), False),
+    "kidscore_mom_work": (lambda xp, d: ([_is(d["mom_work"], 2), _is(d["mom_work"], 3), _is(d["mom_work"], 4)],
+                                         d["kid_score"]), False),
+    "mesquite": (lambda xp, d: ([d["diam1"], d["diam2"], d["canopy_height"], d["total_height"], d["density"], d["group"]],
+                                d["weight"]), False),
+    "logmesquite": (_logmesquite, False),
+    "logmesquite_logva": (lambda xp, d: ([xp.log(d["diam1"] * d["diam2"] * d["canopy_height"]),
+                                          xp.log(d["diam1"] * d["diam2"]), d["group"]], xp.log(d["weight"])), False),
+    "logmesquite_logvash": (_logmesquite_logvash, False),
+    "logmesquite_logvolume": (lambda xp, d: ([xp.log(d["diam1"] * d["diam2"] * d["canopy_height"])], xp.log(d["weight"])),
+                              False),
+    **{f"nes{year}": (_nes, False) for year in range(1972, 2001, 4)},
+}
+
+
 @dataclass(frozen=True)
 class XPModel:
     log_density: Callable  # (xp, q (dim,), data) -> scalar
@@ -284,4 +534,13 @@ XP_MODELS: dict[str, XPModel] = {
     "sblri_blr": XPModel(sblri_blr, _scale_last_constrain, _scale_last_unconstrain),
     "kilpisjarvi": XPModel(kilpisjarvi, _scale_last_constrain, _scale_last_unconstrain),
     "hmm_example": XPModel(hmm_example, hmm_example_constrain, hmm_example_unconstrain),
+    "hmm_drive_0": XPModel(_hmm_drive(_exponential_emission, True), _hmm_drive_constrain(True), _hmm_drive_unconstrain(True)),
+    "hmm_drive_1": XPModel(_hmm_drive(_normal_emission, False), _hmm_drive_constrain(False),
+                           _hmm_drive_unconstrain(False)),
+    "lotka_volterra": XPModel(lotka_volterra, _exp_constrain, _log_unconstrain),
+    "one_comp_mm_elim_abs": XPModel(one_comp_mm_elim_abs, _exp_constrain, _log_unconstrain),
+    "gp_regr": XPModel(gp_regr, _exp_constrain, _log_unconstrain),
+    "sblrc_blr": XPModel(sblri_blr, _scale_last_constrain, _scale_last_unconstrain),  # the same program, blr
+    **{name: XPModel(_regression(predictors, cauchy), _scale_last_constrain, _scale_last_unconstrain)
+       for name, (predictors, cauchy) in REGRESSIONS.items()},
 }
