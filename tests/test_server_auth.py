@@ -96,6 +96,19 @@ def test_the_routes_whose_creator_becomes_owner_are_found_in_mlflows_tables():
     assert "/api/3.0/mlflow/mcp-servers" in fastapi_creation_prefixes()
 
 
+def test_an_install_without_bayesx_app_is_one_line(monkeypatch):
+    """An environment installed before the entry point: `bayesx server --auth` says so instead of MLflow's
+    'Failed to find app' from inside the started server."""
+    import importlib.metadata
+
+    from bayesx.server_auth import require_auth_app
+
+    require_auth_app()  # this install registers it
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])
+    with pytest.raises(BayesxError, match="MLflow does not know bayesx's app 'bayesx-auth'.*install bayesx again"):
+        require_auth_app()
+
+
 def test_pg_hba_lines_other_than_scram_are_found():
     from bayesx.server import HBA, hba_methods
 
