@@ -1,11 +1,14 @@
 """The MLflow UI as a researcher meets it, in a real browser: headless Chromium driven by Selenium against
 `bayesx ui` on a store holding the issue's sweep (`bayesx run -m method=nuts,vi,pathfinder model=logreg
-data=digits`). The experiment's run table lists the sweep's runs under their parent, a run page shows
-`ess_bulk_min` and the description, and the parent's comparison plot loads as an image.
+data=digits`). The link `bayesx ui` prints, opened in a fresh browser profile without a single click, shows every
+run of the sweep with its key metrics (posterior_mean_err among them); the sweep parent's Overview lists the
+comparison as its metrics and opens its description with the answer table and plot; a run page shows
+`ess_bulk_min` and the description; the parent's comparison plot loads as an image.
 
 Skipped, with the reason, where Selenium or Debian's chromium and chromium-driver are missing (.ci/run installs
 them). With ``BAYESX_UI_SCREENSHOTS=<folder>`` (``make ui-screenshots``) it also saves the README's screenshots
-there: run_table.png and sweep_comparison.png.
+there, each of a page as it loaded, with no click: run_table.png (the printed link), sweep_overview.png (the
+parent's Overview) and sweep_comparison.png (the comparison plot).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,8 @@ from bayesx.server import free_port
 pytestmark = pytest.mark.slow
 
 SWEEP = ["-m", "method=nuts,vi,pathfinder", "model=logreg", "data=digits"]  # the issue's sweep, as typed
-SHOWN_METRICS = ("posterior_mean_err", "psis_khat", "ess_bulk_min", "n_grad_evals", "wall_time_s")  # for the README
+KEY_METRICS = ("posterior_mean_err", "wall_time_s", "n_grad_evals", "ess_bulk_min", "rhat_max", "psis_khat")
+WINDOW = "--window-size=1920,1080"  # a common screen; MLflow's assistant panel takes its right 400 pixels
 NOTE_TAG = "mlflow.note.content"
 MODEL_TRAINING = "workflowType=machine_learning"  # MLflow 3's model-training view, not its GenAI one
 SCREENSHOTS = os.environ.get("BAYESX_UI_SCREENSHOTS")
@@ -72,42 +75,42 @@ def sweep(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ui(sweep, tmp_path_factory):
-    """`bayesx ui` on the sweep's store; its base URL once it answers."""
+    """`bayesx ui` on the sweep's store, as a user starts it: (its base URL, the link it printed, its output so far)."""
     port = free_port()
-    log = open(tmp_path_factory.mktemp("ui") / "ui.out", "w+")
+    out = tmp_path_factory.mktemp("ui") / "ui.out"
+    log = open(out, "w+")
     server = subprocess.Popen([sys.executable, "-m", "bayesx", "ui", "--uri", sweep[0], "--port", str(port)],
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, Path(log.name).read_text()[-3000:]
-            assert time.monotonic() < deadline, "bayesx ui did not answer within 180 s"
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        yield base
+        while not (found := re.search(r"MLflow UI: (\S+)", out.read_text())):
+            assert server.poll() is None, out.read_text()[-3000:]
+            assert time.monotonic() < deadline, "bayesx ui printed no link within 180 s"
+            time.sleep(0.5)
+        yield base, found.group(1), out
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
         log.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
+def chromium():
+    """A headless Chromium with a fresh profile (Selenium gives each driver a new, empty one)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
     options = Options()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=2000,1100"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", WINDOW):
         options.add_argument(argument)
     options.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = chromium()
     try:
         yield driver
     finally:
@@ -143,21 +146,6 @@ def screenshot(driver, name: str, right: float, bottom: float) -> None:
     matplotlib.image.imsave(Path(SCREENSHOTS) / name, image[:int(bottom * scale), :int(right * scale)])
 
 
-def show_columns(driver, metrics: tuple[str, ...]) -> None:
-    """Tick ``metrics`` in the run table's Columns menu (those not shown yet), then close the menu."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-
-    driver.find_element(By.XPATH, "//button[contains(., 'Columns')]").click()
-    for metric in metrics:
-        for node in driver.find_elements(By.XPATH, f"//span[@title='{metric}']/ancestor::div[contains(@class, "
-                                                   "'tree-treenode')][1]"):
-            if "checkbox-checked" not in node.get_attribute("class"):
-                node.find_element(By.XPATH, f".//span[@title='{metric}']").click()
-            break
-    driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
-
-
 def show_more(driver) -> None:
     """Unfold a long description (MLflow shows its first lines and a "Show more" button)."""
     from selenium.webdriver.common.by import By
@@ -176,40 +164,82 @@ def close_assistant(driver) -> None:
             button.click()
 
 
-def test_the_run_table_lists_the_sweeps_runs_under_their_parent(sweep, ui, browser):
+def numbers(text: str) -> set[float]:
+    """Every number written on a page (as MLflow writes a metric: JavaScript's shortest round-trip digits)."""
+    return {float(t) for t in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", text)}
+
+
+def test_the_printed_link_shows_every_runs_key_metrics_without_a_click(sweep, ui):
+    """The issue's check: in a fresh profile, the printed link alone (no click: no column ticked, no run unfolded)
+    shows the three runs' posterior_mean_err values and the key metrics' columns, and no NaN."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     _, experiment_id, children, parent = sweep
-    browser.get(f"{ui}/#/experiments/{experiment_id}?{MODEL_TRAINING}")
-    text = wait_for(browser, parent.info.run_name[:20])
-    assert not any(run.info.run_name[:12] in text for run in children.values())  # folded under the parent
-    browser.find_element(By.CSS_SELECTOR, 'button[data-component-id*="runnamecellrenderer"]').click()  # unfold
-    wait_for(browser, *(run.info.run_name[:12] for run in children.values()))
-    close_assistant(browser)
+    base, link, out = ui
+    assert link.startswith(f"{base}/#/experiments/{experiment_id}/runs?") and "viewStateShareKey=" in link
+    assert " INFO:     127.0.0.1:" not in out.read_text()  # no access log scrolled the link away
+    driver = chromium()
+    try:
+        driver.get(link)
+        errors = {method: run.data.metrics["posterior_mean_err"] for method, run in children.items()}
+        WebDriverWait(driver, PAGE_WAIT_S).until(lambda d: set(errors.values()) <= numbers(page_text(d)),
+                                                 f"the page never showed the runs' posterior_mean_err {errors}")
+        text = page_text(driver)
+        shown = [m for m in KEY_METRICS if any(m in run.data.metrics for run in children.values())]
+        assert all(m in text for m in shown), (shown, text[:3000])
+        assert all(run.info.run_name in text for run in children.values())
+        assert "NaN" not in text
+        if SCREENSHOTS:
+            time.sleep(2)
+            rows = driver.find_elements(By.CSS_SELECTOR, "div.ag-row")
+            bottom = max(row.rect["y"] + row.rect["height"] for row in rows) + 40
+            right = max(cell.rect["x"] + cell.rect["width"]
+                        for cell in driver.find_elements(By.CSS_SELECTOR, "div.ag-header-cell")) + 30
+            screenshot(driver, "run_table.png", right, bottom)
+    finally:
+        driver.quit()
+
+
+def test_the_sweep_parents_overview_shows_the_comparison(sweep, ui, browser):
+    """Its metrics (each run's error, wall time and gradients) and the start of its description (the answer table),
+    as the page loads; the whole description (one click: Show more) names the winners and shows the plot."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, experiment_id, children, parent = sweep
+    base = ui[0]
+    browser.get(f"{base}/#/experiments/{experiment_id}/runs/{parent.info.run_id}?{MODEL_TRAINING}")
+    text = wait_for(browser, *(f"posterior_mean_err/{method}" for method in children), "reliable")
+    for method, run in children.items():
+        assert run.data.metrics["posterior_mean_err"] in numbers(text)
     if SCREENSHOTS:
-        show_columns(browser, SHOWN_METRICS)
         time.sleep(2)
-        rows = browser.find_elements(By.CSS_SELECTOR, "div.ag-row")
-        bottom = max(row.rect["y"] + row.rect["height"] for row in rows) + 40
-        right = max(cell.rect["x"] + cell.rect["width"] for cell in browser.find_elements(By.CSS_SELECTOR,
-                                                                                          "div.ag-header-cell")) + 30
-        screenshot(browser, "run_table.png", right, bottom)
+        panel = browser.find_element(By.XPATH, "//*[starts-with(normalize-space(.), 'Metrics (')]")
+        table = browser.find_elements(By.CSS_SELECTOR, "table")[-1]
+        screenshot(browser, "sweep_overview.png", table.rect["x"] + table.rect["width"] + 20,
+                   max(panel.rect["y"], table.rect["y"] + table.rect["height"]) + 20)
+    show_more(browser)
+    text = wait_for(browser, "The winner on each criterion", "reliable best")
+    assert "lowest posterior_mean_err" in text and "unreliable: khat" in text, text[:3000]
+
+    def plot_loaded(driver) -> bool:
+        return any("error_vs_cost.png" in (img.get_attribute("src") or "") and
+                   driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img) > 300
+                   for img in driver.find_elements(By.TAG_NAME, "img"))
+
+    WebDriverWait(browser, PAGE_WAIT_S).until(plot_loaded, "the description's plot never loaded")
 
 
 def test_a_run_page_shows_its_ess_and_description(sweep, ui, browser):
-    _, experiment_id, children, parent = sweep
+    _, experiment_id, children, _ = sweep
     nuts = children["nuts"]
-    browser.get(f"{ui}/#/experiments/{experiment_id}/runs/{nuts.info.run_id}?{MODEL_TRAINING}")
+    browser.get(f"{ui[0]}/#/experiments/{experiment_id}/runs/{nuts.info.run_id}?{MODEL_TRAINING}")
     text = wait_for(browser, "ess_bulk_min", nuts.info.run_name)
     note = nuts.data.tags.get(NOTE_TAG)
     if note:  # the run's own description (its summary), where the run wrote one: its first words, rendered
         first_words = " ".join(re.sub(r"[*_`#>\[\]]", "", note.strip().splitlines()[0]).split()[:4])
         assert first_words in text, (first_words, text[:2000])
-    browser.get(f"{ui}/#/experiments/{experiment_id}/runs/{parent.info.run_id}?{MODEL_TRAINING}")
-    wait_for(browser, "The winner on each criterion")  # the sweep's description: who won on which criterion
-    show_more(browser)
-    text = page_text(browser)
-    assert "lowest posterior_mean_err" in text and "lowest wall_time_s" in text, text[:3000]
 
 
 def test_the_parent_runs_comparison_plot_loads(sweep, ui, browser):
@@ -217,7 +247,7 @@ def test_the_parent_runs_comparison_plot_loads(sweep, ui, browser):
     from selenium.webdriver.support.ui import WebDriverWait
 
     _, experiment_id, _, parent = sweep
-    run_page = f"{ui}/#/experiments/{experiment_id}/runs/{parent.info.run_id}"
+    run_page = f"{ui[0]}/#/experiments/{experiment_id}/runs/{parent.info.run_id}"
     browser.get(f"{run_page}/artifacts/comparison/error_vs_cost.png?{MODEL_TRAINING}")
     wait_for(browser, "error_vs_cost.png", "report.md", "table.csv")
 
