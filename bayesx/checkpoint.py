@@ -35,9 +35,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bayesx.errors import RunInterrupted
+from bayesx.errors import InterruptKept
 
 FOLDER = "checkpoint"
+WALL_TIME = "run_wall_time_s"  # in every saved state: the run's wall time when it was saved (a resumed run goes on from it)
 CHUNK = re.compile(r"draws_(\d+)-(\d+)\.npy$")
 EPOCH_SLOTS = ("epoch_a.pt", "epoch_b.pt")
 
@@ -51,8 +52,12 @@ class RunCheckpoint:
     save: Callable[[Path], None]
     scratch: Path  # where files are written before ``save`` copies them
     log: Callable[[dict[str, float], int], None] | None = None
+    clock: Callable[[], float] | None = None  # the run's wall time so far, kept with each state (WALL_TIME)
     saved: int = 0  # draws per chain already saved
     logged_until: int = 0  # the last step whose metrics ``log`` recorded
+
+    def _timed(self, state: dict) -> dict:
+        return {**state, WALL_TIME: self.clock()} if self.clock is not None else state
 
     def epoch(self, epoch: int, state: dict, metrics: dict[str, float]) -> None:
         """After a trainer's epoch: its metrics to the run at step ``epoch``, its state to a slot."""
@@ -60,7 +65,7 @@ class RunCheckpoint:
             self.log(metrics, epoch)
             self.logged_until = epoch
         path = self.scratch / EPOCH_SLOTS[epoch % 2]
-        torch.save({**state, "epoch": epoch}, path)
+        torch.save(self._timed({**state, "epoch": epoch}), path)
         self.save(path)
         path.unlink()
 
@@ -79,7 +84,7 @@ class RunCheckpoint:
             np.savez(files[-1], **{k: np.stack(v[self.saved:], axis=1) for k, v in stats.items()})
         if state is not None:
             files.append(self.scratch / f"state_{end:07d}.pt")
-            torch.save(state(), files[-1])
+            torch.save(self._timed(state()), files[-1])
         for path in files:  # the state last: a state file means its draws are saved
             self.save(path)
             path.unlink()
@@ -99,61 +104,95 @@ def _chunks(folder: Path) -> list[tuple[int, int, Path]]:
     return out
 
 
+def _damage(path: Path, exc: BaseException) -> str:
+    """What is wrong with a checkpoint file that did not load, in a few words."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{path.name} is damaged ({type(exc).__name__}{': ' + text[:100] if text else ''})"
+
+
+def _intact_chunks(folder: Path) -> tuple[list[tuple[int, np.ndarray, dict[str, np.ndarray]]], str | None]:
+    """The contiguous chunks from draw 0 on that load, each (end, draws, stats), up to the first gap or the
+    first damaged file (a draws or statistics file that does not load: a kill or a full disk while it was being
+    copied), and what was damaged (None: nothing)."""
+    out = []
+    for first, end, path in _chunks(folder):
+        stats_path, reading = Path(folder) / f"stats_{first:07d}-{end:07d}.npz", path
+        try:
+            draws, stats = np.load(path), {}
+            if stats_path.is_file():
+                reading = stats_path
+                with np.load(stats_path) as saved:
+                    stats = {name: saved[name] for name in saved.files}
+        except Exception as exc:  # noqa: BLE001 - any failure to read a file means it is damaged
+            return out, _damage(reading, exc)
+        if draws.ndim != 3 or draws.shape[1] != end - first or (out and draws.shape[::2] != out[0][1].shape[::2]):
+            return out, f"{path.name} is damaged (its shape is {draws.shape}, not {end - first} draws like the others)"
+        out.append((end, draws, stats))
+    return out, None
+
+
 def load_draws(folder: Path) -> np.ndarray:
-    """The draws (chains, draws, dim) of a checkpoint folder: its chunks, in order, up to the first gap."""
-    chunks = _chunks(folder)
+    """The draws (chains, draws, dim) of a checkpoint folder: its chunks, in order, up to the first gap or
+    damaged chunk."""
+    chunks, _ = _intact_chunks(folder)
     if not chunks:
-        raise FileNotFoundError(f"no draws_<first>-<end>.npy chunks in {folder}")
-    return np.concatenate([np.load(path) for _, _, path in chunks], axis=1)
+        raise FileNotFoundError(f"no intact draws_<first>-<end>.npy chunks in {folder}")
+    return np.concatenate([draws for _, draws, _ in chunks], axis=1)
 
 
 @dataclass
 class Resume:
     """What a killed run had: a sampler's draws, their statistics and its state after the last one, or
-    a trainer's state after its last epoch (no draws)."""
+    a trainer's state after its last epoch (no draws). ``damaged`` says which later checkpoint files did not
+    load and were passed over (None: none were)."""
 
     draws: np.ndarray | None  # (chains, draws, dim)
     stats: dict[str, np.ndarray]  # name -> (chains, draws)
     state: dict
+    damaged: str | None = None
 
 
-def _latest_epoch(folder: Path) -> dict | None:
-    """The later of the two epoch slots that loads (a kill during a copy can damage one)."""
-    states = []
+def _latest_epoch(folder: Path) -> tuple[dict | None, str | None]:
+    """The later of the two epoch slots that loads (a kill during a copy can damage one), and what was damaged."""
+    states, damaged = [], None
     for name in EPOCH_SLOTS:
-        try:
-            states.append(torch.load(Path(folder) / name, weights_only=True))
-        except (OSError, RuntimeError, EOFError, ValueError):
+        path = Path(folder) / name
+        if not path.is_file():
             continue
-    return max(states, key=lambda s: s["epoch"]) if states else None
+        try:
+            states.append(torch.load(path, weights_only=True))
+        except Exception as exc:  # noqa: BLE001 - any failure to read it means it is damaged
+            damaged = _damage(path, exc)
+    return (max(states, key=lambda s: s["epoch"]) if states else None), damaged
 
 
 def load_resume(folder: Path) -> Resume | None:
-    """The latest point a run can continue from: a trainer's last epoch, or the longest run of draw
-    chunks whose state was saved; None when there is none (killed before its first checkpoint)."""
-    epoch_state = _latest_epoch(folder)
+    """The latest point a run can continue from: a trainer's last epoch, or the longest run of intact draw chunks
+    whose state was saved and loads; None when there is none (killed before its first checkpoint, or every
+    checkpoint damaged). A damaged file (a kill or a full disk while it was being copied) is passed over for the
+    last intact state before it, and named in the Resume's ``damaged``."""
+    epoch_state, damaged = _latest_epoch(folder)
     if epoch_state is not None:
-        return Resume(None, {}, epoch_state)
-    chunks = _chunks(folder)
-    while chunks and not (Path(folder) / f"state_{chunks[-1][1]:07d}.pt").is_file():
+        return Resume(None, {}, epoch_state, damaged)
+    chunks, damaged = _intact_chunks(folder)
+    while chunks:
+        path = Path(folder) / f"state_{chunks[-1][0]:07d}.pt"
+        if path.is_file():  # a chunk without a state: killed before its state was saved (the state comes last)
+            try:
+                state = torch.load(path, weights_only=True)
+                break
+            except Exception as exc:  # noqa: BLE001 - any failure to read it means it is damaged
+                damaged = damaged or _damage(path, exc)
         chunks.pop()
-    if not chunks:
+    else:
         return None
-    end = chunks[-1][1]
-    draws = np.concatenate([np.load(path) for _, _, path in chunks], axis=1)
-    stats: dict[str, list[np.ndarray]] = {}
-    for first, last, _ in chunks:
-        stats_path = Path(folder) / f"stats_{first:07d}-{last:07d}.npz"
-        if stats_path.is_file():
-            with np.load(stats_path) as saved:
-                for name in saved.files:
-                    stats.setdefault(name, []).append(saved[name])
-    state = torch.load(Path(folder) / f"state_{end:07d}.pt", weights_only=True)
-    return Resume(draws, {k: np.concatenate(v, axis=1) for k, v in stats.items()}, state)
+    names = {name for _, _, stats in chunks for name in stats}
+    stats = {name: np.concatenate([s[name] for _, _, s in chunks if name in s], axis=1) for name in names}
+    return Resume(np.concatenate([draws for _, draws, _ in chunks], axis=1), stats, state, damaged)
 
 
-class RecordingStopped(RunInterrupted):
-    """A third Ctrl-C stopped the run while it recorded what it had: the line says what it kept."""
+class RecordingStopped(InterruptKept):
+    """Another Ctrl-C or SIGTERM stopped the run while it recorded what it had: the line says what it kept."""
 
 
 KEPT_ONLY_CHECKPOINT = ("the run is marked KILLED in MLflow and keeps only its checkpoint (the draws saved every "
@@ -186,3 +225,38 @@ def patient_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@dataclass
+class Deferred:
+    """The signal that arrived while a run recorded what it had (:func:`recording`); None: none did."""
+
+    signal: int | None = None
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Deferred]:
+    """Within the block, the run records what its method returned (its metrics, draws, plots: seconds), and an
+    interrupt does not stop that: the first Ctrl-C or SIGTERM only says so, and is kept in the Deferred (the
+    caller stops once the run is stored); the next stops the recording (:class:`RecordingStopped`). A run whose
+    sampling had ended before the signal thus keeps its draws and metrics; one stopped during sampling by a first
+    Ctrl-C (see :func:`patient_interrupts`) keeps them through a second, as before."""
+    deferred = Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield deferred
+        return
+
+    def handler(signum, frame):
+        if deferred.signal is None:
+            deferred.signal = signum
+            print("bayesx: interrupted; recording what the run has (its metrics and draws) first - interrupt once "
+                  "more to stop without them", file=sys.stderr, flush=True)
+            return
+        raise RecordingStopped(KEPT_ONLY_CHECKPOINT)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield deferred
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

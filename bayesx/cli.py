@@ -27,6 +27,7 @@ from bayesx.errors import (
     EXIT_OK,
     EXIT_RUN_FAILED,
     BayesxError,
+    InterruptKept,
     RecordedFailure,
     RunInterrupted,
 )
@@ -53,7 +54,6 @@ def _task(cfg) -> float | None:
     from hydra.types import RunMode
 
     from bayesx import sweep
-    from bayesx.checkpoint import RecordingStopped
     from bayesx.runner import apply_data_default, run_job
 
     hydra_cfg = HydraConfig.get()
@@ -87,7 +87,7 @@ def _task(cfg) -> float | None:
         return float("nan") if objective else None  # a tuner records a failed trial
     except (KeyboardInterrupt, RunInterrupted) as exc:
         error = "interrupted"
-        kept = exc if isinstance(exc, RecordingStopped) else "the run is marked KILLED in MLflow and keeps what it had"
+        kept = exc if isinstance(exc, InterruptKept) else "the run is marked KILLED in MLflow and keeps what it had"
         print(f"bayesx: interrupted; {kept}", file=sys.stderr)
         if multirun:
             sweep.abort_parent(cfg, "KILLED")

@@ -8,14 +8,16 @@ front end prints it as ``bayesx: error: <message>`` without a traceback, and exi
     EXIT_RUN_FAILED   1    a run was recorded and did not finish (FAILED), or a job of a sweep failed
     EXIT_BAD_INPUT    2    the command was refused before anything was recorded (bad options or overrides,
                            unknown names, a store that cannot be used, missing data)
-    EXIT_INTERRUPTED  130  Ctrl-C or SIGTERM: the run is recorded KILLED with what it had
+    EXIT_INTERRUPTED  130  Ctrl-C or SIGTERM: the run is recorded KILLED with what it had (FINISHED where the
+                           signal came after its method had finished: it records all it made, then stops)
 """
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 EXIT_CODES_HELP = ("exit status: 0 every run finished (or the command did its work), 1 a run failed "
                    "(recorded FAILED) or a job of a sweep did, 2 bad input (refused before anything was recorded; "
-                   "one line `bayesx: error: ...` on standard error), 130 interrupted (the run is recorded KILLED)")
+                   "one line `bayesx: error: ...` on standard error), 130 interrupted (the run is recorded KILLED, "
+                   "or FINISHED where its method had finished)")
 """The exit statuses in one paragraph, as ``bayesx --help`` and ``bayesx run --json``'s help show them."""
 
 
@@ -41,3 +43,8 @@ class RunInterrupted(BaseException):
     It derives from BaseException (like KeyboardInterrupt) so that generic ``except Exception``
     blocks in library code do not swallow it.
     """
+
+
+class InterruptKept(RunInterrupted):
+    """An interrupt whose message says what the run kept; the command prints it as it is (``bayesx: interrupted;
+    <message>``) instead of its usual 'the run is marked KILLED'."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -31,9 +33,9 @@ import torch._dynamo  # noqa: F401
 from omegaconf import DictConfig, OmegaConf
 
 from bayesx.checkpoint import FOLDER as CHECKPOINT
-from bayesx.checkpoint import RunCheckpoint, Resume, load_resume, patient_interrupts
+from bayesx.checkpoint import WALL_TIME, Resume, RunCheckpoint, load_resume, patient_interrupts, recording
 from bayesx.diagnostics import convergence, plots
-from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.errors import BayesxError, InterruptKept, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.memory import check_room, dtype_name
 from bayesx.methods.base import Method, RunInputs, check_fits
@@ -286,33 +288,58 @@ def posterior_identity(cfg: DictConfig, target, dtype: torch.dtype) -> dict:
 
 
 
+def posterior_digest(identity_json: str) -> str:
+    """The posterior's identity (:func:`posterior_identity`, as JSON with sorted keys) in 16 hex characters: the
+    sha256 prefix every run logs as its param ``posterior_digest``, so that a killed run is resumed only on the
+    posterior it sampled (an edit of a custom density's file or data between the kill and the resume changes it,
+    though the command, and so every other param, is the same)."""
+    return hashlib.sha256(identity_json.encode()).hexdigest()[:16]
+
+
 # --- resuming ------------------------------------------------------------------------------------
 UNCOMPARED = ("resume", "progress", "run_name", "tracking.", "device.num_threads", "plots.")
 """Options that may differ between a killed run and its resumption."""
+
+POSTERIOR_DIGEST = "posterior_digest"  # the param of every run that identifies its posterior
+RESUME_REASONS = {POSTERIOR_DIGEST: "the density or its data changed since the run"}
+"""Params that are not options but facts about the run, each with what a difference in it means."""
 
 
 def find_resume(job: RunSettings, method: Method, tracker: Tracker, params: dict[str, object],
                 stale_after_s: float, into: Path) -> tuple[str, Resume]:
     """The killed run ``job.resume`` and its checkpoint, after checking that it can be continued: the
-    method can resume, the command's config is the run's (the tracker compares), and a checkpoint exists."""
+    method can resume, the command's config and posterior are the run's (the tracker compares the params,
+    ``posterior_digest`` among them), and an intact checkpoint exists. Damaged checkpoint files (a kill or a
+    full disk while one was copied) are passed over for the last intact state, and one line says so."""
     if not method.resumable:
         raise BayesxError(f"resume= works for the methods whose state a checkpoint holds (MCMC samplers, VAE "
                           f"trainers); method={method.name} cannot resume, so run it again without resume=")
-    run_id, folder = tracker.resume(job.resume, params, UNCOMPARED, stale_after_s, CHECKPOINT, into)
+    run_id, folder = tracker.resume(job.resume, params, UNCOMPARED, stale_after_s, CHECKPOINT, into, RESUME_REASONS)
     state = load_resume(folder) if folder is not None else None
     if state is None:
-        raise BayesxError(f"resume={job.resume}: the run saved no checkpoint (checkpoint_every=0, or it stopped "
-                          f"before its first {job.checkpoint_every} draws); run it again without resume=")
+        raise BayesxError(f"resume={job.resume}: the run has no intact checkpoint (checkpoint_every=0, it stopped "
+                          f"before its first {job.checkpoint_every} draws, or its checkpoint files are damaged); "
+                          f"run it again without resume=")
+    if state.damaged:
+        print(f"bayesx: warning: resume={job.resume}: {resume_note(state)}", file=sys.stderr, flush=True)
     return run_id, state
 
 
-def make_checkpoint(job: RunSettings, run, tmp: Path) -> RunCheckpoint | None:
-    """Where the method saves as it goes: the run's ``checkpoint/`` folder and its metrics (None: off)."""
+def resume_note(state: Resume) -> str:
+    """What a resumption passed over in its checkpoint, and where it goes on from."""
+    where = f"epoch {state.state['epoch']}" if state.draws is None else f"draw {state.draws.shape[1]}"
+    return f"the checkpoint's {state.damaged}; the run continues from {where}, its last intact checkpoint"
+
+
+def make_checkpoint(job: RunSettings, run, tmp: Path, clock: Callable[[], float]) -> RunCheckpoint | None:
+    """Where the method saves as it goes: the run's ``checkpoint/`` folder and its metrics (None: off); each
+    state keeps ``clock()``, the run's wall time so far."""
     if not job.checkpoint_every:
         return None
     scratch = tmp / CHECKPOINT
     scratch.mkdir()
-    return RunCheckpoint(job.checkpoint_every, lambda path: run.log_artifact(path, CHECKPOINT), scratch, run.log_metrics)
+    return RunCheckpoint(job.checkpoint_every, lambda path: run.log_artifact(path, CHECKPOINT), scratch,
+                         run.log_metrics, clock)
 
 
 # --- the job --------------------------------------------------------------------------------------
@@ -335,6 +362,9 @@ def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, dtype:
     if resumed:  # its params are the run's already (checked); MLflow does not let a param change
         tags["resumed_with"] = " ".join(f"{k}={v}" for k, v in params.items()
                                         if k.startswith(UNCOMPARED) and v is not None)[:5000]
+        tags["wall_time_before_resume_s"] = f"{earlier_wall_time(resumed[1]):.1f}"
+        if resumed[1].damaged:
+            tags["resume_note"] = resume_note(resumed[1])
     name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
     return RunStart(name, tags, params, OmegaConf.to_yaml(cfg, resolve=True), parent_run_id,
                     resumed[0] if resumed else None, data_inputs(data, data_name) if with_data else ())
@@ -373,10 +403,11 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     gen = torch.Generator(device=device).manual_seed(job.seed)
     initial = method.initial_points(target, job.n_chains, gen)
     identity = posterior_identity(cfg, target, dtype)  # digests a user's files: once
-    backend.identify(target, json.dumps(identity, sort_keys=True, default=str))
+    identity_json = json.dumps(identity, sort_keys=True, default=str)
+    backend.identify(target, identity_json)
 
     tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
-    params = flatten(cfg)
+    params = {**flatten(cfg), POSTERIOR_DIGEST: posterior_digest(identity_json)}
     resume_dir = tempfile.TemporaryDirectory(prefix="bayesx-resume-") if job.resume else contextlib.nullcontext()
     # SIGTERM is caught from before any run exists until the last is closed, so a run is never left RUNNING
     with sigterm_as_interrupt(), patient_interrupts(), resume_dir:
@@ -392,22 +423,38 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             reference = obtain(target, identity, job.reference, tracker, names, parent_run_id, job.progress, datasets)
         start = run_start(cfg, choices, job, dtype, device, method, target, params, parent_run_id,
                           resumed, data)
-        with tracker.run(start) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
-            if on_open is not None:
-                on_open(tracker, run.run_id)
-            checkpoint = make_checkpoint(job, run, Path(tmp))
+        # the run's wall time: its own (without a reference computed for it, its own run), and where it resumes a
+        # killed run, that run's up to the checkpoint it goes on from (as its sampling_time_s does)
+        spent_elsewhere = reference.seconds if reference is not None else 0.0
+        earlier = earlier_wall_time(resumed[1]) if resumed else 0.0
+
+        def wall_time() -> float:
+            return earlier + time.perf_counter() - wall_start - spent_elsewhere
+
+        opened = (lambda run_id: on_open(tracker, run_id)) if on_open is not None else None
+        with tracker.run(start, opened) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
+            checkpoint = make_checkpoint(job, run, Path(tmp), wall_time)
             result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
                                                     resumed[1] if resumed else None))
-            spent_elsewhere = reference.seconds if reference is not None else 0.0
-            record = make_record(job, method, target, result, reference, Path(tmp), checkpoint,
-                                 lambda: time.perf_counter() - wall_start - spent_elsewhere, start.tags)
-            run.store(record)
+            with recording() as deferred:  # what the method made is stored, whatever signal comes now
+                record = make_record(job, method, target, result, reference, Path(tmp), checkpoint, wall_time,
+                                     start.tags)
+                run.store(record)
             print_summary(f"{start.name} (run {run.run_id})", record)
             if record.error is not None:  # recorded with what the method had; the run ends FAILED
                 raise BayesxError(record.error)
             if result.interrupted:
                 raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")
+    if deferred.signal is not None:  # after the method had finished: the run is stored whole, then the command stops
+        raise InterruptKept(f"the signal came after the method had finished, so the run {run.run_id[:8]} recorded "
+                            f"all it made (its metrics and draws) and is {record.status}")
     return {**record.metrics, **{k: math.nan for k in record.not_finite}}  # a tuner sees a NaN objective as failed
+
+
+def earlier_wall_time(resume: Resume) -> float:
+    """The wall time a killed run had spent up to the checkpoint it is resumed from (0 for a checkpoint saved
+    before states kept it)."""
+    return float(resume.state.get(WALL_TIME, 0.0))
 
 
 def make_record(job: RunSettings, method: Method, target, result: Result, reference: Reference | None, tmp: Path,
@@ -415,7 +462,7 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
     """The run's record from the method's result: the family's metrics of the draws, the target's
     evaluation, the error against the reference, the files, the summary and the description (``identity``:
     the run's tags, for its headline). ``wall_time()`` is the run's own time so far (without a reference
-    computed for it, which is its own run). Metrics that came out NaN or infinite are left out (a metric
+    computed for it, which is its own run; with a resumed run's time before it was killed). Metrics that came out NaN or infinite are left out (a metric
     that does not apply is absent) and named in a remark."""
     metrics = {**result.metrics, **result.timings}
     has_draws = result.draws is not None and result.draws.shape[1] > 0

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import logging
 import math
@@ -43,7 +44,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +59,9 @@ from bayesx.errors import BayesxError, RunInterrupted
 from bayesx.record import DataInput, RunRecord, RunStart
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
+# "Creating initial MLflow database tables...", and a traceback logged with every SQLAlchemy error (a full disk's
+# 40 lines): the error itself reaches bayesx, which says it in one line
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 logging.getLogger("alembic").setLevel(logging.WARNING)
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -178,6 +181,33 @@ def not_a_store(path: Path) -> str | None:
     if tables and not tables & set(MLFLOW_TABLES):
         return f"is an SQLite database of something else (tables {', '.join(sorted(tables)[:4])}), not an MLflow store"
     return None
+
+
+NO_ROOM_TEXTS = ("database or disk is full", "no space left on device", "disk quota exceeded")
+IO_ERROR_TEXT = "disk i/o error"  # SQLite's word where a full disk stops its WAL or shared memory from growing
+
+
+def out_of_room(exc: BaseException) -> str | None:
+    """What is wrong with the disk when ``exc`` (or an exception it was raised from) says that it is full: SQLite's
+    SQLITE_FULL through SQLAlchemy and MLflow, an OSError ENOSPC / EDQUOT from writing a run's files ("is full"),
+    or SQLite's disk I/O error ("is full or failing"); None for any other error."""
+    seen: set[int] = set()
+    found = None
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc).lower()
+        if (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or \
+                any(t in text for t in NO_ROOM_TEXTS):
+            return "is full"
+        if IO_ERROR_TEXT in text:
+            found = "is full or failing"
+        exc = exc.__cause__ or exc.__context__
+    return found
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (SQLAlchemy adds a second, '(Background on this error at: ...)'), or its type."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def traceback_text(exc: BaseException) -> str:
@@ -350,10 +380,10 @@ class TrackedRun:
         if summary.description:
             tags[DESCRIPTION_TAG] = summary.description[:MAX_TAG_LENGTH]
         self.set_tags(tags)
-        for folder in record.discard:
-            self.delete_artifacts(folder)
         for artifact in record.artifacts:
             self.log_artifact(artifact.path, artifact.folder)
+        for folder in record.discard:  # last: a run stopped while it stores (SIGKILL, a full disk) keeps its checkpoint
+            self.delete_artifacts(folder)
         self.status = record.status
 
     def log_datasets(self, inputs: tuple[DataInput, ...]) -> None:
@@ -555,7 +585,14 @@ class Tracker:
         except Timeout:
             raise BayesxError(f"another process has held the lock on the MLflow store '{path}' for "
                               f"{STORE_LOCK_TIMEOUT_S} s; if none is running, delete {path}.lock") from None
-        except OSError as exc:  # a refusal the checks above did not foresee (a lock file left read-only, say)
+        except BayesxError:
+            raise
+        except Exception as exc:
+            if out_of_room(exc):  # making the store's tables or the experiment
+                raise BayesxError(self._no_room_line(exc, None, False, None)) from None
+            if not isinstance(exc, OSError):
+                raise
+            # a refusal the checks above did not foresee (a lock file left read-only, say)
             raise BayesxError(f"cannot record runs in the MLflow store '{path}': {exc.strerror or exc} "
                               f"({exc.filename or path}); point tracking.uri at a writable place") from None
         self._check_artifact_location()
@@ -600,8 +637,9 @@ class Tracker:
                     raise
                 return again.experiment_id
         except MlflowException as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BayesxError(f"cannot use the MLflow store '{self.uri}': {first}; check tracking.uri") from exc
+            if out_of_room(exc):
+                raise BayesxError(self._no_room_line(exc, None, False, None)) from None
+            raise BayesxError(f"cannot use the MLflow store '{self.uri}': {first_line(exc)}; check tracking.uri") from exc
 
     def find_resumable(self, run_id: str, stale_after_s: float):
         """The run ``run_id`` (or an unambiguous prefix of at least 8 characters) if it can be resumed: it
@@ -635,46 +673,97 @@ class Tracker:
         return Path(self.client.download_artifacts(run_id, folder, str(into)))
 
     @contextlib.contextmanager
-    def run(self, start: RunStart) -> Iterator[TrackedRun]:
+    def run(self, start: RunStart, opened: Callable[[str], None] | None = None) -> Iterator[TrackedRun]:
         """Open a run with its params and config (or reopen ``start.resume_run_id``, a killed one, whose
         params are already there); it ends with the status of the record it stored, FAILED on an error
         or KILLED on an interrupt. While open, it carries its host and pid and a heartbeat (see the
-        module's docstring). A resumed run of an ended sweep then settles its parent (:meth:`settle_parent`)."""
+        module's docstring). A resumed run of an ended sweep then settles its parent (:meth:`settle_parent`).
+        ``opened(run_id)`` is told the run's id as soon as the store holds it, before its params are logged.
+        A store with no room left (:func:`out_of_room`) is one line, and the run ends FAILED where the store
+        still lets it end."""
         all_tags = {**start.tags, **liveness_tags()}
         if start.parent_run_id:
             all_tags[PARENT_TAG] = start.parent_run_id
-        if start.resume_run_id:
-            retry_locked(self.client.update_run, start.resume_run_id, status="RUNNING")
-            tracked = TrackedRun(self.client, start.resume_run_id)
-            tracked.set_tags(all_tags)
-        else:
-            run = self._create_run(start.name, all_tags)
-            tracked = TrackedRun(self.client, run.info.run_id)
-            tracked.log_params(start.params)
-            tracked.log_text(start.config_text, CONFIG_FILE)
-            tracked.log_datasets(start.datasets)
-        status = None
+        tracked: TrackedRun | None = None
+        status, failing = None, False
         try:
+            tracked = self._open(start, all_tags)
+            if opened is not None:
+                opened(tracked.run_id)
+            if not start.resume_run_id:  # a resumed run has its params, config and data already
+                tracked.log_params(start.params)
+                tracked.log_text(start.config_text, CONFIG_FILE)
+                tracked.log_datasets(start.datasets)
             with Heartbeat(self.client, tracked.run_id, self.heartbeat_s):
                 yield tracked
         except (KeyboardInterrupt, RunInterrupted):
-            status = "KILLED"
+            status, failing = "KILLED", True
             raise
         except BayesxError as exc:
-            status = "FAILED"
-            if tracked.error is None:  # raised in the block rather than stored with a record
+            status, failing = "FAILED", True
+            if tracked is not None and tracked.error is None:  # raised in the block rather than stored with a record
                 self._tag_error(tracked, str(exc))
             raise
         except Exception as exc:  # a fault inside bayesx or a method's code: one line, its traceback kept
-            status = "FAILED"
+            status, failing = "FAILED", True
+            if out_of_room(exc):
+                run_id = tracked.run_id if tracked is not None else None
+                if tracked is not None:  # where the store still takes a tag
+                    self._tag_error(tracked, self._no_room_line(exc, all_tags.get("method"), True, run_id))
+                ended = tracked is not None and self._end(tracked, "FAILED")
+                tracked = None  # ended here, or not endable: the finally leaves it
+                raise BayesxError(self._no_room_line(exc, all_tags.get("method"), ended, run_id)) from None
+            if tracked is None:
+                raise
             raise self._record_fault(tracked, start, exc) from exc
         except BaseException:
-            status = "FAILED"
+            status, failing = "FAILED", True
             raise
         finally:
-            retry_locked(self.client.set_terminated, tracked.run_id, status or tracked.status)
-            if start.resume_run_id:
-                self.settle_parent(tracked.run_id)
+            if tracked is not None:
+                try:
+                    retry_locked(self.client.set_terminated, tracked.run_id, status or tracked.status)
+                except Exception as exc:
+                    if not failing:  # else the run's own error, raised above, is the one to tell
+                        if out_of_room(exc):
+                            raise BayesxError(self._no_room_line(exc, all_tags.get("method"), False,
+                                                                 tracked.run_id)) from None
+                        raise
+                if start.resume_run_id:
+                    self.settle_parent(tracked.run_id)
+
+    def _open(self, start: RunStart, tags: dict[str, str]) -> TrackedRun:
+        """The run: created with its tags, or the killed one ``start.resume_run_id`` reopened (RUNNING, its tags
+        renewed)."""
+        if start.resume_run_id:
+            retry_locked(self.client.update_run, start.resume_run_id, status="RUNNING")
+            tracked = TrackedRun(self.client, start.resume_run_id)
+            tracked.set_tags(tags)
+            return tracked
+        return TrackedRun(self.client, self._create_run(start.name, tags).info.run_id)
+
+    def _end(self, tracked: TrackedRun, status: str) -> bool:
+        """End the run with ``status`` where the store lets it; whether it did."""
+        try:
+            retry_locked(self.client.set_terminated, tracked.run_id, status)
+            return True
+        except Exception:  # noqa: BLE001 - a store that cannot even end it: the run's line says so
+            return False
+
+    def _no_room_line(self, exc: BaseException, method: str | None, ended: bool, run_id: str | None) -> str:
+        """The one line for a store (or artifact folder) whose disk is full (:func:`out_of_room`): what failed, what
+        became of the run, and the fix."""
+        if run_id is None:
+            outcome = "nothing was recorded"
+        elif ended:
+            outcome = f"the run {run_id[:8]} is recorded FAILED with what it had stored"
+        else:
+            outcome = (f"the run {run_id[:8]} could not even be ended, so it shows RUNNING until `bayesx runs clean` "
+                       f"marks it KILLED")
+        where = f"the MLflow store '{self.uri}'" + (" or its artifact folder" if is_local_store(self.uri) else "")
+        return (f"{'method=' + method + ': ' if method else ''}cannot record the run: the disk of {where} "
+                f"{out_of_room(exc) or 'is full'} ({first_line(exc)}); {outcome}; free space on that disk, or point "
+                f"tracking.uri (and tracking.artifact_root) at one with room")
 
     def _tag_error(self, tracked: TrackedRun, line: str) -> None:
         with contextlib.suppress(Exception):  # a store that fails here must not hide the run's own error
@@ -695,18 +784,25 @@ class Tracker:
         return BayesxError(line)
 
     def resume(self, run_id: str, params: dict[str, object], ignored: tuple[str, ...], stale_after_s: float,
-               folder: str, into: Path) -> tuple[str, Path | None]:
+               folder: str, into: Path, reasons: dict[str, str] | None = None) -> tuple[str, Path | None]:
         """A killed run to continue: :meth:`find_resumable`, then its params compared with ``params`` (keys
         starting with one of ``ignored`` may differ), then its artifact ``folder`` downloaded into ``into``
-        (None where it has none). Returns the run's whole id and the folder."""
+        (None where it has none). Returns the run's whole id and the folder. ``reasons`` names params that are
+        facts about the run rather than options (a digest of its posterior), each with what a difference in it
+        means; they are compared after the options (a changed option is the likelier news), and not at all for a
+        run that lacks them (made before they were logged)."""
         run = self.find_resumable(run_id, stale_after_s)
+        reasons = reasons or {}
         mine = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in params.items() if not k.startswith(ignored)}
         theirs = {k: v for k, v in run.data.params.items() if not k.startswith(ignored)}
         differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-        if differing:
-            shown = ", ".join(f"{k}: {theirs.get(k)} there, {mine.get(k)} here" for k in differing[:3])
+        options = [k for k in differing if k not in reasons]
+        if options:
+            shown = ", ".join(f"{k}: {theirs.get(k)} there, {mine.get(k)} here" for k in options[:3])
             raise BayesxError(f"resume={run_id}: this command's config differs from the run's ({shown}); "
                               f"repeat the run's own command with resume=")
+        for key in (k for k in differing if k in reasons and k in theirs):
+            raise BayesxError(f"resume={run_id}: {reasons[key]} ({key} differs); run it afresh without resume=")
         return run.info.run_id, self.download(run.info.run_id, folder, into)
 
     def find_finished(self, tag: str, value: str) -> str | None:
