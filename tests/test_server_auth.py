@@ -8,6 +8,7 @@ need no server (who may listen where, the password file's mode) are fast tests o
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -175,6 +176,7 @@ def auth_server():
     finally:
         stop_server(proc)
     assert not (folder / "srv" / "pgdata" / "postmaster.pid").exists()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def experiments(url: str, admin) -> dict[str, str]:
