@@ -177,3 +177,85 @@ def test_chains_split_over_threads_give_the_same_draws_as_one_thread(monkeypatch
         assert density.threads(6) == threads
         results.append(density.nuts(q, p, lp, grad, 0.3, inv_mass, 6, seeds).position)
     torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
+
+
+TABLE = torch.linspace(0.0, 3.5, 8, dtype=torch.float64)
+F = torch.nn.functional
+
+
+def _rows(log_prob):
+    """A density written for a batch (n, 2), as a user writes one: the trace's single point is one row."""
+    return lambda q: log_prob(q.reshape(-1, 2)).reshape(q.shape[:-1])
+
+
+def _slot(q):
+    """A table position computed from the parameters: floor(|q0| * 2), past the 8 entries from |q0| = 4 on."""
+    return torch.floor(q[:, 0].abs() * 2).long()
+
+
+def _signed_slot(q):
+    """floor(q0 * 2): negative for q0 < 0 (from -1/2 to -4 a position counted from the end where that is allowed)."""
+    return torch.floor(q[:, 0] * 2).long()
+
+
+def _gaussian(q):
+    return -0.5 * q.square().sum(-1)
+
+
+INDEXING = {
+    # name: (density over rows (n, 2), the operator whose bounds check fails, a point PyTorch accepts, one it refuses)
+    "advanced indexing": (lambda q: _gaussian(q) + TABLE[_slot(q)], "aten.index.Tensor", [3.9, 1.0], [-5.0, 1.0]),
+    "negative advanced index": (lambda q: _gaussian(q) + TABLE[_signed_slot(q)], "aten.index.Tensor", [-3.9, 1.0],
+                                [-4.1, 1.0]),
+    "index_put": (lambda q: _gaussian(q) + (torch.zeros(q.shape[0], 8, dtype=q.dtype).index_put(
+        (torch.arange(q.shape[0]), _slot(q)), q[:, 1]) * TABLE).sum(-1), "aten.index_put.default", [3.9, 1.0],
+        [4.0, 1.0]),
+    "index_select": (lambda q: _gaussian(q) + TABLE.index_select(0, _signed_slot(q)), "aten.index_select.default",
+                     [3.9, 1.0], [-0.2, 1.0]),  # no position counted from the end: -1 is refused
+    "gather": (lambda q: _gaussian(q) + TABLE.expand(q.shape[0], 8).gather(1, _slot(q)[:, None])[:, 0],
+               "aten.gather.default", [3.9, 1.0], [4.5, 1.0]),
+    "scatter_add": (lambda q: _gaussian(q) + (torch.zeros(q.shape[0], 8, dtype=q.dtype).scatter_add(
+        1, _slot(q)[:, None], q[:, 1:]) * TABLE).sum(-1), "aten.scatter_add.default", [3.9, 1.0], [-4.2, 1.0]),
+    "embedding": (lambda q: _gaussian(q) + F.embedding(_slot(q), TABLE[:, None])[:, 0], "aten.embedding.default",
+                  [3.9, 1.0], [6.0, 1.0]),
+}
+
+
+@pytest.mark.parametrize("name", list(INDEXING))
+def test_an_index_from_the_parameters_is_checked_as_pytorch_checks_it(name):
+    """Each indexing operator that codegen writes checks a parameter-dependent index against its dimension: where
+    PyTorch raises (IndexError, RuntimeError), the compiled evaluation fails with the index and the operator, and
+    never returns a number read past the table (before: +16.1 at theta=[-5, 1]). Control: at a point inside, the
+    compiled value equals PyTorch's, and PyTorch does raise at the point outside."""
+    from bayesx.errors import DensityError
+
+    function, operator, inside, outside = INDEXING[name]
+    log_prob = _rows(function)
+    graph = compiled._trace(log_prob, 2, torch.float64)
+    assert operator in codegen.generate(graph, 2, torch.float64).checks, "the operator writes a bounds check"
+    density = compiled.compiled_density(log_prob, 2, torch.float64)
+    assert density.compiler == "plain C"
+    inside, outside = (torch.tensor([point], dtype=torch.float64) for point in (inside, outside))
+    lp, grad = density.log_prob_and_grad(inside)
+    x = inside.clone().requires_grad_(True)
+    torch.testing.assert_close(lp, log_prob(x).detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, torch.autograd.grad(log_prob(x).sum(), x)[0], rtol=1e-12, atol=1e-12)
+    with pytest.raises((IndexError, RuntimeError)):
+        log_prob(outside)
+    with pytest.raises(DensityError, match=r"index -?\d+ is out of bounds for dimension \d with size 8 in the "
+                                           rf"compiled density \({operator}\) at theta=\[{outside[0, 0]:.3g}, 1\]"):
+        density.log_prob_and_grad(outside)
+    lp, _ = density.log_prob_and_grad(inside)  # the fault was cleared: the density evaluates again
+    assert torch.isfinite(lp).all()
+
+
+def test_an_index_of_the_data_alone_is_not_checked_at_run_time():
+    """Data indices are checked once, when the graph is interpreted (they are the same at every point): no check in
+    the C (the hierarchical models of the suite index by a data vector in every gradient). Control: the same
+    indexing by a parameter-dependent index writes one."""
+    log_prob, _ = OPERATOR_FAMILIES["index and index_put"]
+    graph = compiled._trace(log_prob, 4, torch.float64)
+    assert codegen.generate(graph, 4, torch.float64).checks == []
+    graph = compiled._trace(_rows(INDEXING["advanced indexing"][0]), 2, torch.float64)
+    assert codegen.generate(graph, 2, torch.float64).checks == ["aten.index.Tensor"], \
+        "one check: the gradient's index_put reads the same index, checked already"

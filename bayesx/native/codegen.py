@@ -19,10 +19,14 @@ posteriors use 41 ATen operators after core-ATen decomposition), so this module 
 3. reuse: a buffer whose last reader (views included) has run is handed to the next buffer of its size,
    so the workspace stays near the graph's live size.
 
-The result is ``REAL bayesx_generated(const REAL *u, REAL *g, void *work)`` returning log pi(u) and
-writing its gradient to g, with ``bayesx_generated_work`` bytes of workspace per calling thread: reentrant,
-so the C kernels may run chains on several threads. Operators outside the table raise :class:`Unsupported`
-with the operator's name; the caller then tries AOTInductor. C's own math library evaluates the functions
+The result is ``int bayesx_density(const REAL *u, REAL *g, REAL *lp, void *work, int64_t *fault)`` writing
+log pi(u) to lp and its gradient to g, with ``bayesx_density_work`` bytes of workspace per calling thread:
+reentrant, so the C kernels may run chains on several threads. It returns 0, or 1 where PyTorch would raise: an
+index computed from the parameters (advanced indexing, index_select, gather, scatter_add, index_add, embedding)
+outside its dimension is checked, as PyTorch checks it, and the evaluation stops with the check's number, the
+index, the size and the dimension in fault[0..3] (``bayesx_density_check(number)`` names its operator); reading
+past a table would return a number where PyTorch raises IndexError. Operators outside the table raise
+:class:`Unsupported` with the operator's name; the caller then tries AOTInductor. C's own math library evaluates the functions
 (``exp``, ``log1p``, ``lgamma``, ...), compiled without ``-ffast-math`` so that infinities and NaNs keep
 their meaning (a log density of -inf outside the support).
 """
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -81,6 +85,12 @@ static double bx_trigamma(double x) {
 }"""
 
 
+FAIL = r"""/* The evaluation fails, as PyTorch raises: an index out of bounds (bounds check number `check`, the index
+ * `value` along dimension `dim` of `size`) is written to fault, and the function returns 1 (0: evaluated). */
+#define BX_FAIL(check, value, size, dim) \
+    do { fault[0] = (check); fault[1] = (value); fault[2] = (size); fault[3] = (dim); return 1; } while (0)"""
+
+
 class Unsupported(Exception):
     """Why a graph cannot be written as C here (one line)."""
 
@@ -93,6 +103,7 @@ class Generated:
     work_bytes: int
     operations: int
     allocated_bytes: int  # what the buffers would take without reuse
+    checks: list[str] = field(default_factory=list)  # the operator of each bounds check, by its number
 
 
 @dataclass
@@ -151,6 +162,9 @@ class _Writer:
         self.last_reader: dict[torch.fx.Node, int] = {}  # node -> position of its last reader (run)
         self.lifetimes: dict[int, int] = {}  # workspace storage -> position of its last reader (views included)
         self.position = 0  # of the node being written
+        self.target = ""  # the operator being written (what a failed bounds check names)
+        self.checks: list[str] = []  # the operator of each bounds check (its number: the position here)
+        self.checked: dict[tuple, int] = {}  # an index tensor's layout and bound -> its bounds check
 
     # -- buffers --------------------------------------------------------------------------------------------
     def _name(self, prefix: str) -> str:
@@ -213,6 +227,19 @@ class _Writer:
         if buffer.c_type != _c_type(t.dtype):
             raise Unsupported("a view that reinterprets a tensor's dtype")
         return buffer
+
+    def bounds_check(self, t: Tensor, size: int, negative: bool) -> int | None:
+        """The number of a new bounds check of index ``t`` against ``size`` (codegen's _position), or None where
+        none is needed: ``t`` is data (its values were checked when the graph was interpreted, and are the same
+        at every point) or was checked against the same bound already."""
+        if not isinstance(t, Tensor) or self._buffer(t).constant:
+            return None
+        key = (self._storage_key(t), t.storage_offset(), tuple(t.shape), tuple(t.stride()), size, negative)
+        if key in self.checked:
+            return None
+        self.checked[key] = len(self.checks)
+        self.checks.append(self.target)
+        return self.checked[key]
 
     # -- element access and loops -----------------------------------------------------------------------------
     def read(self, t, shape: tuple[int, ...], index: list[str], c_type: str | None = None) -> str:
@@ -354,6 +381,7 @@ class _Writer:
         handler = HANDLERS.get(target)
         if handler is None:
             raise Unsupported(f"no C for the operator {target}")
+        self.target = str(target)
         out = self._allocate(value)
         self.env[node] = out
         self._note_lifetime(node)
@@ -368,6 +396,9 @@ class _Writer:
         buffer = self._buffer(destination)
         if buffer.constant or buffer.name == "u":
             raise Unsupported(f"{target} writes into the data or the parameters")
+        written = self._storage_key(destination)  # an index checked before holds other numbers now
+        self.checked = {key: check for key, check in self.checked.items() if key[0] != written}
+        self.target = str(target)
         self.dynamic.add(node)
         if target in DATA_IN_PLACE:
             source = {aten.copy_.default: lambda: args[1], aten.fill_.Scalar: lambda: args[1],
@@ -395,16 +426,20 @@ class _Writer:
             raise Unsupported("the graph's outputs are not a scalar and a (dim,) gradient")
         index = ["j"]
         tail = [f"for (int64_t j = 0; j < {self.dim}; j++) g[j] = ({self.real}){self.read(grad, (self.dim,), index)};",
-                f"return ({self.real}){self.read(log_prob.reshape(()), (), [])};"]
+                f"*lp = ({self.real}){self.read(log_prob.reshape(()), (), [])};", "return 0;"]
         header = ["#include <stdint.h>", "#include <stddef.h>", "#include <tgmath.h>", "",
-                  "#ifndef NAN", "#define NAN (0.0 / 0.0)", "#endif", "", DIGAMMA, "", TRIGAMMA, ""]
+                  "#ifndef NAN", "#define NAN (0.0 / 0.0)", "#endif", "", DIGAMMA, "", TRIGAMMA, "", FAIL, ""]
         work = max(self.work_bytes, ALIGN)
+        names = ", ".join('"' + name.replace('"', "") + '"' for name in self.checks) or '""'
         code = "\n".join([*header, *self.constants, "",
-                          f"const size_t bayesx_generated_work = {work};", "",
-                          f"{self.real} bayesx_generated(const {self.real} *restrict u, {self.real} *restrict g, "
-                          f"void *restrict work) {{",
+                          f"const size_t bayesx_density_work = {work};",
+                          f"static const char *const bx_checks[] = {{{names}}};",
+                          "const char *bayesx_density_check(int64_t check) {",
+                          f"    return check >= 0 && check < {len(self.checks)} ? bx_checks[check] : \"\";", "}", "",
+                          f"int bayesx_density(const {self.real} *restrict u, {self.real} *restrict g, "
+                          f"{self.real} *restrict lp, void *restrict work, int64_t *restrict fault) {{",
                           "char *restrict w = (char *)work;", *self.body, *tail, "}", ""])
-        return Generated(code, work, self.operations, self.allocated_bytes)
+        return Generated(code, work, self.operations, self.allocated_bytes, list(self.checks))
 
 
 def _functional(target):
@@ -768,29 +803,57 @@ def _indexed_layout(w: _Writer, x: Tensor, indices) -> tuple[int, list[Tensor], 
     return positions[0], tensors, shape
 
 
-def _indexed_offset(w: _Writer, x: Tensor, first: int, tensors, index_shape, full_shape, index) -> str:
-    """The position in x's buffer of the indexed element at ``index`` (loop variables over the result's shape)."""
+def _position(w: _Writer, t: Tensor, shape: tuple[int, ...], index: list[str], size: int, dim: int,
+              negative: bool) -> tuple[str, str]:
+    """(C that declares a variable holding ``t``'s element at ``index`` as a position along a dimension of
+    ``size``, the variable's name). Where ``t`` depends on the parameters the C also checks it, as PyTorch
+    does, and fails the evaluation with the index (BX_FAIL, the generated function's status) where it is out of
+    bounds: reading past a table gives a number where PyTorch raises. ``negative``: the operator counts from the
+    end for negative positions (advanced indexing, index_put), where the others (index_select, gather,
+    scatter_add, index_add) raise. An index whose values were checked against the same size already is not
+    checked again (the gradient's index_put after the forward index)."""
+    name = w._name("x")
+    lines = [f"int64_t {name} = (int64_t)({w.read(t, shape, index, 'int64_t')});"]
+    check = w.bounds_check(t, size, negative)
+    if check is not None:
+        low = -size if negative else 0
+        lines.append(f"if ({name} < {low} || {name} >= {size}) BX_FAIL({check}, {name}, {size}, {dim});")
+    if negative:
+        lines.append(f"if ({name} < 0) {name} += {size};")
+    return " ".join(lines), name
+
+
+def _indexed_offset(w: _Writer, x: Tensor, first: int, tensors, index_shape, index,
+                    negative: bool = True) -> tuple[str, str]:
+    """(C declaring and checking the advanced indices, the position in x's buffer of the indexed element at
+    ``index``: loop variables over the result's shape)."""
     nb = len(index_shape)
     terms = [str(x.storage_offset())] if x.storage_offset() else []
     for d in range(first):
         terms.append(f"{index[d]}*{x.stride(d)}")
     b_index = index[first:first + nb]
+    prelude = []
     for j, t in enumerate(tensors):
         d = first + j
-        value = w.read(t, index_shape, b_index, "int64_t")
-        terms.append(f"(({value}) < 0 ? ({value}) + {x.shape[d]} : ({value}))*{x.stride(d)}")
+        declared, name = _position(w, t, index_shape, b_index, x.shape[d], d, negative)
+        prelude.append(declared)
+        terms.append(f"{name}*{x.stride(d)}")
     for k, d in enumerate(range(first + len(tensors), x.dim())):
         terms.append(f"{index[first + nb + k]}*{x.stride(d)}")
-    return " + ".join(terms) or "0"
+    return " ".join(prelude), " + ".join(terms) or "0"
 
 
-def _index(w: _Writer, out, x, indices):
+def _index(w: _Writer, out, x, indices, negative: bool = True):
     indices = list(indices) + [None] * (x.dim() - len(indices))
     first, tensors, index_shape = _indexed_layout(w, x, indices)
     shape = tuple(out.shape)
     buffer, source = w._buffer(out), w._buffer(x)
-    w.loops(shape, lambda index: f"{buffer.name}[{w.flat(shape, index)}] = "
-                                 f"{source.name}[{_indexed_offset(w, x, first, tensors, index_shape, shape, index)}];")
+
+    def statement(index):
+        prelude, offset = _indexed_offset(w, x, first, tensors, index_shape, index, negative)
+        return f"{{ {prelude} {buffer.name}[{w.flat(shape, index)}] = {source.name}[{offset}]; }}"
+
+    w.loops(shape, statement)
 
 
 def _index_put(w: _Writer, out, x, indices, values, accumulate=False):
@@ -801,13 +864,22 @@ def _index_put(w: _Writer, out, x, indices, values, accumulate=False):
     buffer = w._buffer(out)  # without accumulate, duplicate indices: the last write in order wins
     contiguous = out  # out is contiguous, its strides those of its buffer
     sign = "+=" if accumulate else "="
-    w.loops(shape, lambda index: f"{buffer.name}[{_indexed_offset(w, contiguous, first, tensors, index_shape, shape, index)}]"
-                                 f" {sign} {w.read(values, shape, index, buffer.c_type)};")
+
+    def statement(index):
+        prelude, offset = _indexed_offset(w, contiguous, first, tensors, index_shape, index)
+        return f"{{ {prelude} {buffer.name}[{offset}] {sign} {w.read(values, shape, index, buffer.c_type)}; }}"
+
+    w.loops(shape, statement)
 
 
 def _index_select(w: _Writer, out, x, dim, index):
     dim = dim % max(x.dim(), 1)
-    _index(w, out, x, [None] * dim + [index])
+    _index(w, out, x, [None] * dim + [index], negative=False)
+
+
+def _embedding(w: _Writer, out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """embedding(weight, indices) = weight[indices] (rows; a negative index raises, as in PyTorch)."""
+    _index(w, out, weight, [indices], negative=False)
 
 
 def _gather(w: _Writer, out, x, dim, index, sparse_grad=False):
@@ -816,12 +888,11 @@ def _gather(w: _Writer, out, x, dim, index, sparse_grad=False):
     shape = tuple(index.shape)
 
     def statement(idx):
-        position = w.read(index, shape, idx, "int64_t")
+        prelude, position = _position(w, index, shape, idx, x.shape[dim], dim, negative=False)
         terms = [str(x.storage_offset())] if x.storage_offset() else []
         for d in range(x.dim()):
-            v = f"(({position}) < 0 ? ({position}) + {x.shape[d]} : ({position}))" if d == dim else idx[d]
-            terms.append(f"{v}*{x.stride(d)}")
-        return f"{buffer.name}[{w.flat(shape, idx)}] = {source.name}[{' + '.join(terms)}];"
+            terms.append(f"{position if d == dim else idx[d]}*{x.stride(d)}")
+        return f"{{ {prelude} {buffer.name}[{w.flat(shape, idx)}] = {source.name}[{' + '.join(terms)}]; }}"
 
     w.loops(shape, statement)
 
@@ -834,13 +905,10 @@ def _scatter_add(w: _Writer, out, x, dim, index, source):
     strides = _contiguous_strides(tuple(out.shape))
 
     def statement(idx):
-        position = w.read(index, shape, idx, "int64_t")
-        terms = []
-        for d in range(out.dim()):
-            v = f"(({position}) < 0 ? ({position}) + {out.shape[d]} : ({position}))" if d == dim else idx[d]
-            terms.append(f"{v}*{strides[d]}")
+        prelude, position = _position(w, index, shape, idx, out.shape[dim], dim, negative=False)
+        terms = [f"{position if d == dim else idx[d]}*{strides[d]}" for d in range(out.dim())]
         s = source.as_strided(shape, source.stride(), source.storage_offset())
-        return f"{buffer.name}[{' + '.join(terms)}] += {w.read(s, shape, idx, buffer.c_type)};"
+        return f"{{ {prelude} {buffer.name}[{' + '.join(terms)}] += {w.read(s, shape, idx, buffer.c_type)}; }}"
 
     w.loops(shape, statement)
 
@@ -853,8 +921,12 @@ def _index_add(w: _Writer, out, x, dim, index, source, *, alpha=1):
     shape = tuple(source.shape)
     buffer = w._buffer(out)
     scale = "" if alpha == 1 else f"{_literal(alpha, buffer.c_type)} * "
-    w.loops(shape, lambda idx: f"{buffer.name}[{_indexed_offset(w, out, first, tensors, index_shape, shape, idx)}] "
-                               f"+= {scale}{w.read(source, shape, idx, buffer.c_type)};")
+
+    def statement(idx):
+        prelude, offset = _indexed_offset(w, out, first, tensors, index_shape, idx, negative=False)
+        return f"{{ {prelude} {buffer.name}[{offset}] += {scale}{w.read(source, shape, idx, buffer.c_type)}; }}"
+
+    w.loops(shape, statement)
 
 
 def _polygamma(w: _Writer, out, n, x):
@@ -997,7 +1069,7 @@ HANDLERS = {
     aten.slice_scatter.default: _slice_scatter, aten.select_scatter.default: _select_scatter,
     aten.index.Tensor: _index, aten.index_put.default: _index_put, aten._unsafe_index_put.default: _index_put,
     aten._unsafe_index.Tensor: _index, aten.index_select.default: _index_select, aten.gather.default: _gather,
-    aten.scatter_add.default: _scatter_add, aten.index_add.default: _index_add,
+    aten.scatter_add.default: _scatter_add, aten.index_add.default: _index_add, aten.embedding.default: _embedding,
     aten._log_softmax.default: _log_softmax, aten._softmax.default: _softmax, aten.logsumexp.default: _logsumexp,
 }
 

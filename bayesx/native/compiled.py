@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import hashlib
 import logging
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 import zipfile
 from dataclasses import dataclass, field
@@ -47,6 +49,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from bayesx.errors import DensityError
 from bayesx.native.build import _compiler, _cpu_signature, build, cache_dir, enabled, load
 from bayesx.native.logistic import kernel_threads
 from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
@@ -74,18 +77,29 @@ COMPILER_SETTINGS = {
 }
 
 
+class _Fault(ctypes.Structure):
+    """compiled_fault of compiled_density.h: where an evaluation failed as PyTorch raises (code FAULT_INDEX: an index
+    out of bounds, detail = the bounds check's number, the index, the size, the dimension; FAULT_RUN: AOTInductor's
+    run returned an error), and the point (``position``: dim numbers of the density's dtype)."""
+
+    _fields_ = [("code", ctypes.c_int64), ("detail", ctypes.c_int64 * 4), ("position", ctypes.c_void_p)]
+
+
+FAULT_INDEX, FAULT_RUN = 1, 2
+
+
 class _Model(ctypes.Structure):
     """compiled_model of compiled_density.h."""
 
     _fields_ = [("container", ctypes.c_void_p), ("run", ctypes.c_void_p), ("blob", ctypes.c_void_p),
                 ("data", ctypes.c_void_p), ("free_tensor", ctypes.c_void_p), ("dtype", ctypes.c_int32),
-                ("device", ctypes.c_int32)]
+                ("device", ctypes.c_int32), ("fault", ctypes.POINTER(_Fault))]
 
 
 class _GeneratedModel(ctypes.Structure):
-    """generated_model of compiled_density.h: the plain C function and its workspace bytes."""
+    """generated_model of compiled_density.h: the plain C function, its workspace bytes and its fault."""
 
-    _fields_ = [("function", ctypes.c_void_p), ("work", ctypes.c_size_t)]
+    _fields_ = [("function", ctypes.c_void_p), ("work", ctypes.c_size_t), ("fault", ctypes.POINTER(_Fault))]
 
 
 AOTINDUCTOR, PLAIN_C = 0, 1
@@ -112,6 +126,13 @@ class CompiledDensity:
     _library: ctypes.CDLL = field(repr=False)
     _model: ctypes.Structure = field(repr=False)
     kind: int = AOTINDUCTOR
+    _fault: _Fault = field(default_factory=_Fault, repr=False)
+    _fault_position: Tensor | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        self._fault_position = torch.full((self.dim,), float("nan"), dtype=self.dtype)
+        self._fault.position = self._fault_position.data_ptr()
+        self._model.fault = ctypes.pointer(self._fault)
 
     @property
     def model(self) -> int:
@@ -131,13 +152,50 @@ class CompiledDensity:
         return self.functions["compiled_scratch"](self.model, self.kind)
 
     def log_prob_and_grad(self, position: Tensor) -> tuple[Tensor, Tensor]:
-        """log pi and its gradient at every row of position (chains, dim), in one native call."""
+        """log pi and its gradient at every row of position (chains, dim), in one native call; raises DensityError
+        where the compiled code failed at a row as PyTorch would raise (:meth:`raise_fault`)."""
+        lp, grad = self._evaluate(position)
+        self.raise_fault()
+        return lp, grad
+
+    def _evaluate(self, position: Tensor) -> tuple[Tensor, Tensor]:
         u = position.detach().to(self.dtype).contiguous()
         grad = torch.empty_like(u)
         lp = torch.empty(u.shape[0], dtype=self.dtype)
         self.functions["compiled_density"](self.threads(u.shape[0]), u.shape[0], self.dim, self.model, self.kind,
                                            u.data_ptr(), grad.data_ptr(), lp.data_ptr())
         return lp, grad
+
+    def fault(self) -> str | None:
+        """Why the compiled code failed (one line, with the point) since the fault was last cleared, else None;
+        clears it."""
+        code = self._fault.code
+        if code == 0:
+            return None
+        where = _point(self._fault_position)
+        if code == FAULT_INDEX:
+            check, index, size, dim = self._fault.detail
+            try:
+                operator = self._library.bayesx_density_check
+                operator.restype = ctypes.c_char_p
+                name = (operator(ctypes.c_int64(check)) or b"").decode()
+            except AttributeError:
+                name = ""
+            reason = (f"index {index} is out of bounds for dimension {dim} with size {size} in the compiled density"
+                      f"{f' ({name})' if name else ''} at theta={where}, where PyTorch raises IndexError")
+        else:
+            reason = (f"the compiled density ({self.compiler}) failed at theta={where} (its error is on the line above), "
+                      f"where PyTorch raises")
+        self._fault.code = 0
+        self._fault_position.fill_(float("nan"))
+        return reason
+
+    def raise_fault(self) -> None:
+        """Raise DensityError (the run ends FAILED with this line, as it does where the PyTorch density raises)
+        where the compiled code failed since the last call."""
+        reason = self.fault()
+        if reason is not None:
+            raise DensityError(f"{reason}; the run stopped with what it had")
 
     def trajectory(self, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
                    grad: Tensor | None = None, log_prob: Tensor | None = None) -> Trajectory:
@@ -146,32 +204,108 @@ class CompiledDensity:
         threads = self.threads(chains)
         work = torch.empty(threads * 2 * (k + self.scratch), dtype=self.dtype)  # held here: a pointer does not
         run = self.functions["compiled_leapfrog"]  # keep its tensor alive
-        return leapfrog(lambda steps, *tail: run(threads, chains, k, steps, self.model, self.kind, *tail, ptr(work)),
-                        position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
+        end = leapfrog(lambda steps, *tail: run(threads, chains, k, steps, self.model, self.kind, *tail, ptr(work)),
+                       position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
+        self.raise_fault()
+        return end
 
     def nuts(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
              inv_mass: Tensor, max_depth: int, seeds: Tensor) -> NUTSTransition:
         """One NUTS transition of every chain in one native call, each chain's tree on its own (nuts.h)."""
         chains, k = position.shape
         run = self.functions["compiled_nuts"]
-        return transition(lambda *tail: run(self.threads(chains), chains, k, self.model, self.kind, *tail), position,
+        step = transition(lambda *tail: run(self.threads(chains), chains, k, self.model, self.kind, *tail), position,
                           momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
+        self.raise_fault()
+        return step
 
 
 class NotCompiled(Exception):
     """Why a density was not compiled (one line, for the run's log)."""
 
 
+class CacheUnwritable(NotCompiled):
+    """The compile cache cannot take a new library (a read-only folder, a full disk): the PyTorch path runs this
+    time, nothing is remembered (no ``.failed`` mark), and the other compiler is not tried (it would meet the same
+    folder)."""
+
+
+UNWRITABLE = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST}
+"""What an OSError from the cache's folder means when a library cannot be written there: the folder, not the
+density (EEXIST, ENOTDIR: a file where the folder should be)."""
+UNWRITABLE_MESSAGES = ("No space left on device", "Read-only file system", "Disk quota exceeded", "Permission denied")
+"""The same, as a compiler's own error line says it (it writes the library, not Python)."""
+
+
+def _unwritable(folder: Path, exc: BaseException) -> CacheUnwritable | None:
+    """The CacheUnwritable an error while writing into ``folder`` amounts to, else None (the density's own)."""
+    text = str(getattr(exc, "stderr", "") or "") + " " + str(exc)
+    if isinstance(exc, OSError) and exc.errno in UNWRITABLE:
+        why = exc.strerror or type(exc).__name__
+    else:
+        why = next((message for message in UNWRITABLE_MESSAGES if message in text), None)
+        if why is None:
+            return None
+    return CacheUnwritable(f"the compile cache {folder} cannot be written ({why})")
+
+
+@contextlib.contextmanager
+def _writing(folder: Path):
+    """Around a write into the cache: an error of the folder's (read-only, full) becomes CacheUnwritable."""
+    try:
+        yield
+    except (OSError, subprocess.SubprocessError) as exc:
+        unwritable = _unwritable(folder, exc)
+        if unwritable is None:
+            raise
+        raise unwritable from None
+
+
+def _seal(path: Path) -> None:
+    """Write the library's size and sha256 beside it (``.sha256``, atomically), once it is whole: what
+    :func:`_sealed` checks before a library is loaded."""
+    _write_atomically(path.with_suffix(".sha256"), f"{path.stat().st_size} {_sha256(path)}\n")
+
+
+def _sealed(path: Path) -> bool:
+    """Whether the library at ``path`` is the one that was built: its size and sha256 equal its seal's. A truncated
+    or overwritten library (a full disk, a copy cut short) loaded in-process crashes it (SIGBUS) or runs other code;
+    one without a seal (built before seals, or its build cut short) is built again."""
+    try:
+        size, digest = path.with_suffix(".sha256").read_text().split()
+        return path.stat().st_size == int(size) and _sha256(path) == digest
+    except (OSError, ValueError):
+        return False
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _discard(path: Path) -> None:
+    """Remove a damaged library and what was said about it (its seal, its load mark), where the folder lets us."""
+    for stale in (path, path.with_suffix(".sha256"), path.with_suffix(".loads")):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
 NOT_CACHED = "-"  # no reason to tell: the caller asked for an AOTInductor library from the cache only
 
 
 def compiled_density(log_prob, dim: int, dtype: torch.dtype, identity: str | None = None,
-                     quick_only: bool = False) -> CompiledDensity:
+                     quick_only: bool = False, points: Tensor | None = None) -> CompiledDensity:
     """The compiled density and gradient of ``log_prob`` (q (..., dim) -> (...)) in ``dtype``; raises
     NotCompiled with the reason where it cannot be had. ``identity``: what defines the density where the caller knows it (the runner's posterior identity:
     model options, the digests of a user's files, the data's options): a library compiled for the same identity
     is found without tracing the density (about 1 s), then checked like any. ``quick_only``: compile now only as
-    plain C (about a second); an AOTInductor library (8-26 s) only from the cache (NOT_CACHED otherwise)."""
+    plain C (about a second); an AOTInductor library (8-26 s) only from the cache (NOT_CACHED otherwise).
+    ``points`` (n, dim): where the caller will start (the chains' first points), checked too (:func:`_check`). A
+    cache that cannot be written (read-only, full) raises CacheUnwritable; a damaged library in it is built
+    again."""
     if dtype not in SUFFIX:
         raise NotCompiled(f"dtype {dtype} is not compiled (float64 or float32 only)")
     if not enabled():
@@ -183,7 +317,7 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, identity: str | Non
     folder = cache_dir().parent / "compiled"
     index = folder / f"identity-{_identity_digest(identity, dtype)}.txt" if identity is not None else None
     if index is not None and index.exists():
-        known = _known(folder / index.read_text().strip(), log_prob, dim, dtype, functions)
+        known = _known(folder / index.read_text().strip(), log_prob, dim, dtype, functions, points)
         if known is not None:
             return known
     started = time.perf_counter()
@@ -193,45 +327,70 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, identity: str | Non
             raise codegen.Unsupported("turned off (BAYESX_PLAIN_C=0)")
         path, cached = _write_plain_c(graph, dim, dtype, folder)
         density = _load(path, dim, dtype, 0.0 if cached else time.perf_counter() - started, cached, functions)
-        _check(density, log_prob, dim, dtype)
+        _check(density, log_prob, dim, dtype, points)
+    except CacheUnwritable:
+        raise
     except (codegen.Unsupported, NotCompiled) as exc:
         plain_c_reason = str(exc)
     else:
-        if index is not None:
-            _write_atomically(index, path.name)
+        _remember(index, path)
         return density
     try:
-        density = _aotinductor(log_prob, graph, dim, dtype, folder, quick_only, started, functions)
+        density = _aotinductor(log_prob, graph, dim, dtype, folder, quick_only, started, functions, points)
+    except CacheUnwritable:
+        raise
     except NotCompiled as exc:
         if str(exc) == NOT_CACHED:
             raise
         raise NotCompiled(f"{exc} (and as plain C: {plain_c_reason})") from None
-    if index is not None:
-        _write_atomically(index, density.library_path.name)
+    _remember(index, density.library_path)
     return density
+
+
+def _remember(index: Path | None, path: Path) -> None:
+    """Point the identity's index at the library (where the folder lets us: a read-only cache traces next time)."""
+    if index is not None:
+        with contextlib.suppress(OSError):
+            _write_atomically(index, path.name)
 
 
 def _aotinductor(log_prob, graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, folder: Path,
-                 cached_only: bool, started: float, functions: dict) -> CompiledDensity:
-    """The density compiled by AOTInductor (or found in the cache), checked against autograd."""
+                 cached_only: bool, started: float, functions: dict, points: Tensor | None = None) -> CompiledDensity:
+    """The density compiled by AOTInductor (or found whole in the cache), checked against autograd. A density it
+    cannot compile is remembered (a ``.failed`` mark with the reason); a cache it cannot write to is not."""
     path = folder / f"density-{_digest(graph, dtype)}.so"
     failed = path.with_suffix(".failed")  # a density AOTInductor could not compile is not tried again
-    if failed.exists():
-        raise NotCompiled(failed.read_text().strip() + f" (remembered: delete {failed} to try again)")
-    cached = path.exists()
+    reason = _remembered(failed)
+    if reason:
+        raise NotCompiled(reason + f" (remembered: delete {failed} to try again)")
+    cached = path.exists() and _sealed(path)
     if not cached and cached_only:
         raise NotCompiled(NOT_CACHED)
     if not cached:
+        _discard(path)
         try:
-            _compile(graph, dim, dtype, path)
+            with _writing(folder):
+                _compile(graph, dim, dtype, path)
+                _seal(path)
+        except CacheUnwritable:
+            raise
         except NotCompiled as exc:
-            failed.parent.mkdir(parents=True, exist_ok=True)
-            failed.write_text(str(exc) + "\n")
+            with contextlib.suppress(OSError):
+                _write_atomically(failed, str(exc) + "\n")
             raise
     compile_s = 0.0 if cached else time.perf_counter() - started
     density = _load(path, dim, dtype, compile_s, cached, functions)
-    _check(density, log_prob, dim, dtype)
+    _check(density, log_prob, dim, dtype, points)
     return density
+
+
+def _remembered(mark: Path) -> str:
+    """The reason a ``.failed`` mark holds ('' where there is none, or it is empty: a mark cut short says
+    nothing, and the density is tried again)."""
+    try:
+        return mark.read_text().strip()
+    except OSError:
+        return ""
 
 
 GENERATED_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-fPIC", "-std=c11")
@@ -253,37 +412,58 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
     for part in (generated.source, compiler, " ".join(GENERATED_FLAGS), *_environment(dtype)):
         digest.update(part.encode())
     path = folder / f"generated-{digest.hexdigest()[:20]}.so"
-    if path.exists():
+    if path.exists() and _sealed(path):
         return path, True
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        source = Path(tmp) / "density.c"
-        source.write_text(generated.source)
-        try:
-            build(compiler, source, path, compile_flags=GENERATED_FLAGS)
-        except (OSError, subprocess.SubprocessError) as exc:
-            detail = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
-            raise codegen.Unsupported(f"the C compiler failed ({detail[-1] if detail else type(exc).__name__})") \
-                from None
+    _discard(path)
+    with _writing(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            source = Path(tmp) / "density.c"
+            source.write_text(generated.source)
+            try:
+                build(compiler, source, path, compile_flags=GENERATED_FLAGS)
+            except (OSError, subprocess.SubprocessError) as exc:
+                unwritable = _unwritable(folder, exc)
+                if unwritable is not None:
+                    raise unwritable from None
+                detail = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
+                raise codegen.Unsupported(f"the C compiler failed ({detail[-1] if detail else type(exc).__name__})") \
+                    from None
+        _seal(path)
     return path, False
 
 
-def _known(path: Path, log_prob, dim: int, dtype: torch.dtype, functions: dict) -> CompiledDensity | None:
-    """The library an identity points to, where it loads and still agrees with autograd; else None (traced)."""
-    if not path.exists():
+def _known(path: Path, log_prob, dim: int, dtype: torch.dtype, functions: dict,
+           points: Tensor | None = None) -> CompiledDensity | None:
+    """The library an identity points to, where it is whole, loads and still agrees with autograd; else None
+    (traced)."""
+    if not path.exists() or not _sealed(path):
         return None
     try:
         density = _load(path, dim, dtype, 0.0, True, functions)
-        _check(density, log_prob, dim, dtype)
+        _check(density, log_prob, dim, dtype, points)
     except Exception:  # noqa: BLE001 - stale, unloadable, or the density itself failed: trace it afresh
         return None
     return density
 
 
 def _write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all (a temporary file beside it, renamed; removed where the write
+    fails: a full disk leaves nothing behind)."""
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(text)
-    os.replace(tmp.name, path)
+        try:
+            tmp.write(text)
+            tmp.flush()
+        except BaseException:
+            tmp.close()
+            os.unlink(tmp.name)
+            raise
+    try:
+        os.replace(tmp.name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp.name)
+        raise
 
 
 @functools.lru_cache(maxsize=1)
@@ -335,12 +515,12 @@ def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
 
     point = torch.zeros(dim, dtype=dtype)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _distributions_unvalidated():
             warnings.simplefilter("ignore")
             graph = make_fx(_grad_and_value(log_prob), decomposition_table=_decompositions())(point)
     except Exception as exc:  # whatever the user's code raises under tracing: the reason is the message
         raise NotCompiled(f"its log density could not be traced ({type(exc).__name__}: "
-                          f"{_first_line(exc)}); it may call numpy or branch on values") from None
+                          f"{_first_line(exc)}); {_untraceable_because(exc)}") from None
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != 1:
         raise NotCompiled("its log density has inputs besides the parameters")
@@ -348,7 +528,70 @@ def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
         _fold_constants(graph)
     except Exception as exc:  # an operation on constants that fails when evaluated eagerly
         raise NotCompiled(f"its constants could not be folded ({type(exc).__name__}: {_first_line(exc)})") from None
+    shaped = _data_dependent_shape(graph)
+    if shaped is not None:
+        raise NotCompiled(f"it uses {shaped}, whose output shape depends on the parameters")
     return graph
+
+
+@contextlib.contextmanager
+def _distributions_unvalidated():
+    """torch.distributions' argument validation off while tracing (``Distribution.set_default_validate_args``):
+    it tests the values (``if not valid: raise``), which a trace cannot follow, so every density built from
+    distributions would be refused. The compile check still evaluates the density as written, validation on: where
+    validation raises at a point and the compiled code does not fail, the density is not compiled."""
+    from torch.distributions import Distribution
+
+    previous = Distribution._validate_args
+    Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        Distribution.set_default_validate_args(previous)
+
+
+def _untraceable_because(exc: BaseException) -> str:
+    """Why a trace failed, from where: in torch.distributions, its argument validation (a distribution made with
+    ``validate_args=True`` tests values); elsewhere, the user's code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if any(f"torch{os.sep}distributions{os.sep}" in frame.filename for frame in frames):
+        return ("torch.distributions' argument validation tests values, which cannot be traced: make the "
+                "distributions with validate_args=False (or call "
+                "torch.distributions.Distribution.set_default_validate_args(False))")
+    return "it may call numpy or branch on values"
+
+
+SHAPE_BY_INDEX = {torch.ops.aten.index.Tensor, torch.ops.aten._unsafe_index.Tensor, torch.ops.aten.index_put.default,
+                  torch.ops.aten._unsafe_index_put.default, torch.ops.aten.index_put_.default}
+"""Operators whose output shape depends on the values only where an index is a boolean mask."""
+
+
+def _data_dependent_shape(graph: torch.fx.GraphModule) -> str | None:
+    """The first operator whose output shape depends on the values of the parameters (``nonzero``,
+    ``masked_select``, ``unique``, indexing by a boolean mask of them: operators tagged
+    ``dynamic_output_shape``), else None. The trace records the shape it met at the traced point as a constant,
+    so compiled code would compute with that shape everywhere (plain C) or fail its shape guard at every other
+    point (AOTInductor: "Expected Eq(u0, 0)", returning garbage): such a density runs on PyTorch."""
+    dynamic: set[torch.fx.Node] = set()
+    for node in graph.graph.nodes:
+        if node.op == "placeholder" or (node.op == "call_function" and any(n in dynamic for n in node.all_input_nodes)):
+            dynamic.add(node)
+        else:
+            continue
+        target = node.target
+        if node.op != "call_function" or torch.Tag.dynamic_output_shape not in getattr(target, "tags", ()):
+            continue
+        if target in SHAPE_BY_INDEX:
+            indices = node.args[1] if len(node.args) > 1 else ()
+            masks = [i for i in indices if isinstance(i, torch.fx.Node)
+                     and getattr(i.meta.get("val"), "dtype", None) in (torch.bool, torch.uint8)
+                     and i in dynamic]
+            if not masks:
+                continue
+            return "boolean-mask indexing"
+        packet = getattr(target, "overloadpacket", None)
+        return getattr(packet, "__name__", str(target))
+    return None
 
 
 def _fold_constants(graph: torch.fx.GraphModule) -> None:
@@ -524,6 +767,10 @@ def _load(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bo
           functions: dict) -> CompiledDensity:
     """The library as a CompiledDensity: plain C directly (bayesx's own code, linking nothing but libm), an
     AOTInductor library once a child process has loaded it without harm (:func:`_probe`)."""
+    if not _sealed(path):
+        _discard(path)
+        raise NotCompiled(f"the compiled library {path.name} is not the one that was built (its size or sha256 "
+                          f"differs); it is built again next time")
     if path.name.startswith("generated-"):
         return _load_plain_c(path, dim, dtype, compile_s, cached, functions)
     _probe(path, dim, dtype)
@@ -534,13 +781,19 @@ def _load_plain_c(path: Path, dim: int, dtype: torch.dtype, compile_s: float, ca
                   functions: dict) -> CompiledDensity:
     try:
         library = ctypes.CDLL(str(path))
-        function = ctypes.cast(library.bayesx_generated, ctypes.c_void_p).value
-        work = ctypes.c_size_t.in_dll(library, "bayesx_generated_work").value
+        function = ctypes.cast(library.bayesx_density, ctypes.c_void_p).value
+        work = ctypes.c_size_t.in_dll(library, "bayesx_density_work").value
     except (OSError, AttributeError, ValueError) as exc:
         raise NotCompiled(f"the compiled library {path} could not be loaded ({exc}); delete it to recompile") \
             from None
     return CompiledDensity(dim, dtype, path, compile_s, cached, functions, library, _GeneratedModel(function, work),
                            PLAIN_C)
+
+
+def _point(values: Tensor) -> str:
+    """A point, short enough for one line."""
+    shown = [f"{v:.3g}" for v in values.tolist()[:6]]
+    return "[" + ", ".join(shown) + (", ...]" if values.numel() > 6 else "]")
 
 
 def _load_in_process(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,
@@ -563,24 +816,63 @@ def _load_in_process(path: Path, dim: int, dtype: torch.dtype, compile_s: float,
     return CompiledDensity(dim, dtype, path, compile_s, cached, functions, library, model)
 
 
-def _check(density: CompiledDensity, log_prob, dim: int, dtype: torch.dtype) -> None:
-    """The compiled (log pi, grad) against autograd's at three points of scale 0.1, 0.5 and 1."""
+CHECK_SCALES = (0.1, 0.5, 1.0, 5.0, 10.0)
+"""The check's points: one random direction per scale. The far ones (5, 10) reach where a density meets its
+edges (an index past a table, a bound), where the compiled code must fail as PyTorch does."""
+FAR_SCALE = 5.0
+FAR_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-2}
+"""At the far points values are large and computed with cancellation (a log of a sum of exponentials of 10s), so
+they are compared at this relative tolerance: a wrong result (a number read past a table) is off by far more."""
+EXTRA_POINTS = 8  # of the caller's points, at most
+
+
+def _check(density: CompiledDensity, log_prob, dim: int, dtype: torch.dtype, points: Tensor | None = None) -> None:
+    """The compiled (log pi, grad) against autograd's, point by point, at CHECK_SCALES and at up to EXTRA_POINTS of
+    the caller's ``points``; raises NotCompiled where they disagree. Where PyTorch raises at a point (an index out
+    of bounds) the compiled code must fail there too (a fault, or a NaN log density, which the kernels reject);
+    where it does not, the compiled code must not fail, and both must be finite at the same points and equal
+    there."""
     gen = torch.Generator().manual_seed(20261125)
-    points = torch.randn(3, dim, generator=gen, dtype=torch.float64).to(dtype) * torch.tensor([[0.1], [0.5], [1.0]],
-                                                                                               dtype=dtype)
-    lp, grad = density.log_prob_and_grad(points)
-    try:
-        with torch.enable_grad():
-            q = points.clone().requires_grad_(True)
-            expected = log_prob(q)
-            (expected_grad,) = torch.autograd.grad(expected.sum(), q)
-    except Exception as exc:  # the user's density fails at the check's points: not compiled, the run decides
+    scales = torch.tensor(CHECK_SCALES, dtype=torch.float64)
+    checked = torch.randn(len(CHECK_SCALES), dim, generator=gen, dtype=torch.float64) * scales[:, None]
+    tolerances = [FAR_TOLERANCE[dtype] if scale >= FAR_SCALE else CHECK_TOLERANCE[dtype] for scale in CHECK_SCALES]
+    if points is not None and points.dim() == 2 and points.shape[-1] == dim:
+        extra = points.detach().to("cpu", torch.float64)[:EXTRA_POINTS]
+        checked = torch.cat([checked, extra])
+        tolerances += [CHECK_TOLERANCE[dtype]] * extra.shape[0]
+    raised = []
+    for point, tol in zip(checked.to(dtype), tolerances):
+        q = point[None]
+        lp, grad = density._evaluate(q)
+        fault = density.fault()
+        try:
+            with torch.enable_grad():
+                x = q.clone().requires_grad_(True)
+                expected = log_prob(x)
+                (expected_grad,) = torch.autograd.grad(expected.sum(), x)
+        except Exception as exc:  # noqa: BLE001 - PyTorch fails here: so must the compiled code
+            raised.append(exc)
+            if fault is None and not bool(torch.isnan(lp).all()):
+                raise NotCompiled(f"its log density raises {type(exc).__name__} ({_first_line(exc)}) at "
+                                  f"theta={_point(point)} where the compiled one returns {float(lp[0]):.6g}; the PyTorch "
+                                  f"path runs") from None
+            continue
+        if fault is not None:
+            raise NotCompiled(f"the compiled log density fails where PyTorch's does not ({fault}); the PyTorch path "
+                              f"runs")
+        _compare(lp, grad, expected.detach().reshape(lp.shape), expected_grad, tol)
+    if len(raised) == checked.shape[0]:  # nothing to compare
+        exc = raised[0]
         raise NotCompiled(f"its log density failed at the compile check's points ({type(exc).__name__}: "
-                          f"{_first_line(exc)})") from None
-    tol = CHECK_TOLERANCE[dtype]
+                          f"{_first_line(exc)})")
+
+
+def _compare(lp: Tensor, grad: Tensor, expected: Tensor, expected_grad: Tensor, tol: float) -> None:
+    """Raise NotCompiled where the compiled (log pi, grad) at a point differs from autograd's: finite at other
+    points, or beyond ``tol`` relative to 1 + |value| where finite."""
     finite = torch.isfinite(expected)
-    scale = 1.0 + expected.detach().abs()
-    value_off = ((lp - expected.detach()).abs() > tol * scale)[finite]
+    scale = 1.0 + expected.abs()
+    value_off = ((lp - expected).abs() > tol * scale)[finite]
     if not torch.equal(torch.isfinite(lp), finite) or bool(value_off.any()):
         raise NotCompiled("the compiled log density differs from PyTorch's; the PyTorch path runs")
     grad_scale = 1.0 + expected_grad.abs()

@@ -20,6 +20,17 @@ typedef int32_t (*aoti_data_fn)(void *handle, void **data);
 typedef int32_t (*aoti_delete_fn)(void *handle);
 typedef int32_t (*aoti_run_fn)(void *container, void **inputs, size_t n_inputs, void **outputs, size_t n_outputs,
                                void *stream, void *proxy_executor);
+/* Where a compiled density failed, as PyTorch raises (Python reads it after each call and stops the run with it):
+ * code 0 none, 1 an index out of bounds in plain C (detail: the bounds check's number, the index, the size, the
+ * dimension; bayesx.native.codegen), 2 AOTInductor's run returned an error (its message is on stderr); position:
+ * k numbers of REAL, the point. The first fault wins; every evaluation after it returns NaN at once, so the
+ * kernels' call ends within a tree or trajectory. */
+typedef struct {
+    int64_t code;
+    int64_t detail[4];
+    void *position;
+} compiled_fault;
+enum { FAULT_NONE = 0, FAULT_INDEX = 1, FAULT_RUN = 2, FAULT_WRITING = -1 };
 /* A compiled density as Python hands it over: the model container (one model per thread) and the
  * functions that run it and make, read and free tensor handles; dtype and device are the shim's codes. */
 typedef struct {
@@ -29,11 +40,28 @@ typedef struct {
     aoti_data_fn data;
     aoti_delete_fn free_tensor;
     int32_t dtype, device;
+    compiled_fault *fault;
 } compiled_model;
+
+/* Whether a fault was recorded: the evaluation returns NaN without running. */
+static inline int faulted(const compiled_fault *f) { return __atomic_load_n(&f->code, __ATOMIC_ACQUIRE) != 0; }
 #endif
 
-/* g <- grad log pi(u), returns log pi(u) (NaN, with g untouched, where the compiled code reports an error:
- * the kernels treat a non-finite log density as a divergence). No scratch. */
+/* The evaluation at u failed: the first fault is recorded (code, detail, the point) and g is NaN; returns NaN,
+ * which the kernels treat as a divergence until Python, after the call, stops the run. */
+static REAL CAT(fail, SUFFIX)(compiled_fault *f, int64_t code, const int64_t *detail, int k, const REAL *u, REAL *g) {
+    int64_t none = FAULT_NONE;
+    if (__atomic_compare_exchange_n(&f->code, &none, FAULT_WRITING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        for (int j = 0; j < 4; j++) f->detail[j] = detail ? detail[j] : 0;
+        if (f->position) memcpy(f->position, u, sizeof(REAL) * (size_t)k);
+        __atomic_store_n(&f->code, code, __ATOMIC_RELEASE);
+    }
+    for (int j = 0; j < k; j++) g[j] = (REAL)NAN;
+    return (REAL)NAN;
+}
+
+/* g <- grad log pi(u), returns log pi(u); where the compiled code reports an error (the container's run fails: an
+ * index out of bounds, say) the fault is recorded and the result is NaN. No scratch. */
 static REAL CAT(compiled_log_prob_grad, SUFFIX)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch,
                                                 int want_log_prob) {
     const compiled_model *m = model;
@@ -41,8 +69,9 @@ static REAL CAT(compiled_log_prob_grad, SUFFIX)(const void *model, int k, const 
     void *input, *outputs[2];
     (void)scratch;
     (void)want_log_prob;
+    if (faulted(m->fault)) return CAT(fail, SUFFIX)(m->fault, FAULT_RUN, NULL, k, u, g);
     if (m->blob((void *)u, 1, &size, &stride, 0, m->dtype, m->device, 0, &input)) return (REAL)NAN;
-    if (m->run(m->container, &input, 1, outputs, 2, NULL, NULL)) return (REAL)NAN;
+    if (m->run(m->container, &input, 1, outputs, 2, NULL, NULL)) return CAT(fail, SUFFIX)(m->fault, FAULT_RUN, NULL, k, u, g);
     REAL *lp, *grad;
     REAL value = (REAL)NAN;
     if (!m->data(outputs[0], (void **)&lp) && !m->data(outputs[1], (void **)&grad)) {
@@ -54,13 +83,15 @@ static REAL CAT(compiled_log_prob_grad, SUFFIX)(const void *model, int k, const 
     return value;
 }
 
-/* A density written as plain C (bayesx/native/codegen.py): log pi(u) returned, its gradient in g, `work` bytes
- * of workspace per call (aligned here to 64 bytes). Reentrant: chains may run on several threads. */
+/* A density written as plain C (bayesx/native/codegen.py): status = function(u, g, &lp, work, detail), log pi(u)
+ * in lp and its gradient in g where the status is 0, else the failed bounds check in detail; `work` bytes of
+ * workspace per call (aligned here to 64 bytes). Reentrant: chains may run on several threads. */
 #ifndef BAYESX_GENERATED_MODEL
 #define BAYESX_GENERATED_MODEL
 typedef struct {
     void *function;
     size_t work;
+    compiled_fault *fault;
 } generated_model;
 /* The kinds of compiled model (bayesx.native.compiled's AOTINDUCTOR, PLAIN_C). */
 enum { AOTINDUCTOR_MODEL = 0, PLAIN_C_MODEL = 1 };
@@ -69,10 +100,15 @@ enum { AOTINDUCTOR_MODEL = 0, PLAIN_C_MODEL = 1 };
 static REAL CAT(generated_log_prob_grad, SUFFIX)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch,
                                                  int want_log_prob) {
     const generated_model *m = model;
-    REAL (*function)(const REAL *, REAL *, void *) = (REAL (*)(const REAL *, REAL *, void *))m->function;
-    (void)k;
+    int (*function)(const REAL *, REAL *, REAL *, void *, int64_t *) =
+        (int (*)(const REAL *, REAL *, REAL *, void *, int64_t *))m->function;
+    int64_t detail[4];
+    REAL lp;
     (void)want_log_prob;
-    return function(u, g, (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63));
+    if (faulted(m->fault)) return CAT(fail, SUFFIX)(m->fault, FAULT_INDEX, NULL, k, u, g);
+    if (function(u, g, &lp, (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), detail))
+        return CAT(fail, SUFFIX)(m->fault, FAULT_INDEX, detail, k, u, g);
+    return lp;
 }
 
 /* The density a compiled model is: AOTInductor's container (compiled_model, no scratch), or plain C
