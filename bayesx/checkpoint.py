@@ -13,7 +13,13 @@ state to continue from.
 
 After a Ctrl-C, the run still records what it had (its metrics, ``draws.nc``, plots): a second Ctrl-C
 while it does so only says so (:func:`patient_interrupts`); a third stops it, and the run keeps only
-this folder (:class:`RecordingStopped` says that in its line).
+this folder (:class:`RecordingStopped` says that in its line). A Ctrl-C or SIGTERM that comes once the method
+has finished (its draws all made) does not stop the recording either (:func:`recording`): the run is stored
+whole, and the command stops after it.
+
+A damaged file (a kill or a full disk while it was copied) is passed over: a resumed run goes on from the last
+intact state before it (:attr:`Resume.damaged` names it). Every state keeps the run's wall time when it was saved
+(``WALL_TIME``), from which a resumed run's ``wall_time_s`` goes on, as its ``sampling_time_s`` does.
 
 A trainer saves its whole state after each epoch (weights, optimizer, schedule, random states,
 the metric history) as ``checkpoint/epoch_a.pt`` or ``epoch_b.pt``, alternately, so that a kill
@@ -199,64 +205,67 @@ KEPT_ONLY_CHECKPOINT = ("the run is marked KILLED in MLflow and keeps only its c
                         "checkpoint_every, if any), not its metrics or draws.nc")
 
 
+RECORDING_NOTICE = ("bayesx: interrupted; recording what the run had (its metrics and draws) - interrupt once more "
+                    "to stop without them")
+
+
+@dataclass
+class Interrupts:
+    """The Ctrl-Cs a run's block has seen (:func:`patient_interrupts`), and the signal that came while it recorded
+    what it had (:func:`recording`; None: none did)."""
+
+    count: int = 0
+    deferred: int | None = None
+
+
 @contextlib.contextmanager
-def patient_interrupts() -> Iterator[None]:
+def patient_interrupts() -> Iterator[Interrupts]:
     """Within the block, the first Ctrl-C interrupts as usual (KeyboardInterrupt: the method stops and
     the run records what it had); the second only prints that the recording goes on, so that an impatient
-    double Ctrl-C keeps the run's metrics and draws; the third raises :class:`RecordingStopped`."""
+    double Ctrl-C keeps the run's metrics and draws; the third raises :class:`RecordingStopped`. While the run
+    records (:func:`recording`), Ctrl-C and SIGTERM are counted there."""
+    seen = Interrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield seen
         return
-    count = 0
 
     def handler(signum, frame):
-        nonlocal count
-        count += 1
-        if count == 1:
+        seen.count += 1
+        if seen.count == 1:
             raise KeyboardInterrupt
-        if count == 2:
-            print("bayesx: interrupted; recording what the run had (its metrics and draws) - press Ctrl-C once "
-                  "more to stop without them", file=sys.stderr, flush=True)
+        if seen.count == 2:
+            print(RECORDING_NOTICE, file=sys.stderr, flush=True)
             return
         raise RecordingStopped(KEPT_ONLY_CHECKPOINT)
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
-        yield
+        yield seen
     finally:
         signal.signal(signal.SIGINT, previous)
 
 
-@dataclass
-class Deferred:
-    """The signal that arrived while a run recorded what it had (:func:`recording`); None: none did."""
-
-    signal: int | None = None
-
-
 @contextlib.contextmanager
-def recording() -> Iterator[Deferred]:
+def recording(seen: Interrupts) -> Iterator[Interrupts]:
     """Within the block, the run records what its method returned (its metrics, draws, plots: seconds), and an
-    interrupt does not stop that: the first Ctrl-C or SIGTERM only says so, and is kept in the Deferred (the
+    interrupt does not stop that: the first Ctrl-C or SIGTERM only says so, and is kept as ``seen.deferred`` (the
     caller stops once the run is stored); the next stops the recording (:class:`RecordingStopped`). A run whose
-    sampling had ended before the signal thus keeps its draws and metrics; one stopped during sampling by a first
-    Ctrl-C (see :func:`patient_interrupts`) keeps them through a second, as before."""
-    deferred = Deferred()
+    method had finished before the signal thus keeps its draws and metrics; one whose sampling a Ctrl-C stopped
+    (``seen``, from :func:`patient_interrupts`) keeps them through one more, as before, whenever it comes."""
     if threading.current_thread() is not threading.main_thread():
-        yield deferred
+        yield seen
         return
 
     def handler(signum, frame):
-        if deferred.signal is None:
-            deferred.signal = signum
-            print("bayesx: interrupted; recording what the run has (its metrics and draws) first - interrupt once "
-                  "more to stop without them", file=sys.stderr, flush=True)
+        if seen.deferred is None and seen.count < 2:  # a second Ctrl-C before the recording began was told already
+            seen.deferred = signum
+            print(RECORDING_NOTICE, file=sys.stderr, flush=True)
             return
         raise RecordingStopped(KEPT_ONLY_CHECKPOINT)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield deferred
+        yield seen
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -410,7 +410,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     params = {**flatten(cfg), POSTERIOR_DIGEST: posterior_digest(identity_json)}
     resume_dir = tempfile.TemporaryDirectory(prefix="bayesx-resume-") if job.resume else contextlib.nullcontext()
     # SIGTERM is caught from before any run exists until the last is closed, so a run is never left RUNNING
-    with sigterm_as_interrupt(), patient_interrupts(), resume_dir:
+    with sigterm_as_interrupt(), patient_interrupts() as interrupts, resume_dir:
         resumed = (find_resume(job, method, tracker, params, tracking.stale_after_s, Path(resume_dir.name))
                    if job.resume else None)
         reference = None
@@ -436,7 +436,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             checkpoint = make_checkpoint(job, run, Path(tmp), wall_time)
             result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
                                                     resumed[1] if resumed else None))
-            with recording() as deferred:  # what the method made is stored, whatever signal comes now
+            with recording(interrupts):  # what the method made is stored, whatever signal comes now
                 record = make_record(job, method, target, result, reference, Path(tmp), checkpoint, wall_time,
                                      start.tags)
                 run.store(record)
@@ -445,7 +445,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
                 raise BayesxError(record.error)
             if result.interrupted:
                 raise RunInterrupted("interrupted during sampling; the run keeps the draws it had")
-    if deferred.signal is not None:  # after the method had finished: the run is stored whole, then the command stops
+    if interrupts.deferred is not None:  # after the method had finished: the run is stored whole, then it stops
         raise InterruptKept(f"the signal came after the method had finished, so the run {run.run_id[:8]} recorded "
                             f"all it made (its metrics and draws) and is {record.status}")
     return {**record.metrics, **{k: math.nan for k in record.not_finite}}  # a tuner sees a NaN objective as failed

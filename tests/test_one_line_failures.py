@@ -262,6 +262,7 @@ def killed_run(monkeypatch, states: int, pause_s: float = 0.0) -> str:
     return run.info.run_id
 
 
+@pytest.mark.slow  # a killed run and its resumption: 15-20 s
 def test_resume_refuses_a_density_edited_since_the_kill(own_store, monkeypatch):
     """resume= continued a killed run after its density's scale went from 1 to 5: the posterior_digest param (logged
     by every run) tells them apart, in one line."""
@@ -276,6 +277,7 @@ def test_resume_refuses_a_density_edited_since_the_kill(own_store, monkeypatch):
     assert MlflowClient().get_run(run_id).info.status == "KILLED", line
 
 
+@pytest.mark.slow  # a killed run and its resumption: 15-20 s
 def test_a_damaged_last_checkpoint_state_falls_back_to_the_one_before(own_store, monkeypatch, capsys):
     """A state file cut short (a kill while it was copied) stopped resume= as an internal error, though the states
     before it were intact: the run goes on from the last intact one, and one line says so."""
@@ -295,6 +297,7 @@ def test_a_damaged_last_checkpoint_state_falls_back_to_the_one_before(own_store,
     assert resumed.data.metrics["draws_per_chain"] == 400
 
 
+@pytest.mark.slow  # a killed run and its resumption: 15-20 s
 def test_a_resumed_runs_wall_time_covers_its_sampling_before_the_kill(own_store, monkeypatch):
     """sampling_time_s of a resumed run counts the killed run's sampling up to its checkpoint; wall_time_s did not
     (141 s against 160 s): it does now, from the wall time each checkpoint state keeps."""
@@ -325,7 +328,7 @@ def test_sigterm_after_the_last_draw_keeps_the_draws_and_metrics(own_store, monk
     assert code == 130, err
     assert "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.startswith("bayesx:")]
-    assert len(lines) == 2 and "recording what the run has" in lines[0], err
+    assert len(lines) == 2 and "recording what the run had" in lines[0], err
     assert "the signal came after the method had finished" in lines[1] and "is FINISHED" in lines[1], err
     (run,) = MlflowClient().search_runs([e.experiment_id for e in MlflowClient().search_experiments()])
     assert run.info.status == "FINISHED" and run.data.metrics["draws_per_chain"] == 400
