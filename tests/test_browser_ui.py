@@ -215,10 +215,10 @@ def test_the_sweep_parents_overview_shows_the_comparison(sweep, ui, browser):
         assert run.data.metrics["posterior_mean_err"] in numbers(text)
     if SCREENSHOTS:
         time.sleep(2)
-        panel = browser.find_element(By.XPATH, "//*[starts-with(normalize-space(.), 'Metrics (')]")
-        table = browser.find_elements(By.CSS_SELECTOR, "table")[-1]
-        screenshot(browser, "sweep_overview.png", table.rect["x"] + table.rect["width"] + 20,
-                   max(panel.rect["y"], table.rect["y"] + table.rect["height"]) + 20)
+        rows = browser.find_elements(By.XPATH, "//*[@role='row' or self::tr][.//*[contains(text(), '/nuts') or "
+                                               "contains(text(), '/vi') or contains(text(), '/pathfinder')]]")
+        screenshot(browser, "sweep_overview.png", max(r.rect["x"] + r.rect["width"] for r in rows) + 20,
+                   max(r.rect["y"] + r.rect["height"] for r in rows) + 20)
     show_more(browser)
     text = wait_for(browser, "The winner on each criterion", "reliable best")
     assert "lowest posterior_mean_err" in text and "unreliable: khat" in text, text[:3000]
