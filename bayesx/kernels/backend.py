@@ -175,7 +175,8 @@ def _obtain(target, position: Tensor, policy: str, quick_only: bool = False) -> 
     if reason is None:
         try:
             density = compiler.compiled_density(target.autograd_log_prob(), target.dim, position.dtype,
-                                                identity=_identities.get(target), quick_only=quick_only)
+                                                identity=_identities.get(target), quick_only=quick_only,
+                                                points=position)  # checked where the chains start too
         except compiler.NotCompiled as exc:
             reason = str(exc)
         else:
