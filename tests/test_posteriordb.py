@@ -238,8 +238,7 @@ def one_thread():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, block", [("eight_schools_noncentered", "tau"), ("garch11", "beta1"), ("gp_regr", "alpha"),
-                                         ("logmesquite_logvolume", "sigma")])
+@pytest.mark.parametrize("name, block", [("eight_schools_noncentered", "tau"), ("garch11", "beta1"), ("gp_regr", "alpha")])
 def test_nuts_agrees_with_the_reference_and_a_wrong_jacobian_does_not(name, block, one_thread):
     target = PosteriorDB(name=name)
     reference = target.posterior.reference.astype(np.float64)
@@ -247,12 +246,12 @@ def test_nuts_agrees_with_the_reference_and_a_wrong_jacobian_does_not(name, bloc
     assert worst_z(nuts_constrained(target, seed=3, twice=block), reference) > Z_LIMIT
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["earn_height", "kidscore_momiq", "sblrc_blr"])
-def test_nuts_agrees_with_the_reference_on_correlated_regressions(name, one_thread):
-    """Intercept and slope correlated near -1 on uncentred predictors, scales 1e4 apart (earn_height); a
-    Jacobian control is not visible here (N = 100-1192 pins sigma down), the agreement is the check."""
-    target = PosteriorDB(name=name)
+@pytest.mark.slow  # ~3 min on a loaded 2-core machine (earn_height, sds 144 and 9,700: ~10 min, left out)
+def test_nuts_agrees_with_the_reference_on_a_correlated_regression(one_thread):
+    """kidscore_momiq: intercept and slope correlated -0.99 (an uncentred predictor). A Jacobian counted twice
+    is not visible here (N = 434 pins sigma down: on logmesquite_logvolume, N = 46, it moved the means by
+    3.9 standard errors), so the agreement alone is the check."""
+    target = PosteriorDB(name="kidscore_momiq")
     assert worst_z(nuts_constrained(target, seed=4), target.posterior.reference.astype(np.float64)) < Z_LIMIT
 
 
@@ -268,3 +267,15 @@ def test_the_suite_preset_sweeps_every_posterior_and_the_report_names_them():
     assert preset["hydra"]["sweeper"]["params"]["model.name"].split(",") == list(NAMES)
     assert preset_swept_keys("posteriordb") == ["model.name"]
     assert preset_swept_keys("vi_comparison") == [] and preset_swept_keys(None) == []
+
+
+def test_the_docs_table_lists_every_posterior_with_its_dimension():
+    """docs/posteriordb.md's table has one row per posterior of the suite, with its posteriordb name and dimension."""
+    from pathlib import Path
+
+    from bayesx.targets.posteriordb.suite import SUITE
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "posteriordb.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): [c.strip() for c in line.split("|")[2:4]]
+            for line in doc.splitlines() if line.startswith("| `")}
+    assert rows == {name: [entry.posterior, str(entry.dim)] for name, entry in SUITE.items()}
