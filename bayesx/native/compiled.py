@@ -14,14 +14,21 @@ takes a target's ``log_prob`` (any torch code without data-dependent Python cont
    whose model container computes (log pi, grad) for one point (8-26 s);
 3. cache: the library is stored under the digest of the graph's code, its constants' bytes, the dtype,
    torch's version and the CPU, so the same density (the same code and data, whatever the file's name)
-   compiles once per machine (``bayesx.native.build.cache_dir()``'s sibling ``compiled/``);
-4. check: the compiled (log pi, grad) must equal autograd's at three points, else it is not used;
+   compiles once per machine (``bayesx.native.build.cache_dir()``'s sibling ``compiled/``); its size and sha256
+   are written beside it (``.sha256``) and checked before it is loaded, so a damaged library is built again,
+   never loaded; a cache that cannot be written (read-only, a full disk) is one line and the PyTorch path;
+4. check: the compiled (log pi, grad) must equal autograd's, point by point, at scales 0.1 to 10 and where the
+   chains start, else it is not used; where PyTorch raises at a point (an index past a table) the compiled code
+   must fail there too: plain C checks every index computed from the parameters and reports the fault, which
+   ends the run in one line as PyTorch's IndexError does (:meth:`CompiledDensity.raise_fault`). A graph whose
+   shapes depend on the parameters' values (``nonzero``, a boolean mask) is not compiled at all;
 5. run: the C kernels (nuts.h, leapfrog.h) call it through compiled_density.h without returning to Python
    (plain C: about 1 us per gradient on that regression, the chains split over threads; AOTInductor: 5.6 us,
    the chains on one thread).
 
 :func:`compiled_density` returns the compiled density or None with the reason (a density that cannot be
-traced, such as one that calls numpy or branches on values, or no C++ compiler); the caller logs the
+traced, such as one that calls numpy or branches on values, or no C++ compiler; torch.distributions are traced with
+their argument validation off, which branches on values); the caller logs the
 reason once and runs the PyTorch path.
 """
 
