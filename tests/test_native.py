@@ -563,3 +563,20 @@ def test_targets_describe_densities_and_only_the_backend_imports_native():
     allowed = {"kernels/backend.py", "provenance.py"}
     assert {p for p in importers if not p.startswith("native/")} <= allowed, importers
     assert "kernels/backend.py" in importers  # the check would see an import
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_flushing_subnormals_stays_inside_the_kernel(digits, dtype, monkeypatch):
+    """The logistic form flushes subnormals for the span of each evaluation (common.h): its gradient at
+    logits far beyond exp's floor still equals PyTorch's, and the caller's thread keeps its own mode: a
+    subnormal number survives arithmetic after the native call as before it."""
+    tiny = torch.tensor(1e-40 if dtype == torch.float32 else 1e-310, dtype=dtype)
+    assert float(tiny * 1.5) != 0.0
+    target = LogisticRegression(load_digits(), dtype=dtype)
+    q = (100.0 if dtype == torch.float32 else 1000.0) * torch.randn(2, target.dim, generator=gen(31), dtype=dtype)
+    ours = with_native(True, monkeypatch, lambda: target.log_prob_and_grad(q))
+    assert float(tiny * 1.5) != 0.0  # the control register was restored
+    theirs = with_native(False, monkeypatch, lambda: target.log_prob_and_grad(q))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-4 if dtype == torch.float32 else 1e-11, atol=1e-3)

@@ -54,6 +54,23 @@ static inline int nan_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); retur
 static inline int posinf_f64(double x) { uint64_t b; memcpy(&b, &x, sizeof b); return b == 0x7ff0000000000000ULL; }
 static inline int posinf_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); return b == 0x7f800000U; }
 
+/* Subnormal arithmetic, off for the span of one density evaluation: FLUSH_SUBNORMALS_BEGIN sets the SSE
+ * control register's flush-to-zero and denormals-are-zero bits on the calling thread (each OpenMP thread
+ * sets its own), FLUSH_SUBNORMALS_END restores what the caller had. The logistic form's residuals of rows
+ * predicted beyond exp's floor are ~1e-38 in single precision, and their products with the design are
+ * subnormal; Intel cores run each subnormal result through a microcode assist (about 100 cycles), AMD's
+ * Zen 4 does not (results/native_gradient_cause.md). Such terms are 1e-38 of the gradient, so flushing
+ * them changes nothing a sampler can see. Only the logistic form uses it: a compiled density may rely on
+ * subnormals (log of a tiny exp), so its arithmetic is left as PyTorch's. A no-op off x86. */
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#define FLUSH_SUBNORMALS_BEGIN const unsigned int saved_csr_ = _mm_getcsr(); _mm_setcsr(saved_csr_ | 0x8040u);
+#define FLUSH_SUBNORMALS_END _mm_setcsr(saved_csr_);
+#else
+#define FLUSH_SUBNORMALS_BEGIN
+#define FLUSH_SUBNORMALS_END
+#endif
+
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
 

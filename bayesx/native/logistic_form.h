@@ -185,8 +185,9 @@ static REAL CAT(add_prior, SUFFIX)(int k, const REAL *restrict prec, int prec_de
     return prior;
 }
 
-/* g <- grad log pi(u); returns log pi(u) without its constant when want_log_prob. */
-static REAL CAT(gradient, SUFFIX)(int n, int k, const REAL *restrict At, const REAL *restrict c,
+/* g <- grad log pi(u); returns log pi(u) without its constant when want_log_prob. Not inlined: its callers
+ * flush subnormals around it (common.h), and no arithmetic may move across that. */
+__attribute__((noinline)) static REAL CAT(gradient, SUFFIX)(int n, int k, const REAL *restrict At, const REAL *restrict c,
                                   const REAL *restrict y, const REAL *restrict prec, int prec_dense,
                                   const REAL *restrict shift, const REAL *restrict u, REAL *restrict g,
                                   REAL *restrict r, REAL *restrict pu, int want_log_prob) {
@@ -197,7 +198,7 @@ static REAL CAT(gradient, SUFFIX)(int n, int k, const REAL *restrict At, const R
 
 /* gradient() for two points at once, the design read once per product; returns log pi(ua) and writes
  * log pi(ub) to *lp_b (both without the constant when want_log_prob, else 0). */
-static REAL CAT(gradient2, SUFFIX)(int n, int k, const REAL *restrict At, const REAL *restrict c,
+__attribute__((noinline)) static REAL CAT(gradient2, SUFFIX)(int n, int k, const REAL *restrict At, const REAL *restrict c,
                                    const REAL *restrict y, const REAL *restrict prec, int prec_dense,
                                    const REAL *restrict shift, const REAL *ua, const REAL *ub, REAL *ga, REAL *gb,
                                    REAL *ra, REAL *rb, REAL *pua, REAL *pub, int want_log_prob, REAL *lp_b) {
@@ -218,8 +219,10 @@ void CAT(logistic_density, SUFFIX)(int threads, int chains, int n, int k, const 
     #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int ch = 0; ch < chains; ch++) {
         REAL *w = work + (size_t)THREAD_ID * logistic_work_size(n, k);
+        FLUSH_SUBNORMALS_BEGIN
         log_prob[ch] = constant + CAT(gradient, SUFFIX)(n, k, At, c, y, prec, prec_dense, shift, u_all + (size_t)ch * k,
                                                         g_all + (size_t)ch * k, w, w + n, 1);
+        FLUSH_SUBNORMALS_END
     }
 }
 
@@ -235,8 +238,11 @@ typedef struct {
 static REAL CAT(logistic_log_prob_grad, SUFFIX)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch,
                                                 int want_log_prob) {
     const CAT(logistic_model, SUFFIX) *m = model;
-    return m->constant + CAT(gradient, SUFFIX)(m->n, k, m->At, m->c, m->y, m->prec, m->prec_dense, m->shift, u, g,
-                                               scratch, scratch + m->n, want_log_prob);
+    FLUSH_SUBNORMALS_BEGIN
+    const REAL lp = CAT(gradient, SUFFIX)(m->n, k, m->At, m->c, m->y, m->prec, m->prec_dense, m->shift, u, g, scratch,
+                                          scratch + m->n, want_log_prob);
+    FLUSH_SUBNORMALS_END
+    return m->constant + lp;
 }
 
 /* Two points' log pi and gradients, the design read once per product (gradient2). */
@@ -244,9 +250,11 @@ static REAL CAT(logistic_log_prob_grad2, SUFFIX)(const void *model, int k, const
                                                  REAL *gb, REAL *lp_b, REAL *scratch_a, REAL *scratch_b,
                                                  int want_log_prob) {
     const CAT(logistic_model, SUFFIX) *m = model;
+    FLUSH_SUBNORMALS_BEGIN
     const REAL lp_a = CAT(gradient2, SUFFIX)(m->n, k, m->At, m->c, m->y, m->prec, m->prec_dense, m->shift, ua, ub, ga, gb,
                                              scratch_a, scratch_b, scratch_a + m->n, scratch_b + m->n, want_log_prob,
                                              lp_b);
+    FLUSH_SUBNORMALS_END
     *lp_b += m->constant;
     return m->constant + lp_a;
 }
