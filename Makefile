@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: install run test test-slow test-all test-ray bench check-gpu ui-screenshots clean
+.PHONY: install run test test-slow test-all test-ray bench bench-gradient busy-machine check-gpu ui-screenshots clean
 
 install: $(STAMP)
 
@@ -51,6 +51,14 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python experiments/peers.py --bayesx "method=nuts method.init=prior method.mass=diag,dense"
 	$(BIN)/bayesx report --experiment bench_samplers
+
+# the native gradient against the numpy/BLAS floor in one process, other builds beside it (results/bench_gradient.md)
+bench-gradient: $(STAMP)
+	$(BIN)/python experiments/bench_gradient.py --builds --out results/bench_gradient.md
+
+# the default job alone, then two at once (results/busy_machine.md)
+busy-machine: $(STAMP)
+	$(BIN)/python experiments/busy_machine.py --out results/busy_machine.md
 
 # the README's screenshots of the MLflow UI (the run table, a sweep's comparison plot), taken by the browser test
 # (tests/test_browser_ui.py: headless Chromium on a nuts,vi,pathfinder sweep) into results/ui/

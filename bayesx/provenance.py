@@ -36,6 +36,31 @@ def bayesx_version() -> str:
         return "unknown"
 
 
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``; else the platform's word for it): a native kernel's
+    speed depends on it (results/native_gradient_cause.md), so every run records it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def native_flags() -> str:
+    """The native library's compile flags, and the processor's widest vector extension they may use."""
+    flags = " ".join(native_build.COMPILE_FLAGS)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            cpu = next((line for line in fh if line.startswith("flags")), "").split()
+    except OSError:
+        cpu = []
+    widest = next((name for name in ("avx512f", "avx2", "avx", "sse4_2") if name in cpu), None)
+    return f"{flags} ({widest})" if widest else flags
+
+
 def provenance_tags() -> dict[str, str]:
     return {
         "bayesx_version": bayesx_version(), "git_commit": git_commit(),
@@ -43,6 +68,8 @@ def provenance_tags() -> dict[str, str]:
         "numpy_version": np.__version__,
         "torch_threads": str(torch.get_num_threads()), "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
         "native_kernels": "enabled" if native_build.enabled() else "disabled (BAYESX_NATIVE=0)",
+        "cpu_model": cpu_model(), "native_flags": native_flags(),
+        "cpus_usable": str(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else str(os.cpu_count()),
     }
 
 

@@ -61,8 +61,9 @@ static inline int posinf_f32(float x) { uint32_t b; memcpy(&b, &x, sizeof b); re
  * subnormal; Intel cores run each subnormal result through a microcode assist (about 100 cycles), AMD's
  * Zen 4 does not (results/native_gradient_cause.md). Such terms are 1e-38 of the gradient, so flushing
  * them changes nothing a sampler can see. Only the logistic form uses it: a compiled density may rely on
- * subnormals (log of a tiny exp), so its arithmetic is left as PyTorch's. A no-op off x86. */
-#if defined(__SSE__) || defined(__x86_64__)
+ * subnormals (log of a tiny exp), so its arithmetic is left as PyTorch's. A no-op off x86, and where
+ * BAYESX_KEEP_SUBNORMALS is defined (experiments/bench_gradient.py --builds times the difference). */
+#if (defined(__SSE__) || defined(__x86_64__)) && !defined(BAYESX_KEEP_SUBNORMALS)
 #include <xmmintrin.h>
 #define FLUSH_SUBNORMALS_BEGIN const unsigned int saved_csr_ = _mm_getcsr(); _mm_setcsr(saved_csr_ | 0x8040u);
 #define FLUSH_SUBNORMALS_END _mm_setcsr(saved_csr_);

@@ -43,7 +43,7 @@ class Sampler(Method):
     family = "sampler"
     hook = "sample"
     summary_keys = ("ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate", "step_size", "time_per_iter_s",
-                    "n_divergent", "n_grad_evals", "warmup_time_s", "sampling_time_s")
+                    "n_divergent", "n_grad_evals", "grad_cost_us", "warmup_time_s", "sampling_time_s")
     compare_keys = ("ess_bulk_min", "ess_bulk_min_per_s", "rhat_max", "accept_rate", "n_divergent", "sampling_time_s")
 
     @abstractmethod
@@ -92,6 +92,8 @@ class Sampler(Method):
         grads = result.metrics.get("n_grad_evals", 0.0)
         if "ess_bulk_min" in out and grads > 0:
             out["ess_bulk_min_per_grad"] = out["ess_bulk_min"] / grads
+        if sampling > 0 and grads > 0:  # cost per gradient: what a slow build or a busy machine shows in
+            out["grad_cost_us"] = 1e6 * sampling / grads  # (results/native_gradient_cause.md)
         out.update(convergence.quantity_ess(evaluation.quantities))
         return out
 
