@@ -44,6 +44,15 @@ def missing_plugin(group: str, choice: str) -> str | None:
             f"pip install 'bayesx[{extra}]' (or pip install {package})")
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask: a Slurm step, taskset or a container's cpuset
+    gives fewer than the machine has), at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def threads_per_job(launcher: DictConfig) -> int | None:
     """Torch threads for one job of a sweep: the CPUs a cluster launcher reserves for it (submitit's
     cpus_per_task, Ray's num_cpus, which defaults to one), else an equal share of this machine's
@@ -55,7 +64,7 @@ def threads_per_job(launcher: DictConfig) -> int | None:
         return int(reserved)
     if "hydra_ray_launcher" in target:
         return int(OmegaConf.select(launcher, "ray.remote.num_cpus", default=None) or 1)
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if target.endswith("JoblibLauncher"):
         n_jobs = launcher.get("n_jobs")
         if n_jobs is None or n_jobs == -1:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bayesx.launchers import usable_cores
 from bayesx.native import build as native_build
 from bayesx.record import DataInput
 
@@ -69,7 +70,7 @@ def provenance_tags() -> dict[str, str]:
         "torch_threads": str(torch.get_num_threads()), "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
         "native_kernels": "enabled" if native_build.enabled() else "disabled (BAYESX_NATIVE=0)",
         "cpu_model": cpu_model(), "native_flags": native_flags(),
-        "cpus_usable": str(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else str(os.cpu_count()),
+        "cpus_usable": str(usable_cores()),
     }
 
 

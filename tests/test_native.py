@@ -111,14 +111,23 @@ def torch_threads():
 
 
 @needs_openmp
-def test_chains_split_over_torchs_threads_one_per_chain_at_most(digits, torch_threads):
+def test_chains_split_over_torchs_threads_one_per_chain_at_most(digits, torch_threads, monkeypatch):
+    """Threads: torch's count, at most one per chain and at most the cores the process may use."""
     form = digits.density_form()
+    monkeypatch.setattr(native, "usable_cores", lambda: 8)
     torch_threads(1)
     assert native.kernel_threads(form.design_t.dtype, 4) == 1
     torch_threads(2)
     assert native.kernel_threads(form.design_t.dtype, 1) == 1 and native.kernel_threads(form.design_t.dtype, 4) == 2
     torch_threads(6)
     assert native.kernel_threads(form.design_t.dtype, 4) == 4
+    monkeypatch.setattr(native, "usable_cores", lambda: 3)  # an affinity mask of three cores
+    assert native.kernel_threads(form.design_t.dtype, 4) == 3
+
+
+def test_usable_cores_follow_the_affinity_mask():
+    from bayesx.launchers import usable_cores
+    assert usable_cores() == len(os.sched_getaffinity(0))
 
 
 @needs_native
@@ -139,7 +148,7 @@ def test_many_chains_on_a_large_design_go_to_pytorch(size):
 
 @needs_openmp
 @pytest.mark.parametrize("threads", [2, 3])
-def test_split_calls_equal_one_thread_exactly(digits, torch_threads, threads):
+def test_split_calls_equal_one_thread_exactly(digits, torch_threads, threads, monkeypatch):
     """Each chain runs the same code whichever thread takes it: split results equal one thread's
     bit for bit, with uneven ranges (5 chains) included."""
     form = digits.density_form()
@@ -147,6 +156,7 @@ def test_split_calls_equal_one_thread_exactly(digits, torch_threads, threads):
     p = torch.randn(5, digits.dim, generator=gen(22), dtype=torch.float64)
     inv_mass = 0.5 + torch.rand(digits.dim, generator=gen(23), dtype=torch.float64)
     eps = torch.tensor([0.01, 0.02, 0.015, 0.01, 0.005], dtype=torch.float64)
+    monkeypatch.setattr(native, "usable_cores", lambda: 8)  # three threads on two cores too
 
     def both():
         return (native.log_prob_and_grad(form, q), native.trajectory(form, q, p, eps, 7, inv_mass))
