@@ -153,7 +153,7 @@ def test_jittered_length_has_the_asked_mean():
 
 # --- the sampler on Gaussians -----------------------------------------------------------------------------
 GAUSSIANS = [
-    ("2d-rotated-identity", dict(dim=2, kind="rotated", condition=10.0), "identity", 400),  # covariance condition 100
+    ("2d-rotated-identity", dict(dim=2, kind="rotated", condition=5.0), "identity", 400),  # condition 25: no metric
     ("2d-rotated-dense", dict(dim=2, kind="rotated", condition=30.0), "dense", 800),  # 900
     ("100d-scaled-diag", dict(dim=100, kind="scaled", condition=30.0), "diag", 800),  # variances over [1e-3, 1]
 ]
@@ -161,7 +161,7 @@ GAUSSIANS = [
 
 @pytest.mark.parametrize("name,kwargs,mass,num_draws", GAUSSIANS, ids=[g[0] for g in GAUSSIANS])
 def test_mams_recovers_ill_conditioned_gaussian_moments(name, kwargs, mass, num_draws):
-    """Without a metric (identity) the 2-d case needs ~13 steps a transition: fewer draws keep it short."""
+    """Without a metric (identity) the steps shrink with the smallest scale: a milder 2-d case, fewer draws."""
     target = Gaussian(**kwargs)
     gen = torch.Generator().manual_seed(3)
     method = MAMS(num_warmup=num_draws // 2, num_draws=num_draws, mass=mass, init="prior")
