@@ -30,6 +30,8 @@ from bayesx.settings import AtLeast, Between, Positive
 class MAMSSettings(MCMCSettings):
     """MCMCSettings, and:
 
+    mass                as MCMCSettings (the metric is the preconditioner C C^T = M^-1 of bayesx.kernels.mams),
+                        estimated once, in warm-up's third stage; auto: dense up to 100 coordinates, else diag_grad
     integrator          mclachlan (two gradients a step; BlackJAX's default for this kernel) | leapfrog (one)
     trajectory_length   L held fixed (whitened units); null: tuned in warm-up (bayesx.adaptation.mams)
     max_steps           cap on the integrator steps of one transition
