@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m bayesx.native.build
 	touch $(STAMP)
 
+# OpenMP threads that sleep instead of spinning between the native kernels' parallel regions: on a busy machine
+# the default job took 70 s instead of 102 s, two at once 112 s instead of 188 s (results/busy_machine.md)
+run: export OMP_WAIT_POLICY ?= passive
 run: $(STAMP)
 	$(BIN)/bayesx run
 
