@@ -261,3 +261,23 @@ def test_an_index_of_the_data_alone_is_not_checked_at_run_time():
     graph = compiled._trace(_rows(INDEXING["advanced indexing"][0]), 2, torch.float64)
     assert codegen.generate(graph, 2, torch.float64).checks == ["aten.index.Tensor"], \
         "one check: the gradient's index_put reads the same index, checked already"
+
+
+@pytest.mark.parametrize("offset", [0, 1, -1])
+def test_a_diagonal_read_differentiates_through_diagonal_scatter(offset):
+    """torch.diagonal's gradient is aten.diagonal_scatter (a GP's log-determinant from its Cholesky factor): written
+    as a strided region of the output, equal to autograd on and off the main diagonal."""
+    def log_prob(q):
+        m = q[..., :, None] * q[..., None, :] + 3.0 * torch.eye(4, dtype=q.dtype)
+        return torch.log(torch.diagonal(m, offset=offset, dim1=-2, dim2=-1).abs() + 1).sum(-1) - q.square().sum(-1)
+
+    graph = compiled._trace(log_prob, 4, torch.float64)
+    assert any(n.target == aten.diagonal_scatter.default for n in graph.graph.nodes)
+    density = compiled.compiled_density(log_prob, 4, torch.float64)
+    assert density.compiler == "plain C"
+    q = torch.randn(3, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64).requires_grad_(True)
+    expected = log_prob(q)
+    (expected_grad,) = torch.autograd.grad(expected.sum(), q)
+    lp, grad = density.log_prob_and_grad(q.detach())
+    torch.testing.assert_close(lp, expected.detach())
+    torch.testing.assert_close(grad, expected_grad)

@@ -31,7 +31,7 @@ PRESAMPLE = {**SAMPLER, "presample": {"num_warmup": 10, "num_draws": 80}, "train
 TRAINER = {"epochs": 1, "eval": {"k": 2, "n_test": 8, "grid": 4}}
 TINY = {
     "aehmc": {**PRESAMPLE, "latent_dim": 2}, "pcahmc": PRESAMPLE, "aepcn": {**PRESAMPLE, "latent_dim": 4},
-    "dapcn": {**SAMPLER, "coarse_mesh": 4, "subchain_length": 2}, "chees": SAMPLER, "hmc": SAMPLER, "nuts": SAMPLER,
+    "dapcn": {**SAMPLER, "coarse_mesh": 4, "subchain_length": 2}, "chees": SAMPLER, "mams": SAMPLER, "hmc": SAMPLER, "nuts": SAMPLER,
     "pcn": SAMPLER, "rwm": SAMPLER,
     "ais": {"n_temps": 2, "n_samples": 20, "num_draws": 20}, "smc": {"n_particles": 20, "num_draws": 20},
     "flowvi": {"iterations": 5, "num_draws": 20}, "gap": {"num_steps": 5, "n_mc": 50, "num_draws": 20},

@@ -789,6 +789,19 @@ def _select_scatter(w: _Writer, out, base, source, dim, index):
     w.copy_region(out, source, tuple(source.shape), tuple(strides), offset)
 
 
+def _diagonal_scatter(w: _Writer, out, base, source, offset=0, dim1=0, dim2=1):
+    """base with its (offset) diagonal over dims dim1, dim2 replaced by source (the other dims, then the diagonal):
+    the diagonal is a region whose last stride is the sum of the two dims' strides (autograd's inverse of
+    ``torch.diagonal``, e.g. a Cholesky factor's log-determinant)."""
+    w.elementwise(out, [base], lambda a: a, cast=False)
+    dim1, dim2 = dim1 % base.dim(), dim2 % base.dim()
+    strides = list(_contiguous_strides(tuple(out.shape)))
+    start = max(-offset, 0) * strides[dim1] + max(offset, 0) * strides[dim2]
+    diagonal = strides[dim1] + strides[dim2]
+    rest = [st for d, st in enumerate(strides) if d not in (dim1, dim2)]
+    w.copy_region(out, source, tuple(source.shape), (*rest, diagonal), start)
+
+
 def _indexed_layout(w: _Writer, x: Tensor, indices) -> tuple[int, list[Tensor], tuple[int, ...]]:
     """Where advanced indices sit in x (first indexed dim, the index tensors) and their broadcast shape;
     only consecutive indexed dimensions (torch's other case moves them first)."""
@@ -1067,6 +1080,7 @@ HANDLERS = {
     aten.addmm.default: _addmm,
     aten.cat.default: _cat, aten.flip.default: _flip, aten.polygamma.default: _polygamma, aten.constant_pad_nd.default: _constant_pad,
     aten.slice_scatter.default: _slice_scatter, aten.select_scatter.default: _select_scatter,
+    aten.diagonal_scatter.default: _diagonal_scatter,
     aten.index.Tensor: _index, aten.index_put.default: _index_put, aten._unsafe_index_put.default: _index_put,
     aten._unsafe_index.Tensor: _index, aten.index_select.default: _index_select, aten.gather.default: _gather,
     aten.scatter_add.default: _scatter_add, aten.index_add.default: _index_add, aten.embedding.default: _embedding,
