@@ -25,6 +25,7 @@ class Summary:
     remarks    sentences about the evaluation (why a metric is absent) and the reference posterior
     description  the run's note for a person browsing the store: its key metrics rounded, what its
                errors were measured against, its warnings in full (markdown; bayesx.run_note)
+    posterior  the per-parameter posterior summary as printed (its first parameters; posterior_summary.csv: all)
     """
 
     shown: tuple[str, ...] = ()
@@ -32,6 +33,7 @@ class Summary:
     warnings: tuple[str, ...] = ()
     remarks: tuple[str, ...] = ()
     description: str = ""
+    posterior: tuple[str, ...] = ()  # the per-parameter posterior summary's lines (bayesx.diagnostics.summary)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from bayesx.checkpoint import FOLDER as CHECKPOINT
 from bayesx.checkpoint import WALL_TIME, Resume, RunCheckpoint, load_resume, patient_interrupts, recording
 from bayesx.diagnostics import convergence, plots
+from bayesx.diagnostics.summary import posterior_summary, summary_lines, write_summary
 from bayesx.errors import BayesxError, InterruptKept, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.memory import check_room, dtype_name
@@ -208,6 +209,10 @@ def print_summary(title: str, record: RunRecord) -> None:
     print(f"\n{title}  [{record.status}]")
     for k in record.summary.shown:
         print(f"  {k:<22} {record.metrics[k]:>14.4g}")
+    if record.summary.posterior:
+        print("  posterior:")
+        for line in record.summary.posterior:
+            print(f"    {line}")
     for remark in record.summary.remarks:
         print(f"  note: {remark}")
     for warning in record.summary.warnings:
@@ -365,7 +370,9 @@ def run_start(cfg: DictConfig, choices: dict[str, str], job: RunSettings, dtype:
         tags["wall_time_before_resume_s"] = f"{earlier_wall_time(resumed[1]):.1f}"
         if resumed[1].damaged:
             tags["resume_note"] = resume_note(resumed[1])
-    name = job.run_name or f"{choices.get('method')}-{model_name}-{data_name}-seed{job.seed}"
+    own_data = target.describe().get("data_file")  # a custom model's file: its stem names the run's data
+    shown_data = Path(own_data).stem if own_data and not with_data else data_name
+    name = job.run_name or f"{choices.get('method')}-{model_name}-{shown_data}-seed{job.seed}"
     return RunStart(name, tags, params, OmegaConf.to_yaml(cfg, resolve=True), parent_run_id,
                     resumed[0] if resumed else None, data_inputs(data, data_name) if with_data else ())
 
@@ -478,6 +485,9 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
     if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
         metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
     artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
+    posterior = posterior_table(method, target, result) if has_draws else None
+    if posterior is not None:
+        artifacts += (Artifact(write_summary(posterior, tmp)),)
     naming = (target.param_name, target.coordinate_names()) if has_draws else ("", None)  # a trained model: no draws
     artifacts += tuple(Artifact(path, "plots") for path in plots.run_plots(
         method, result.draws.numpy() if has_draws else None, result.sample_stats, result.traces, job.plots.n_coords,
@@ -494,10 +504,24 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
     description = describe_run(identity or {}, status, metrics, shown,
                                compared_with(metrics, reference, job.reference, method.name), warnings,
                                tuple(remarks), result.error)
-    summary = Summary(shown, compared_keys(method, evaluation, metrics), warnings, tuple(remarks), description)
+    summary = Summary(shown, compared_keys(method, evaluation, metrics), warnings, tuple(remarks), description,
+                      tuple(summary_lines(posterior, PRINTED_PARAMETERS)) if posterior is not None else ())
     return RunRecord(status, metrics, dict(result.traces), tags, artifacts,
                      (CHECKPOINT,) if complete else (),  # draws.nc (or the trainer's own files) hold it all
                      summary, result.error, checkpoint.logged_until if checkpoint is not None else 0, not_finite)
+
+
+PRINTED_PARAMETERS = 10  # rows of the posterior summary on the terminal; posterior_summary.csv holds them all
+
+
+def posterior_table(method: Method, target, result: Result):
+    """The per-parameter summary of a sampler's or an approximation's draws, of the parameters a user reads
+    (``target.constrain``); None for a trainer."""
+    if method.family not in ("sampler", "approximation"):
+        return None
+    with torch.no_grad():
+        draws = target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
+    return posterior_summary(draws, target.reported_names())
 
 
 def run_files(job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation, has_draws: bool,

@@ -116,3 +116,33 @@ def test_an_index_error_at_the_start_names_model_dim(tmp_path):
     with pytest.raises(BayesxError, match=r"model\.dim=2"):
         model(tmp_path, text, "three")
     assert model(tmp_path, text, "three_ok", dim=3).dim == 3  # the control: the right dim runs
+
+
+def test_a_custom_run_prints_and_stores_a_posterior_summary_named_by_its_data_file(tmp_path_factory, tmp_path):
+    """The run prints mean, sd, quantiles, ESS and R-hat per named parameter, stores posterior_summary.csv, and is
+    named after its data file's stem (not ``none``)."""
+    from cli_helpers import isolated_store, run_ok
+    from mlflow.tracking import MlflowClient
+
+    np.savez(tmp_path / "counts.npz", m=np.array([1.0, -1.0]))
+    density = tmp_path / "shifted.py"
+    density.write_text("def log_density(theta, data):\n    return -0.5 * ((theta - data['m']) ** 2).sum(-1)\n")
+    with isolated_store(tmp_path_factory, "summary") as (_, uri):
+        from cli_helpers import call
+
+        argv = ["run", "model=custom", f"model.log_density={density}:log_density", "model.dim=2",
+                f"model.data_file={tmp_path / 'counts.npz'}", "model.param_names=[up,down]", "method.num_warmup=100",
+                "method.num_draws=200", "method.max_draws=null", "progress=false", "plots.n_coords=0"]
+        run = run_ok(uri, argv)
+        code, out, _ = call(argv)
+        assert code == 0
+        assert run.info.run_name == "nuts-custom-counts-seed0"
+        header = next(line for line in out.splitlines() if "ess_bulk" in line and "parameter" in line)
+        assert header.split() == ["parameter", "mean", "sd", "q5", "q95", "ess_bulk", "ess_tail", "r_hat"]
+        up = next(line for line in out.splitlines() if line.strip().startswith("up "))
+        assert abs(float(up.split()[1]) - 1.0) < 0.3
+        path = MlflowClient(tracking_uri=uri).download_artifacts(run.info.run_id, "posterior_summary.csv")
+        import pandas as pd
+
+        table = pd.read_csv(path, index_col=0)
+        assert list(table.index) == ["up", "down"] and table.loc["down", "mean"] < 0
