@@ -313,13 +313,22 @@ def is_locked_error(exc: BaseException) -> bool:
     return "database is locked" in str(exc)
 
 
-def retry_locked(call, *args, **kwargs):
-    """``call(*args, **kwargs)``, retried with back-off while SQLite answers ``database is locked``."""
+def is_dataset_race(exc: BaseException) -> bool:
+    """Two runs logging the same dataset at once: both found it absent and the second insert hit the store's unique
+    key; a retry finds the first run's row and links to it."""
+    return "UNIQUE constraint failed: datasets" in str(exc) or "duplicate key value violates unique constraint" \
+        in str(exc) and "datasets" in str(exc)
+
+
+def retry_locked(call, *args, also=None, **kwargs):
+    """``call(*args, **kwargs)``, retried with back-off while SQLite answers ``database is locked`` (or while the
+    error satisfies ``also``)."""
     for attempt in range(LOCKED_RETRIES):
         try:
             return call(*args, **kwargs)
         except Exception as exc:
-            if not is_locked_error(exc) or attempt == LOCKED_RETRIES - 1:
+            retryable = is_locked_error(exc) or (also is not None and also(exc))
+            if not retryable or attempt == LOCKED_RETRIES - 1:
                 raise
             time.sleep(0.05 * 2**attempt)
     raise AssertionError("unreachable")
@@ -397,7 +406,7 @@ class TrackedRun:
                                                        source=CodeDatasetSource({"origin": d.origin}))
                                 ._to_mlflow_entity(), [InputTag("mlflow.data.context", d.context)]) for d in inputs]
         if entries:
-            retry_locked(self.client.log_inputs, self.run_id, datasets=entries)
+            retry_locked(self.client.log_inputs, self.run_id, datasets=entries, also=is_dataset_race)
 
     def delete_artifacts(self, folder: str) -> bool:
         """Remove an artifact folder where the artifact store allows it (local files, most servers)."""

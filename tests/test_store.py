@@ -34,6 +34,41 @@ def test_eight_processes_on_a_fresh_store(tmp_path):
     assert (tmp_path / "mlflow.db-wal").exists() or _journal_mode(tmp_path / "mlflow.db") == "wal"
 
 
+def test_eight_processes_logging_the_same_dataset_all_finish(tmp_path):
+    """Eight runs at once on a fresh store, all logging the digits data as their dataset input: the inserts of the
+    same dataset race (UNIQUE constraint on datasets), and the loser retries and links to the winner's row."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "bayesx", "run", "method=laplace", "model=logreg", "data=digits",
+                               f"seed={i}", "progress=false", "plots.n_coords=0", "reference.enabled=false"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(8)]
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-3000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 8 and all(r.info.status == "FINISHED" for r in runs)
+    assert all(r.inputs.dataset_inputs for r in runs)
+
+
+def test_a_dataset_insert_race_is_retried():
+    calls = []
+
+    def racing():
+        calls.append(1)
+        if len(calls) < 2:
+            raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
+                               "datasets.name, datasets.digest")
+        return "linked"
+
+    from bayesx.tracking import is_dataset_race
+
+    assert retry_locked(racing, also=is_dataset_race) == "linked" and len(calls) == 2
+    calls.clear()
+    with pytest.raises(RuntimeError, match="UNIQUE"):  # the control: without the predicate it is not retried
+        retry_locked(racing)
+
+
 def _journal_mode(path) -> str:
     import sqlite3
 
