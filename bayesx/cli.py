@@ -54,7 +54,7 @@ def _task(cfg) -> float | None:
     from hydra.types import RunMode
 
     from bayesx import sweep
-    from bayesx.runner import apply_data_default, run_job
+    from bayesx.run_settings import run_settings
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
@@ -75,6 +75,9 @@ def _task(cfg) -> float | None:
     error = None
     try:
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():  # a job elsewhere
+            run_settings(cfg)  # top-level, device and tracking options refused in one line before torch and MLflow load
+            from bayesx.runner import apply_data_default, run_job
+
             apply_data_default(cfg, choices, list(hydra_cfg.overrides.task))
             metrics = run_job(cfg, choices, parent, lambda tracker, run_id: opened.append((tracker, run_id)))
             return sweep.objective_value(metrics, objective) if objective else None

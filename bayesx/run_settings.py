@@ -3,10 +3,13 @@ bayesx.settings dataclasses: checked once, before anything is built."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Annotated, Literal
 
-from bayesx.settings import AtLeast, Between, Positive, Settings
+from omegaconf import DictConfig, OmegaConf
+
+from bayesx.errors import BayesxError
+from bayesx.settings import AtLeast, Between, Positive, Settings, configure
 
 
 SEED_MAX = 2**63 - 1
@@ -71,3 +74,24 @@ class TrackingSettings(Settings):
     artifact_root: str | None = None  # where a local store puts artifacts; null: MLflow's default
     heartbeat_s: Annotated[float, Positive()] = 30.0  # a running run refreshes its heartbeat tag this often
     stale_after_s: Annotated[float, Positive()] = 600.0  # `bayesx runs clean`: a run on another host without a beat for this long is dead
+
+
+# --- read from a composed config: light imports only, so bad input is refused before torch and MLflow load ---
+def run_settings(cfg: DictConfig) -> tuple[RunSettings, DeviceSettings, TrackingSettings]:
+    """The run's top-level options, its device and its tracking store, checked (errors name the key)."""
+    top = {f.name: OmegaConf.select(cfg, f.name) for f in fields(RunSettings)}
+    top = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for k, v in top.items()}
+    return (configure(RunSettings, top, ""), configure(DeviceSettings, options_of(cfg.device, "device"), "device"),
+            configure(TrackingSettings, options_of(cfg.tracking, "tracking"), "tracking"))
+
+
+def options_of(node: DictConfig, group: str) -> dict:
+    """The node's options as plain Python values (interpolations resolved), without Hydra's keys."""
+    try:
+        options = OmegaConf.to_container(node, resolve=True)
+    except Exception as exc:  # omegaconf resolution errors (e.g. a ??? value left unset)
+        if "Missing mandatory value" in str(exc) and "full_key:" in str(exc):
+            key = str(exc).split("full_key:")[-1].split()[0]
+            raise BayesxError(f"{key} must be set; add {key}=VALUE to the command line") from None
+        raise BayesxError(f"cannot read the {group} options: {str(exc).splitlines()[0]}") from None
+    return {k: v for k, v in options.items() if not k.startswith("_")}

@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +45,7 @@ from bayesx.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, po
 from bayesx.reference import remark as reference_remark
 from bayesx.run_note import describe_run
 from bayesx.result import Result
-from bayesx.run_settings import DeviceSettings, ReferenceSettings, RunSettings, TrackingSettings
+from bayesx.run_settings import DeviceSettings, ReferenceSettings, RunSettings, TrackingSettings, options_of, run_settings
 from bayesx.settings import InvalidSetting, Settings, configure
 from bayesx.targets.base import Capabilities, Evaluation
 from bayesx.tracking import Tracker, check_store
@@ -74,14 +73,6 @@ def resolve_device(device: DeviceSettings, model: Capabilities) -> tuple[torch.d
     return resolved, torch.float32 if resolved.type == "cuda" else DTYPES[model.cpu_dtype]
 
 
-def run_settings(cfg: DictConfig) -> tuple[RunSettings, DeviceSettings, TrackingSettings]:
-    """The run's top-level options, its device and its tracking store, checked (errors name the key)."""
-    top = {f.name: OmegaConf.select(cfg, f.name) for f in fields(RunSettings)}
-    top = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for k, v in top.items()}
-    return (configure(RunSettings, top, ""), configure(DeviceSettings, options_of(cfg.device, "device"), "device"),
-            configure(TrackingSettings, options_of(cfg.tracking, "tracking"), "tracking"))
-
-
 def build(node: DictConfig, group: str, **live):
     """The object a config group names: its ``_target_``'s declared ``Settings`` checked against the
     node's options (bayesx.settings: errors name ``<group>.<key>`` once), then ``_target_(settings=...,
@@ -98,18 +89,6 @@ def build(node: DictConfig, group: str, **live):
                           f"of its options (see ARCHITECTURE.md)")
     settings = configure(schema, options_of(node, group), group)
     return factory(settings=settings, **live)
-
-
-def options_of(node: DictConfig, group: str) -> dict:
-    """The node's options as plain Python values (interpolations resolved), without Hydra's keys."""
-    try:
-        options = OmegaConf.to_container(node, resolve=True)
-    except Exception as exc:  # omegaconf resolution errors (e.g. a ??? value left unset)
-        if "Missing mandatory value" in str(exc) and "full_key:" in str(exc):
-            key = str(exc).split("full_key:")[-1].split()[0]
-            raise BayesxError(f"{key} must be set; add {key}=VALUE to the command line") from None
-        raise BayesxError(f"cannot read the {group} options: {str(exc).splitlines()[0]}") from None
-    return {k: v for k, v in options.items() if not k.startswith("_")}
 
 
 def flatten(cfg: DictConfig) -> dict[str, object]:

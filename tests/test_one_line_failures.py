@@ -334,3 +334,22 @@ def test_sigterm_after_the_last_draw_keeps_the_draws_and_metrics(own_store, monk
     assert run.info.status == "FINISHED" and run.data.metrics["draws_per_chain"] == 400
     assert "ess_bulk_min" in run.data.metrics and "wall_time_s" in run.data.metrics
     assert "draws.nc" in {a.path for a in MlflowClient().list_artifacts(run.info.run_id)}
+
+
+def test_bad_top_level_input_is_refused_before_torch_and_mlflow_load(tmp_path):
+    """A bad top-level, device or tracking option is one line before the heavy imports (the error appears at once,
+    not after the 10 s torch and MLflow take to load): the process never imported them. Control: a good command
+    refused later (a custom model's missing file, found when the model is built) has imported torch by then."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom bayesx.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    print('exit', e.code, 'torch' in sys.modules, 'mlflow' in sys.modules)\n")
+    for bad in (["n_chains=0"], ["seed=99999999999999999999"], ["device.num_threads=-1"]):
+        out = subprocess.run([sys.executable, "-c", probe, "run", *bad], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=120)
+        assert out.stdout.split()[-4:] == ["exit", "2", "False", "False"], (bad, out.stdout, out.stderr)
+    out = subprocess.run([sys.executable, "-c", probe, "run", "model=custom", "model.log_density=nofile.py",
+                          "model.dim=2"], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=300)
+    assert out.stdout.split()[-4:-2] == ["exit", "2"] and out.stdout.split()[-2] == "True", out.stdout
