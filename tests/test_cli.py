@@ -348,7 +348,7 @@ def test_cfg_job_prints_the_config_and_records_nothing(tmp_path, monkeypatch):
     config = yaml.safe_load(out)
     assert config["method"]["_target_"] == "bayesx.methods.mcmc.nuts.NUTS"
     assert "max_tree_depth" in config["method"]
-    assert config["n_chains"] == 2 and config["method"]["num_draws"] == 200  # experiment=quick applies
+    assert config["n_chains"] == 2 and config["method"]["num_draws"] == 1000  # experiment=quick applies
     # flags may come after overrides too
     code, out, err = call(["run", "method=rwm", "--cfg", "job", "n_chains=3"])
     assert code == 0, err

@@ -67,8 +67,8 @@ def bayesx_child(root: Path, uri: str, argv: list[str], timeout: float = 300) ->
 def test_too_many_chains_are_refused_before_anything_is_allocated(store):
     root, uri = store
     before = statuses(uri)
-    code, err, peak_gb = bayesx_child(root, uri, ["run", "experiment=quick", "n_chains=100000",
-                                                      "device.compile=never"])  # a cold compile's workers count too
+    code, err, peak_gb = bayesx_child(root, uri, ["run", "experiment=quick", "data=synthetic",
+                                                      "method.num_draws=200", "n_chains=100000", "device.compile=never"])  # a cold compile's workers count too
     line = error_line(err)
     assert code == 2, err
     assert "this run would need about" in line and " GB more memory (" in line and "the draws (100000 x 200 x 500, float32)" in line
