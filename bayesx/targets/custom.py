@@ -148,10 +148,13 @@ def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
                           f"write it with numpy.savez(path, name=array) of numbers") from None
 
 
-def _numeric(name: str, array: np.ndarray) -> np.ndarray:
+def _numeric(name: str, array) -> np.ndarray:
+    """Integers and booleans as stored, anything else as float64 (a string array, or the raw bytes of a member
+    that is not a .npy file, raises ValueError here: one line above)."""
+    array = np.asarray(array)
     if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
         return array
-    return np.asarray(array, dtype=np.float64)  # a string array raises ValueError here: one line above
+    return np.asarray(array, dtype=np.float64)
 
 
 def _file_digest(path: Path) -> str:

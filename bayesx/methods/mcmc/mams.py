@@ -41,7 +41,7 @@ class MAMSSettings(MCMCSettings):
     target_accept: Annotated[float, Between(0.0, 1.0)] = 0.9  # Robnik, Cohn-Gordon and Seljak (2025); BlackJAX
     # auto (as NUTS): dense up to 100 coordinates, else diag_grad; diag is BlackJAX's diagonal preconditioning.
     # On a rotated 100-d Gaussian and posteriordb's arK dense needed 17x and 9x fewer gradients per ESS than
-    # diag (results/mams_vs_nuts.md)
+    # diag (results/archive/mams_vs_nuts.md)
     mass: Literal["auto", "diag", "dense", "identity", "diag_grad", "lowrank"] = "auto"
     integrator: Literal["mclachlan", "leapfrog"] = "mclachlan"
     trajectory_length: Annotated[float | None, Positive()] = None
