@@ -55,7 +55,7 @@ def writable_library_caches(environ=os.environ) -> dict[str, str]:
     if not _writable(Path(environ.get("XDG_CACHE_HOME") or home / ".cache")):
         wanted.update(XDG_CACHE_HOME="cache", TORCH_HOME="cache/torch")  # ArviZ (platformdirs), matplotlib, torch
         if not (home / ".cache" / "bayesx" / "native").is_dir():  # else its built kernels are read where they are
-            wanted["BAYESX_CACHE_DIR"] = "cache/bayesx"  # bayesx.native builds its C kernels there
+            wanted["BAYESX_CACHE_DIR"] = "cache/bayesx"  # the native C kernels are built there
     if not _writable(Path(environ.get("XDG_CONFIG_HOME") or home / ".config")):
         wanted.update(XDG_CONFIG_HOME="config", MPLCONFIGDIR="config/matplotlib")
     if not os.access(home, os.W_OK | os.X_OK):
@@ -70,3 +70,10 @@ def writable_library_caches(environ=os.environ) -> dict[str, str]:
 
 
 writable_library_caches()
+
+# OpenMP threads that finish a parallel region sleep instead of spinning (GNU OpenMP's default spins for a while):
+# on a machine busy with other work a spinning thread takes a core another process needs (the default job alone
+# 70 s with passive threads against 102 s spinning, two at once 112 s against 188 s: results/busy_machine.md).
+# Read by the OpenMP runtime when it starts, so it is set before torch or the native kernels load; a value the
+# user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
