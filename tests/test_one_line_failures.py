@@ -330,10 +330,10 @@ def test_sigterm_after_the_last_draw_keeps_the_draws_and_metrics(own_store, monk
     lines = [ln for ln in err.splitlines() if ln.startswith("bayesx:")]
     assert len(lines) == 2 and "recording what the run had" in lines[0], err
     assert "the signal came after the method had finished" in lines[1] and "is FINISHED" in lines[1], err
-    (run,) = MlflowClient().search_runs([e.experiment_id for e in MlflowClient().search_experiments()])
+    (run,) = MlflowClient(tracking_uri=uri).search_runs([e.experiment_id for e in MlflowClient(tracking_uri=uri).search_experiments()])
     assert run.info.status == "FINISHED" and run.data.metrics["draws_per_chain"] == 400
     assert "ess_bulk_min" in run.data.metrics and "wall_time_s" in run.data.metrics
-    assert "draws.nc" in {a.path for a in MlflowClient().list_artifacts(run.info.run_id)}
+    assert "draws.nc" in {a.path for a in MlflowClient(tracking_uri=uri).list_artifacts(run.info.run_id)}
 
 
 def test_bad_top_level_input_is_refused_before_torch_and_mlflow_load(tmp_path):
