@@ -258,7 +258,7 @@ def killed_run(monkeypatch, states: int, pause_s: float = 0.0) -> str:
         patch.setattr(checkpoint.RunCheckpoint, "update", update)
         code, out, err = call(["run", *RESUMABLE])
     assert code == 130 and "[KILLED]" in out, err
-    (run,) = [r for r in MlflowClient().search_runs([e.experiment_id for e in MlflowClient().search_experiments()])]
+    (run,) = [r for r in MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).search_runs([e.experiment_id for e in MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).search_experiments()])]
     return run.info.run_id
 
 
@@ -268,13 +268,13 @@ def test_resume_refuses_a_density_edited_since_the_kill(own_store, monkeypatch):
     by every run) tells them apart, in one line."""
     root, uri = own_store
     run_id = killed_run(monkeypatch, states=2)
-    digest = MlflowClient().get_run(run_id).data.params["posterior_digest"]
+    digest = MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).get_run(run_id).data.params["posterior_digest"]
     assert len(digest) == 16 and int(digest, 16) >= 0
     (root / "density.py").write_text(DENSITY.format(scale=5.0))
     line = assert_rejected(["run", *RESUMABLE, f"resume={run_id}"], uri, f"resume={run_id}",
                            "the density or its data changed since the run (posterior_digest differs)",
                            "run it afresh without resume=")
-    assert MlflowClient().get_run(run_id).info.status == "KILLED", line
+    assert MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).get_run(run_id).info.status == "KILLED", line
 
 
 @pytest.mark.slow  # a killed run and its resumption: 15-20 s
@@ -283,7 +283,7 @@ def test_a_damaged_last_checkpoint_state_falls_back_to_the_one_before(own_store,
     before it were intact: the run goes on from the last intact one, and one line says so."""
     root, uri = own_store
     run_id = killed_run(monkeypatch, states=3)
-    folder = Path(MlflowClient().get_run(run_id).info.artifact_uri.removeprefix("file://")) / "checkpoint"
+    folder = Path(MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).get_run(run_id).info.artifact_uri.removeprefix("file://")) / "checkpoint"
     last = folder / "state_0000150.pt"
     last.write_bytes(last.read_bytes()[:200])
     code, out, err = call(["run", *RESUMABLE, f"resume={run_id}"])
@@ -292,7 +292,7 @@ def test_a_damaged_last_checkpoint_state_falls_back_to_the_one_before(own_store,
     assert warnings == [f"bayesx: warning: resume={run_id}: the checkpoint's state_0000150.pt is damaged "
                         f"({warnings[0].split('is damaged (')[1]}"], err
     assert "the run continues from draw 100, its last intact checkpoint" in warnings[0]
-    resumed = MlflowClient().get_run(run_id)
+    resumed = MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).get_run(run_id)
     assert resumed.info.status == "FINISHED" and resumed.data.tags["resumed_at_draw"] == "100"
     assert resumed.data.metrics["draws_per_chain"] == 400
 
@@ -305,7 +305,7 @@ def test_a_resumed_runs_wall_time_covers_its_sampling_before_the_kill(own_store,
     run_id = killed_run(monkeypatch, states=3, pause_s=2.0)  # 6 s of the killed run's sampling in its checkpoint
     code, out, err = call(["run", *RESUMABLE, f"resume={run_id}"])
     assert code == 0, err
-    resumed = MlflowClient().get_run(run_id)
+    resumed = MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).get_run(run_id)
     metrics, before = resumed.data.metrics, float(resumed.data.tags["wall_time_before_resume_s"])
     assert metrics["sampling_time_s"] > 6 and before > 6
     assert metrics["wall_time_s"] >= before + 0.1 and metrics["wall_time_s"] >= metrics["sampling_time_s"], metrics
