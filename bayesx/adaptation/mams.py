@@ -111,24 +111,25 @@ class MAMSAdaptation:
             progress.step_size = controller.final_step_size
             if not self.fixed_length:
                 self.trajectory_length = INITIAL_STEPS * progress.step_size
+        def retune(first: int, last: int) -> None:
+            """A stage that tunes the step size alone, L fixed, from the current one; it ends at the controller's
+            final step size, at most L / 1.1."""
+            controller.restart(progress.step_size)
+            for _ in range(first, last):
+                iterate(True, False, False)
+            if self.adapt_step_size and last > first:
+                progress.step_size = min(controller.final_step_size, self.trajectory_length / 1.1)
+
         if len(kept) >= MIN_METRIC_DRAWS:  # stage 3's new metric and L
             self._from_draws(progress, kept)
         kept = []
-        controller.restart(progress.step_size)
-        for _ in range(bounds[2], bounds[3]):  # stage 3
-            iterate(True, False, False)
-        if self.adapt_step_size and bounds[3] > bounds[2]:
-            progress.step_size = min(controller.final_step_size, self.trajectory_length / 1.1)
+        retune(bounds[2], bounds[3])  # stage 3
         for _ in range(bounds[3], bounds[4]):  # stage 4: fixed parameters, draws for the ESS
             iterate(False, False, True)
         if len(kept) >= MIN_ESS_DRAWS and not self.fixed_length:
             self._from_ess(kept)
         kept = []
-        controller.restart(progress.step_size)
-        for _ in range(bounds[4], bounds[5]):  # stage 5
-            iterate(True, False, False)
-        if self.adapt_step_size and bounds[5] > bounds[4]:
-            progress.step_size = min(controller.final_step_size, self.trajectory_length / 1.1)
+        retune(bounds[4], bounds[5])  # stage 5
         return progress
 
     def _from_draws(self, progress: WarmupProgress, kept: list) -> None:

@@ -21,7 +21,7 @@ from bayesx.kernels.common import (
     energy_error,
     metropolis_accept,
     no_faults,
-    where_rows,
+    select,
 )
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
 from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
@@ -66,11 +66,7 @@ def accept(state: HMCState, end: PhaseState, h0: Tensor, h1: Tensor, num_steps: 
     """The Metropolis decision for each chain's proposal, and what happened."""
     delta = energy_error(h1, h0)
     accept_prob, accepted = metropolis_accept(-delta, gen)
-    new_state = HMCState(
-        where_rows(accepted, end.position, state.position),
-        torch.where(accepted, end.log_prob, state.log_prob),
-        where_rows(accepted, end.grad, state.grad),
-    )
+    new_state = select(accepted, HMCState(end.position, end.log_prob, end.grad), state)
     info = HMCInfo(
         accept_prob=accept_prob,
         accepted=accepted,

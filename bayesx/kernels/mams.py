@@ -57,9 +57,11 @@ from bayesx.kernels.common import (
     energy_error,
     metropolis_accept,
     no_faults,
-    where_rows,
+    select,
 )
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
+from bayesx.kernels.hmc import HMCState as MAMSState  # position, log pi and its (unwhitened) gradient, as HMC's
+from bayesx.kernels.hmc import init  # noqa: F401  (the same state, made the same way)
 from bayesx.kernels.metric import Metric
 
 MCLACHLAN_B = 0.1931833275037836
@@ -74,12 +76,6 @@ FINAL = {"leapfrog": 0.5, "mclachlan": MCLACHLAN_B}
 def grads_per_step(integrator: str) -> int:
     """Gradient evaluations per integrator step (one per position update)."""
     return len(INTEGRATORS[integrator])
-
-
-class MAMSState(NamedTuple):
-    position: Tensor  # (chains, dim)
-    log_prob: Tensor  # (chains,)
-    grad: Tensor  # (chains, dim), grad log pi at position (unwhitened)
 
 
 class MAMSInfo(NamedTuple):
@@ -98,11 +94,6 @@ class MAMSParams(NamedTuple):
     trajectory_length: float  # L: the mean trajectory time, E n = L / eps
     integrator: str = "mclachlan"  # leapfrog | mclachlan
     max_steps: int = 1024  # cap on the integrator steps of one transition
-
-
-def init(position: Tensor, target) -> MAMSState:
-    log_prob, grad = backend.density_and_grad(target, position)
-    return MAMSState(position, log_prob, grad)
 
 
 # --- the isokinetic dynamics --------------------------------------------------------------------------
@@ -200,11 +191,7 @@ def accept(state: MAMSState, end: Trajectory, n: int, params: MAMSParams,
     """The Metropolis decision on each chain's energy error, and what happened."""
     w = energy_change(state, end)
     accept_prob, accepted = metropolis_accept(-w, gen)
-    new_state = MAMSState(
-        where_rows(accepted, end.position, state.position),
-        torch.where(accepted, end.log_prob, state.log_prob),
-        where_rows(accepted, end.grad, state.grad),
-    )
+    new_state = select(accepted, MAMSState(end.position, end.log_prob, end.grad), state)
     chains = state.position.shape[0]
     info = MAMSInfo(
         accept_prob=accept_prob,
