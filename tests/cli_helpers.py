@@ -85,6 +85,22 @@ def run_ok(uri: str, argv: list[str]):
     return run
 
 
+def working_store(tmp_path_factory, name: str) -> tuple:
+    """A fresh working folder with an MLflow store in it, its tables made and free of runs: (folder, URI)."""
+    root = tmp_path_factory.mktemp(name)
+    uri = f"sqlite:///{root}/mlflow.db"
+    MlflowClient(tracking_uri=uri).search_experiments()  # creates the database
+    assert statuses(uri) == []
+    return root, uri
+
+
+def use_store(monkeypatch, root, uri: str) -> tuple:
+    """Make ``uri`` the store of in-process CLI calls, run from ``root``; returns (root, uri)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(root)
+    return root, uri
+
+
 def empty_store(root) -> str:
     """A second MLflow store under root, created up front and holding no runs (for bad-input tests)."""
     uri = f"sqlite:///{root}/bad.db"

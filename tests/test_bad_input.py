@@ -16,7 +16,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cli_helpers import assert_rejected, call, error_line, statuses
+from cli_helpers import assert_rejected, call, error_line, statuses, use_store, working_store
 
 TINY = ["experiment=quick", "method.num_warmup=10", "method.num_draws=10", "plots.n_coords=0", "device.num_threads=1"]
 
@@ -30,20 +30,13 @@ TINY = ["experiment=quick", "method.num_warmup=10", "method.num_draws=10", "plot
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """One existing MLflow store (created up front, so a run could be recorded in it) and a working dir."""
-    root = tmp_path_factory.mktemp("bad")
-    uri = f"sqlite:///{root}/mlflow.db"
-    MlflowClient(tracking_uri=uri).search_experiments()  # creates the database
-    assert statuses(uri) == []
-    return root, uri
+    """An existing MLflow store free of runs (so a run could be recorded in it) and a working folder."""
+    return working_store(tmp_path_factory, "bad")
 
 
 @pytest.fixture
 def env(store, monkeypatch):
-    root, uri = store
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(root)
-    return root, uri
+    return use_store(monkeypatch, *store)
 
 
 def write(path, text: str):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cli_helpers import assert_rejected, call, error_line, statuses
+from cli_helpers import assert_rejected, call, error_line, statuses, use_store, working_store
 
 QUICK = ["experiment=quick", "model=gaussian", "method.num_warmup=20", "method.num_draws=20", "plots.n_coords=0",
          "device.num_threads=1", "progress=false"]
@@ -24,19 +24,13 @@ QUICK = ["experiment=quick", "model=gaussian", "method.num_warmup=20", "method.n
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """A store with its tables made, free of runs, and a working folder beside it."""
-    root = tmp_path_factory.mktemp("one_line")
-    uri = f"sqlite:///{root}/mlflow.db"
-    MlflowClient(tracking_uri=uri).search_experiments()
-    return root, uri
+    """An existing MLflow store free of runs (so a run could be recorded in it) and a working folder."""
+    return working_store(tmp_path_factory, "one_line")
 
 
 @pytest.fixture
 def env(store, monkeypatch):
-    root, uri = store
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(root)
-    return root, uri
+    return use_store(monkeypatch, *store)
 
 
 def bayesx(args: list[str], cwd: Path, unset: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess:

@@ -15,17 +15,26 @@ from bayesx.tracking import retry_locked
 pytestmark = pytest.mark.slow
 
 
-def test_eight_processes_on_a_fresh_store(tmp_path):
+def eight_runs_at_once(folder, overrides: list[str], timeout_s: float):
+    """``bayesx run OVERRIDES seed=i`` for i < 8 in eight processes started together on a fresh store in ``folder``;
+    each must exit 0. Returns the store's client and its runs."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "bayesx", "run", "method=laplace", "model=gaussian",
-                               f"seed={i}", "progress=false"], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "bayesx", "run", *overrides, f"seed={i}", "progress=false"],
+                              cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(8)]
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    outputs = [p.communicate(timeout=timeout_s)[0] for p in procs]
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-3000:]
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return store_runs(folder)
+
+
+def store_runs(folder):
+    client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
+    return client, client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+def test_eight_processes_on_a_fresh_store(tmp_path):
+    client, runs = eight_runs_at_once(tmp_path, ["method=laplace", "model=gaussian"], 600)
     assert sorted(r.data.tags["seed"] for r in runs) == [str(i) for i in range(8)]
     for run in runs:
         assert run.info.status == "FINISHED"
@@ -34,21 +43,30 @@ def test_eight_processes_on_a_fresh_store(tmp_path):
     assert (tmp_path / "mlflow.db-wal").exists() or _journal_mode(tmp_path / "mlflow.db") == "wal"
 
 
+LOGREG_DIGITS = ["method=laplace", "model=logreg", "data=digits", "plots.n_coords=0", "reference.enabled=false"]
+
+
 def test_eight_processes_logging_the_same_dataset_all_finish(tmp_path):
     """Eight runs at once on a fresh store, all logging the digits data as their dataset input: the inserts of the
     same dataset race (UNIQUE constraint on datasets), and the loser retries and links to the winner's row."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "bayesx", "run", "method=laplace", "model=logreg", "data=digits",
-                               f"seed={i}", "progress=false", "plots.n_coords=0", "reference.enabled=false"],
-                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(8)]
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
-    for p, out in zip(procs, outputs):
-        assert p.returncode == 0, out[-3000:]
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    _, runs = eight_runs_at_once(tmp_path, LOGREG_DIGITS, 900)
     assert len(runs) == 8 and all(r.info.status == "FINISHED" for r in runs)
     assert all(r.inputs.dataset_inputs for r in runs)
+
+
+def test_a_parallel_sweep_of_eight_jobs_logging_the_same_dataset_all_finish(tmp_path):
+    """The same through Hydra's parallel launcher: one sweep, eight jobs at once, every child and the parent
+    FINISHED."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "bayesx", "run", "-m", *LOGREG_DIGITS, "seed=0,1,2,3,4,5,6,7",
+                           "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=8", "progress=false"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    _, runs = store_runs(tmp_path)
+    children = [r for r in runs if r.data.tags.get("seed") is not None]
+    assert len(children) == 8 and len(runs) == 9, [r.data.tags for r in runs]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert all(r.inputs.dataset_inputs for r in children)
 
 
 def test_a_dataset_insert_race_is_retried():
