@@ -405,20 +405,28 @@ class Garch11(TorchModel):
         return torch.stack([p["mu"], p["alpha0"], p["alpha1"], p["beta1"]], -1)
 
 
-class GpPoisRegr(TorchModel):
-    """f = L f_tilde, L L' = alpha^2 exp(-|x_i - x_j|^2 / (2 rho^2)) + 1e-10 I; k_i ~ Poisson(exp(f_i))."""
-
-    dim = 13
+class _ExpQuadProcess(TorchModel):
+    """A Gaussian process on the 1-d inputs data["x"] with Stan's cov_exp_quad kernel."""
 
     def prepare(self, data):
         self.data = data
         self.sq_dist = (data["x"][:, None] - data["x"][None, :]) ** 2
         self.eye = torch.eye(len(data["x"]), dtype=self.dtype, device=self.device)
 
+    def cov_exp_quad(self, alpha: Tensor, rho: Tensor) -> Tensor:
+        """K_ij = alpha^2 exp(-|x_i - x_j|^2 / (2 rho^2)), alpha and rho shaped (..., 1, 1)."""
+        return alpha**2 * torch.exp(-0.5 * self.sq_dist / rho**2)
+
+
+class GpPoisRegr(_ExpQuadProcess):
+    """f = L f_tilde, L L' = alpha^2 exp(-|x_i - x_j|^2 / (2 rho^2)) + 1e-10 I; k_i ~ Poisson(exp(f_i))."""
+
+    dim = 13
+
     def transform(self, q):
         rho, j_rho = positive(q[..., 0])
         alpha, j_alpha = positive(q[..., 1])
-        cov = alpha[..., None, None] ** 2 * torch.exp(-0.5 * self.sq_dist / rho[..., None, None] ** 2) + 1e-10 * self.eye
+        cov = self.cov_exp_quad(alpha[..., None, None], rho[..., None, None]) + 1e-10 * self.eye
         chol, info = torch.linalg.cholesky_ex(cov)
         f = (chol @ q[..., 2:, None])[..., 0]
         f = torch.where((info == 0)[..., None], f, torch.full_like(f, math.nan))  # Stan rejects such a point
@@ -603,17 +611,12 @@ class OneCompMMElimAbs(TorchModel):
         return torch.stack([p["k_a"], p["K_m"], p["V_m"], p["sigma"]], -1)
 
 
-class GpRegr(TorchModel):
+class GpRegr(_ExpQuadProcess):
     """y ~ multi_normal(0, K + sigma I), K_ij = alpha^2 exp(-|x_i - x_j|^2 / (2 rho^2)) (note: sigma, not sigma^2,
     on the diagonal, as the Stan program has it); rho ~ gamma(25, 4), alpha ~ normal(0, 2), sigma ~ normal(0, 1).
     The marginal likelihood through the Cholesky factor L: -sum log L_ii - |L^-1 y|^2 / 2."""
 
     dim = 3
-
-    def prepare(self, data):
-        self.data = data
-        self.sq_dist = (data["x"][:, None] - data["x"][None, :]) ** 2
-        self.eye = torch.eye(len(data["x"]), dtype=self.dtype, device=self.device)
 
     def transform(self, q):
         x, j = positive(q)
@@ -622,7 +625,7 @@ class GpRegr(TorchModel):
 
     def log_density(self, p):
         rho, alpha, sigma = (p[k][..., None, None] for k in ("rho", "alpha", "sigma"))
-        cov = alpha**2 * torch.exp(-0.5 * self.sq_dist / rho**2) + sigma * self.eye
+        cov = self.cov_exp_quad(alpha, rho) + sigma * self.eye
         chol, info = torch.linalg.cholesky_ex(cov)
         y = self.data["y"].expand(*chol.shape[:-1])[..., None]
         z = torch.linalg.solve_triangular(chol, y, upper=False)[..., 0]
