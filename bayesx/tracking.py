@@ -316,8 +316,10 @@ def is_locked_error(exc: BaseException) -> bool:
 def is_dataset_race(exc: BaseException) -> bool:
     """Two runs logging the same dataset at once: both found it absent and the second insert hit the store's unique
     key; a retry finds the first run's row and links to it."""
-    return "UNIQUE constraint failed: datasets" in str(exc) or "duplicate key value violates unique constraint" \
-        in str(exc) and "datasets" in str(exc)
+    text = str(exc)
+    sqlite = "UNIQUE constraint failed: datasets" in text
+    postgres = "duplicate key value violates unique constraint" in text and "datasets" in text
+    return sqlite or postgres
 
 
 def retry_locked(call, *args, also=None, **kwargs):

@@ -230,11 +230,12 @@ class CustomModel(TargetBase):
 
     def _takes_batches(self) -> bool:
         """Whether the function, failing on one point, returns one value per row of a batch."""
+        points = self._probe_points(PROBE_SPREADS[0])
         try:
-            out = torch.as_tensor(self._call(self._probe_points(PROBE_SPREADS[0])))
+            out = torch.as_tensor(self._call(points))
         except Exception:  # noqa: BLE001 - it fails on batches too: reported from the one-point call
             return False
-        return out.shape == (len(self._probe_points(PROBE_SPREADS[0])),)
+        return out.shape == (len(points),)
 
     def _batches_agree_with_points(self) -> bool:
         """Whether the function evaluates batches row by row: one value per row, each equal to the row's point
