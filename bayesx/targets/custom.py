@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bayesx.data.download import sha256_of
 from bayesx.errors import BayesxError, DensityError
 from bayesx.settings import AtLeast, Described, InvalidSetting, Positive, Settings
 from bayesx.targets.base import Capabilities, TargetBase
@@ -155,10 +156,6 @@ def _numeric(name: str, array) -> np.ndarray:
     if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
         return array
     return np.asarray(array, dtype=np.float64)
-
-
-def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class CustomModel(TargetBase):
@@ -360,7 +357,7 @@ class CustomModel(TargetBase):
         re-commented file does not) and the data file by its bytes."""
         digests = {"log_density": self.fingerprint()}
         if self.settings.data_file:
-            digests["data_file"] = _file_digest(Path(self.settings.data_file).expanduser())
+            digests["data_file"] = sha256_of(Path(self.settings.data_file).expanduser())
         return digests
 
     def fingerprint(self) -> str:
