@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
-from bayesx.kernels import backend
+from bayesx.kernels.density import Density
 
 
 class LaplaceFailed(BayesxError):
@@ -45,7 +45,7 @@ CLIFF = 1e6
 """Nats below a row's first finite log pi that the mode search reads where log pi or its gradient is not finite."""
 
 
-def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> tuple[Tensor, int]:
+def find_mode(density: Density, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> tuple[Tensor, int]:
     """Maximize log pi from each row of ``start`` (chains, dim) with L-BFGS; returns the optima
     (chains, dim) and the number of gradient evaluations (summed over the rows).
 
@@ -64,7 +64,7 @@ def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> 
         nonlocal calls, floor, seen
         calls += 1
         opt.zero_grad()
-        lp, grad = backend.density_and_grad(target, q.detach())
+        lp, grad = density.logp_and_grad(q.detach())
         finite = torch.isfinite(lp) & torch.isfinite(grad).all(-1)
         first = finite & ~seen
         floor, seen = torch.where(first, lp - CLIFF, floor), seen | finite
@@ -75,20 +75,20 @@ def find_mode(target, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> 
     return q.detach(), calls * start.shape[0]
 
 
-def further_rise(target, point: Tensor, max_iter: int) -> tuple[Tensor, float, int]:
+def further_rise(density: Density, point: Tensor, max_iter: int) -> tuple[Tensor, float, int]:
     """One more round of the mode search from ``point`` (1, dim): where it ended, how much it raised log pi
     there (nats; +inf where it reached +inf, -inf where it found nothing higher or left the support) and its
     gradient evaluations. A mode gives a rise near 0; an unbounded density (the centred eight schools, whose
     log pi grows like -7 log tau as tau -> 0 with the thetas equal) a rise of RUNAWAY nats or more, round
     after round."""
     with torch.no_grad():
-        before = float(target.log_prob(point)[0])
+        before = float(density.logp(point)[0])
     try:
-        found, calls = find_mode(target, point, max_iter=max_iter)
+        found, calls = find_mode(density, point, max_iter=max_iter)
     except IndexError:  # torch's L-BFGS fails so when the density turns NaN along its line search
         return point, -math.inf, 0
     with torch.no_grad():
-        after = float(target.log_prob(found)[0])
+        after = float(density.logp(found)[0])
     if math.isnan(after) or after == -math.inf:
         return point, -math.inf, calls
     return found, after - before, calls
@@ -104,14 +104,14 @@ class Climb(NamedTuple):
     rise: float  # the last round's rise (nats; -inf where it met a NaN or -inf density)
 
 
-def climb(target, point: Tensor, max_iter: int) -> Climb:
+def climb(density: Density, point: Tensor, max_iter: int) -> Climb:
     """Rounds of the mode search (:func:`further_rise`) from ``point`` (1, dim) until one raises log pi by less than
     RUNAWAY nats: a mode, or where the search cannot go on (a NaN or -inf density ahead). Torch's L-BFGS can stop
     far short of the mode after a failed line search (arma11: after 30 gradients, 291 nats below it), so one
     round is not enough; a density without a maximum keeps rising round after round (``ran_away``)."""
     calls, rise = 0, 0.0
     for _ in range(MODE_ROUNDS):
-        found, rise, more = further_rise(target, point, max_iter)
+        found, rise, more = further_rise(density, point, max_iter)
         calls += more
         if rise == math.inf:
             return Climb(found, calls, True, rise)
@@ -129,24 +129,24 @@ def fixed_normal_draws(draws: int, like: Tensor) -> Tensor:
     return torch.randn(draws, like.shape[-1], generator=gen, dtype=like.dtype, device=like.device)
 
 
-def smoothed_log_prob(target, point: Tensor, sd: float = NECK_SD, draws: int = NECK_DRAWS) -> float:
+def smoothed_log_prob(density: Density, point: Tensor, sd: float = NECK_SD, draws: int = NECK_DRAWS) -> float:
     """The ELBO of N(point, sd^2 I) (point: (1, dim)) by ``draws`` draws of :func:`fixed_normal_draws`: log pi
     averaged over a small neighbourhood, -inf where not finite."""
     z = fixed_normal_draws(draws, point)
     with torch.no_grad():
         log_q = -0.5 * (z ** 2).sum(-1) - point.shape[-1] * (math.log(sd) + 0.5 * math.log(2 * math.pi))
-        elbo = float((target.log_prob(point + sd * z) - log_q).mean())
+        elbo = float((density.logp(point + sd * z) - log_q).mean())
     return elbo if math.isfinite(elbo) else -math.inf
 
 
-def in_a_neck(target, mode: Tensor, start: Tensor, sd: float = NECK_SD,
+def in_a_neck(density: Density, mode: Tensor, start: Tensor, sd: float = NECK_SD,
               draws: int = NECK_DRAWS) -> tuple[bool, float, float]:
     """Whether the end of a mode search (1, dim) is a funnel's neck, where log pi is high but no Gaussian of any
     width is: a small Gaussian there (:func:`smoothed_log_prob`) has a lower ELBO than the same Gaussian at ``start``
     (the initial points' mean). At a proper mode, however narrow the posterior, it has the higher ELBO (every
     posterior of the posteriordb suite); at the centred eight schools' neck (log tau = -11 to -16) it is below
     -1e9. Returns (neck, ELBO at the mode, ELBO at the start)."""
-    at_mode, at_start = (smoothed_log_prob(target, point, sd, draws) for point in (mode, start))
+    at_mode, at_start = (smoothed_log_prob(density, point, sd, draws) for point in (mode, start))
     return not at_mode > at_start, at_mode, at_start
 
 
@@ -175,23 +175,24 @@ def gradient_difference_hessian(target, q: Tensor, rel_step: float = 1e-5, rows:
     return 0.5 * (h + h.T)
 
 
-def fit_laplace(target, start: Tensor, max_iter: int = 500) -> Laplace:
+def fit_laplace(target, density: Density, start: Tensor, max_iter: int = 500) -> Laplace:
     """The Laplace approximation at the highest mode reached from the rows of ``start``: L-BFGS from every row,
-    then further rounds from the best end (:func:`climb`); raises LaplaceFailed where the search ends where log pi
+    then further rounds from the best end (:func:`climb`), on ``density`` (the target's prepared density; the
+    target answers for its Hessian, :func:`hessian`); raises LaplaceFailed where the search ends where log pi
     is not finite, keeps rising (no maximum), or the Hessian cannot be made negative definite."""
-    modes, n_grad_evals = find_mode(target, start, max_iter)
-    lp = target.log_prob(modes)
+    modes, n_grad_evals = find_mode(density, start, max_iter)
+    lp = density.logp(modes)
     if not bool(torch.isfinite(lp).any()):
         raise LaplaceFailed("the mode search ended where the log density is not finite")
     best = int(torch.nan_to_num(lp, nan=-float("inf")).argmax())
-    climbed = climb(target, modes[best][None], max_iter)
+    climbed = climb(density, modes[best][None], max_iter)
     n_grad_evals += climbed.calls
     if climbed.ran_away:
         raise LaplaceFailed(f"the mode search diverged: still rising by {climbed.rise:.3g} nats after {n_grad_evals} "
                             f"gradients, so log pi has no maximum (an improper posterior, or a missing Jacobian "
                             f"term?); check the density")
     log_prob = float(lp[best])
-    climbed_log_prob = float(target.log_prob(climbed.point)[0])
+    climbed_log_prob = float(density.logp(climbed.point)[0])
     if climbed_log_prob - log_prob >= RUNAWAY:  # the first search had stopped short: the climb's end is the mode
         mode, log_prob = climbed.point[0], climbed_log_prob
     else:  # it had converged; sub-nat moves along a flat direction are no better mode
@@ -226,17 +227,17 @@ def gaussian_start(mean: Tensor, cov: Tensor, start: Tensor, gen: torch.Generato
     return mean + z @ chol.T, inv_mass
 
 
-def laplace_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
+def laplace_start(target, density: Density, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
     """MCMC's ``init=laplace``: the chains start at draws from N(mode, H^-1), the metric at H^-1.
 
     Raises NoMode where the search ended in a funnel's neck (:func:`in_a_neck`); a Gaussian there would start every
     chain in the neck, so the caller starts from the initial points. Raises BayesxError with fit_laplace's reason where there is no Laplace
     approximation (a search that keeps rising: an improper posterior, a missing Jacobian term)."""
     try:
-        laplace = fit_laplace(target, start)
+        laplace = fit_laplace(target, density, start)
     except LaplaceFailed as exc:
         raise BayesxError(f"{exc}; use method.init=prior") from None
-    neck, at_mode, at_start = in_a_neck(target, laplace.mode[None], start.mean(0, keepdim=True))
+    neck, at_mode, at_start = in_a_neck(density, laplace.mode[None], start.mean(0, keepdim=True))
     if neck:
         raise NoMode(f"the Laplace mode search ended in a funnel's neck or at the edge of the support after "
                      f"{laplace.n_grad_evals} gradients (a "

@@ -42,7 +42,7 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from bayesx.errors import BayesxError
-from bayesx.kernels import backend
+from bayesx.kernels.density import Density
 from bayesx.optimize import gaussian_start
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -120,7 +120,7 @@ def inverse_hessian(alpha: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]
     return 0.5 * (sigma + sigma.T)
 
 
-def lbfgs_iterates(target, start: Tensor, settings: PathSettings) -> tuple[list[tuple], int, str]:
+def lbfgs_iterates(density: Density, start: Tensor, settings: PathSettings) -> tuple[list[tuple], int, str]:
     """Run L-BFGS on f = -log p from ``start``: the iterates as (theta, log p, grad log p) (theta_0 first),
     the number of density-and-gradient evaluations and SciPy's stop message."""
     from scipy.optimize import minimize
@@ -130,7 +130,7 @@ def lbfgs_iterates(target, start: Tensor, settings: PathSettings) -> tuple[list[
 
     def value_and_grad(x: np.ndarray):
         q = torch.as_tensor(x, dtype=dtype, device=device)[None]
-        lp, grad = backend.density_and_grad(target, q)
+        lp, grad = density.logp_and_grad(q)
         lp, grad = float(lp[0]), grad[0].cpu().numpy().astype(np.float64)
         evaluations[x.tobytes()] = (lp, grad)
         if not math.isfinite(lp):
@@ -172,20 +172,20 @@ def local_gaussians(points: list[tuple], history: int, diagonal: bool = True):
             yield it, points[it][0] + sigma @ points[it][2], sigma
 
 
-def single_path(target, start: Tensor, gen: torch.Generator, settings: PathSettings = PathSettings()) -> PathResult:
+def single_path(density: Density, start: Tensor, gen: torch.Generator, settings: PathSettings = PathSettings()) -> PathResult:
     """Run one Pathfinder path from ``start`` (dim,).
 
     BLAS and OpenMP run on one thread meanwhile: a path's linear algebra is small (one point, J pairs) and
     on a loaded machine their worker threads made a 6 x 6 triangular solve or a 26 x 26 Cholesky about 1000
     times slower (16 ms against 0.015 ms, measured at load 19 on 2 cores)."""
     with threadpool_limits(1):
-        points, n_evals, stop_reason = lbfgs_iterates(target, start, settings)
-        best, elbos = best_local_gaussian(target, points, gen, settings, start)
+        points, n_evals, stop_reason = lbfgs_iterates(density, start, settings)
+        best, elbos = best_local_gaussian(density, points, gen, settings, start)
     n_grads = n_evals + len(elbos) * settings.elbo_draws
     return PathResult(best[2], best[3], best[0], best[1], len(points) - 1, n_grads, elbos, stop_reason)
 
 
-def best_local_gaussian(target, points: list[tuple], gen: torch.Generator, settings: PathSettings, like: Tensor):
+def best_local_gaussian(density: Density, points: list[tuple], gen: torch.Generator, settings: PathSettings, like: Tensor):
     """The Gaussian with the largest estimated ELBO along the iterates, as (elbo, iterate, mean, cov), and
     every iterate's (l, ELBO); tensors with the dtype and device of ``like``."""
     dtype, device = like.dtype, like.device
@@ -197,7 +197,7 @@ def best_local_gaussian(target, points: list[tuple], gen: torch.Generator, setti
         if int(info) != 0:
             continue
         mean = torch.as_tensor(mean, dtype=dtype, device=device)
-        elbo = estimate_elbo(target, mean, chol, settings.elbo_draws, gen)
+        elbo = estimate_elbo(density, mean, chol, settings.elbo_draws, gen)
         elbos.append((it, elbo))
         if best is None or elbo > best[0]:
             best = (elbo, it, mean, cov)
@@ -207,7 +207,7 @@ def best_local_gaussian(target, points: list[tuple], gen: torch.Generator, setti
     return best, elbos
 
 
-def estimate_elbo(target, mean: Tensor, chol: Tensor, n_draws: int, gen: torch.Generator) -> float:
+def estimate_elbo(density: Density, mean: Tensor, chol: Tensor, n_draws: int, gen: torch.Generator) -> float:
     """Monte Carlo ELBO of N(mean, chol chol^T): mean of log p - log q over ``n_draws`` draws (a draw where
     log p is NaN counts as -inf, as in the paper's Algorithm 1)."""
     dim = mean.shape[0]
@@ -215,16 +215,16 @@ def estimate_elbo(target, mean: Tensor, chol: Tensor, n_draws: int, gen: torch.G
     z = mean + eps @ chol.T
     log_q = -0.5 * (eps * eps).sum(-1) - torch.log(chol.diagonal()).sum() - 0.5 * dim * LOG_2PI
     with torch.no_grad():
-        return float(torch.nan_to_num(target.log_prob(z) - log_q, nan=-math.inf).mean())
+        return float(torch.nan_to_num(density.logp(z) - log_q, nan=-math.inf).mean())
 
 
-def pathfinder_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
+def pathfinder_start(density: Density, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
     """MCMC's ``init=pathfinder``: one path (default settings) from the first starting point where a path
     succeeds; the chains start at draws from its Gaussian and the metric at its covariance
     (bayesx.optimize.gaussian_start)."""
     for row, point in enumerate(start):
         try:
-            path = single_path(target, point, gen)
+            path = single_path(density, point, gen)
         except PathFailed:
             if row == len(start) - 1:
                 raise

@@ -3,6 +3,7 @@ bayesx.settings dataclasses: checked once, before anything is built."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Literal
 
@@ -66,6 +67,11 @@ class DeviceSettings(Settings):
     # compile densities without a hand-written native form for the C kernels (bayesx.kernels.backend):
     # auto (runs long enough to repay it), always, never; null: $BAYESX_COMPILE, else auto
     compile: Literal["auto", "always", "never"] | None = None
+
+    def compile_policy(self) -> str:
+        """The compile policy the runner passes to the method (bayesx.kernels.backend.prepare): the setting, else
+        the user's $BAYESX_COMPILE, else auto."""
+        return self.compile or os.environ.get("BAYESX_COMPILE", "").strip() or "auto"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import functools
 import hashlib
 import json
 import math
-import os
 import signal
 import sys
 import tempfile
@@ -36,7 +35,6 @@ from bayesx.checkpoint import WALL_TIME, Resume, RunCheckpoint, load_resume, pat
 from bayesx.diagnostics import convergence, plots
 from bayesx.diagnostics.summary import posterior_summary, summary_lines, write_summary
 from bayesx.errors import BayesxError, InterruptKept, RunInterrupted
-from bayesx.kernels import backend
 from bayesx.memory import check_room, dtype_name
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.provenance import data_inputs, provenance_tags
@@ -66,8 +64,6 @@ def resolve_device(device: DeviceSettings, model: Capabilities) -> tuple[torch.d
         raise BayesxError(f"unknown device '{name}'; use device=cpu or device=cuda") from exc
     if device.num_threads:
         torch.set_num_threads(device.num_threads)
-    if device.compile is not None:
-        os.environ["BAYESX_COMPILE"] = device.compile  # read by bayesx.kernels.backend
     if device.dtype != "auto":
         return resolved, DTYPES[device.dtype]
     return resolved, torch.float32 if resolved.type == "cuda" else DTYPES[model.cpu_dtype]
@@ -390,7 +386,6 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     initial = method.initial_points(target, job.n_chains, gen)
     identity = posterior_identity(cfg, target, dtype)  # digests a user's files: once
     identity_json = json.dumps(identity, sort_keys=True, default=str)
-    backend.identify(target, identity_json)
 
     tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
     params = {**flatten(cfg), POSTERIOR_DIGEST: posterior_digest(identity_json)}
@@ -421,7 +416,9 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         with tracker.run(start, opened) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
             checkpoint = make_checkpoint(job, run, Path(tmp), wall_time)
             result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
-                                                    resumed[1] if resumed else None))
+                                                    resumed[1] if resumed else None,
+                                                    compile=device_settings.compile_policy(),
+                                                    density_identity=identity_json))
             with recording(interrupts):  # what the method made is stored, whatever signal comes now
                 record = make_record(job, method, target, result, reference, Path(tmp), checkpoint, wall_time,
                                      start.tags)

@@ -67,7 +67,7 @@ class CheesAdaptation:
     trajectory_length: float = 0.0
     rank: int = 10  # of the lowrank correction
 
-    def run(self, progress: WarmupProgress, target, gen, on_step=None) -> WarmupProgress:
+    def run(self, progress: WarmupProgress, density, gen, on_step=None) -> WarmupProgress:
         controller = DualAveraging(progress.step_size, self.target_accept)
         log_t = math.log(self.trajectory_length or progress.step_size)
         second_moment, log_t_sum, log_t_count = 0.0, 0.0, 0
@@ -79,7 +79,7 @@ class CheesAdaptation:
             params = chees.CheesParams(progress.step_size, metric, math.exp(log_t), self.max_steps)
             jitter = float(torch.rand((), generator=gen, device=gen.device))
             n = chees.num_steps(jitter, params)
-            end, h0, h1 = hmc.propose(state, target, hmc.HMCParams(params.step_size, metric, n), gen)
+            end, h0, h1 = hmc.propose(state, density, hmc.HMCParams(params.step_size, metric, n), gen)
             new_state, info = hmc.accept(state, end, h0, h1, n, gen)
             accept_prob = info.accept_prob
             progress.grad_evals += n * state.position.shape[0]

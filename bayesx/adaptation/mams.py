@@ -78,7 +78,7 @@ class MAMSAdaptation:
         return mams.MAMSParams(progress.step_size, progress.metric, self.trajectory_length, self.integrator,
                                self.max_steps)
 
-    def run(self, progress: WarmupProgress, target, gen, on_step=None) -> WarmupProgress:
+    def run(self, progress: WarmupProgress, density, gen, on_step=None) -> WarmupProgress:
         n = self.num_warmup
         bounds = [round(n * k / 5) for k in range(6)]
         if not self.fixed_length:
@@ -90,7 +90,7 @@ class MAMSAdaptation:
         def iterate(adapt: bool, length_follows: bool, keep: bool) -> None:
             nonlocal it
             previous = progress.step_size
-            progress.state, info = mams.step(progress.state, target, self.params(progress), gen)
+            progress.state, info = mams.step(progress.state, density, self.params(progress), gen)
             progress.grad_evals += int(info.n_grad_evals.sum())
             if adapt and self.adapt_step_size:
                 eps = controller.update(float(info.accept_prob.mean()))

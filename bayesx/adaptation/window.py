@@ -229,14 +229,14 @@ def adapted_metric(inv_mass: Tensor) -> Metric:
     return make_metric(inv_mass)
 
 
-def find_initial_step_size(state, target, metric, gen, step_size: float = 1.0, threshold: float = 0.8) -> float:
+def find_initial_step_size(state, density, metric, gen, step_size: float = 1.0, threshold: float = 0.8) -> float:
     """Hoffman and Gelman's (2014, Alg. 4) heuristic: double or halve the step size until the
     mean one-step acceptance across chains crosses ``threshold``."""
 
     def one_step_accept(eps: float) -> float:
         p0 = sample_momentum(metric, state.position.shape, gen)
         start = PhaseState(state.position, p0, state.log_prob, state.grad)
-        end = leapfrog(start, eps, metric, target)
+        end = leapfrog(start, eps, metric, density)
         h0 = -state.log_prob + kinetic_energy(metric, p0)
         h1 = -end.log_prob + kinetic_energy(metric, end.momentum)
         return float(torch.exp(torch.clamp(-energy_error(h1, h0), max=0.0)).mean())
@@ -282,7 +282,7 @@ class WindowAdaptation:
     After the last iteration the step size is dual averaging's averaged iterate.
     """
 
-    step: object  # (state, target, params, gen) -> (state, info)
+    step: object  # (state, density, params, gen) -> (state, info)
     make_params: object  # (step_size, metric) -> params
     search_step_size: object  # (state, metric, guess) -> step size
     schedule: WarmupSchedule
@@ -291,7 +291,7 @@ class WindowAdaptation:
     mass: str = "diag"  # one of MASS_FORMS
     rank: int = 10  # of the lowrank correction
 
-    def run(self, progress: WarmupProgress, target, gen, on_step=None) -> WarmupProgress:
+    def run(self, progress: WarmupProgress, density, gen, on_step=None) -> WarmupProgress:
         """Run the schedule's iterations, updating ``progress`` as it goes; ``on_step(info, step_size,
         iteration)`` after each (a progress bar)."""
         controller = DualAveraging(progress.step_size, self.target_accept)
@@ -300,7 +300,7 @@ class WindowAdaptation:
         window_grads: list[Tensor] = []
         with_grads = self.mass in GRADIENT_FORMS
         for it in range(self.schedule.num_warmup):
-            progress.state, info = self.step(progress.state, target, params, gen)
+            progress.state, info = self.step(progress.state, density, params, gen)
             progress.grad_evals += int(info.n_grad_evals.sum())
             if self.adapt_step_size:
                 progress.step_size = controller.update(float(info.accept_prob.mean()))

@@ -1,62 +1,46 @@
-"""Which backend runs a target's density in the kernels: PyTorch, or the native (C) kernels.
+"""Which backend evaluates a target's density: decided once per run, by :func:`prepare`, into a Density value.
 
-Every target runs on PyTorch: its ``log_prob_and_grad`` inside the integrators' loops and the NUTS trees of
-bayesx.kernels. The native kernels (C NUTS trees and leapfrog trajectories, each chain on its own thread
-slot, never returning to Python) run instead on two kinds of density:
+    prepare(target, workload, policy, identity=None) -> Density
 
-- a density with a form the native code evaluates by hand: the target says so, and only that, with
-  ``density_form()`` (a bayesx.targets.forms.LogisticForm, else None); it runs natively where
-  bayesx.native.logistic.supports the chains (CPU tensors of float64/32, the library built, not many
-  chains on a large design);
-- any other density whose log_prob autograd differentiates (``autograd_log_prob()``), compiled ahead of
-  time (bayesx.native.compiled: traced, written as plain C or compiled by AOTInductor, cached by content) when a
-  method announces
-  work enough to repay the compile (:func:`prepare_sampler`, :func:`prepare_batches`; the ``compile`` setting).
+is called once by each method family (the MCMC driver, the approximations' ``infer``, the trainers' ``infer``)
+and the Density is passed on to every kernel and fit (bayesx.kernels.density); nothing else chooses a backend.
+The choice, in order:
 
-    prepare_sampler(target, q, calls)   before a sampler's run that would make ``calls`` PyTorch calls of the
-                                        density (transitions x gradients per transition): compile it where
-                                        the policy says so; what happened, for the run's record
-    identify(target, identity)          what defines the target's density, for the compiled cache (the runner)
-    prepare_batches(target, batch)      before an approximation's fit that evaluates the density's gradient
-                                        at batches like ``batch``: a compiled density (plain C compiled now,
-                                        AOTInductor's only from the cache, or ``compile=always``) where it is
-                                        faster than PyTorch at that batch (measured)
-    name(target, q)                     "native", "compiled" or "pytorch", the run's ``kernels`` tag
-    native_available(dtype)             whether the native backend is on and built at all
-    density_and_grad(target, q)         log pi and its gradient at each row of q by the fastest backend
-                                        prepared for it (what methods call in their loops)
-    trajectory(target, ...)             a whole leapfrog trajectory in one C call, or None (PyTorch's loop)
-    nuts_transition(target, ...)        one NUTS transition of every chain, each chain's tree in C, or None
+1. a density with a form the native code evaluates by hand (``target.density_form()``, a
+   bayesx.targets.forms.LogisticForm) runs on the hand-written C kernels (bayesx.native.logistic) where they
+   support the workload's points (CPU tensors of float64/32, the library built, not many chains on a large design);
+2. any other density whose log_prob autograd differentiates (``target.autograd_log_prob()``) is compiled ahead of
+   time (bayesx.native.compiled: traced, written as plain C or compiled by AOTInductor, cached on disk by content,
+   found there by ``identity``, the runner's posterior identity) where the ``policy`` says so and the workload
+   repays it (see :class:`Workload`);
+3. else the target's own PyTorch code.
 
-Never for one point (dim,) or under autograd (a caller differentiating through the density needs PyTorch).
-``BAYESX_NATIVE=0`` turns the native backend off; without a C compiler it is off with one warning
-(bayesx.native.build). ``BAYESX_COMPILE`` (the runner sets it from the ``compile`` setting) is the
-compile policy: ``auto`` (the default), ``always`` or ``never``.
+``policy`` is the run's ``device.compile`` setting, passed as an argument: ``auto`` (the default), ``always`` or
+``never``. ``BAYESX_NATIVE=0`` turns the native library off (bayesx.native.build); without a C compiler it is off
+with one warning. Whatever is chosen, a Density falls back to PyTorch for points its fast path does not take (one
+point (dim,), points under autograd, another device or dtype, more chains than the native form runs).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import os
 import sys
 import time
-import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from bayesx.errors import BayesxError
+from bayesx.kernels.density import PYTORCH, Density
 from bayesx.native import compiled as compiler
 from bayesx.native import logistic as native
-from bayesx.native.calls import Trajectory
-from bayesx.native.calls import NUTSTransition, chain_seeds
+from bayesx.native.calls import NUTSTransition, Trajectory
 
 if TYPE_CHECKING:
     from bayesx.targets.forms import LogisticForm
 
-NATIVE, COMPILED, PYTORCH = "native", "compiled", "pytorch"
+NATIVE, COMPILED = "native", "compiled"
 POLICIES = ("auto", "always", "never")
 COMPILE_FROM = 5000
 """PyTorch calls of the density from which ``compile=auto`` compiles a density for a sampler: a cold compile
@@ -65,14 +49,29 @@ call about 300 us more than the compiled path's, so 5,000 calls (a default NUTS 
 of 8 leaves, its shallowest usual depth) lose at most a few seconds once per density and machine, and a hard
 posterior (trees of 256 leaves) saves minutes."""
 TIMING_REPEATS = 5
-_compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> CompiledDensity
-_batch_limit: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> largest batch it is used for
-_identities: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> what defines its density
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a method will ask of the density, for the choice of backend.
+
+    points      (n, dim) like the points it evaluates: a sampler's chains, or one batch of a fit
+    calls       PyTorch calls of the density's gradient a sampler's run would make (transitions x gradients per
+                transition): ``compile=auto`` compiles from COMPILE_FROM; the choice depends on counts, never on
+                timing, so a seed gives the same draws on every run. None: a fit at batches like ``points``,
+                whose compiled density (plain C compiled now, AOTInductor's only from the cache, or
+                ``compile=always``) is used where it is measured faster than PyTorch at that batch
+    gradients   whether the method evaluates gradients at all (False: log pi alone, which PyTorch serves)
+    """
+
+    points: Tensor
+    calls: int | None = None
+    gradients: bool = True
 
 
 @dataclass(frozen=True)
 class Preparation:
-    """What a prepare function did: ``kernels`` as :func:`name`, the compile's seconds in this process (0: it
+    """What :func:`prepare` did: ``kernels`` (the Density's name), the compile's seconds in this process (0: it
     came from the cache), whether it came from the cache, why a density was not compiled or not used, and the
     seconds the preparation took (tracing, compiling or loading, checking, timing)."""
 
@@ -96,99 +95,129 @@ class Preparation:
         return {"compiled_density": f"not compiled: {self.reason}"} if self.reason else {}
 
 
-def identify(target, identity: str) -> None:
-    """Tell the backend what defines the target's density (the runner's posterior identity: the model's
-    options, the digests of a user's files, the data's options, the dtype): its compiled library is then found
-    in the cache without tracing the density again (bayesx.native.compiled.compiled_density)."""
-    _identities[target] = identity
+class NativeForm:
+    """The hand-written C kernels on a density in logistic form (bayesx.native.logistic)."""
+
+    name = NATIVE
+
+    def __init__(self, form: LogisticForm):
+        self.form = form
+
+    def runs(self, position: Tensor) -> bool:
+        return native.supports(self.form, position)
+
+    def logp_and_grad(self, position: Tensor) -> tuple[Tensor, Tensor]:
+        return native.log_prob_and_grad(self.form, position)
+
+    def trajectory(self, position, momentum, step_size, num_steps, inv_mass, grad, log_prob) -> Trajectory:
+        return native.trajectory(self.form, position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
+
+    def nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds) -> NUTSTransition:
+        return native.nuts(self.form, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
 
 
-def compile_policy() -> str:
-    policy = os.environ.get("BAYESX_COMPILE", "auto").strip().lower() or "auto"
-    return {"1": "always", "true": "always", "0": "never", "false": "never"}.get(policy, policy)
+class Compiled:
+    """A compiled density (bayesx.native.compiled.CompiledDensity) on the CPU in its dtype, for batches of at most
+    ``batch_limit`` points (None: any; a fit's density is timed at one batch size only)."""
+
+    name = COMPILED
+
+    def __init__(self, density: compiler.CompiledDensity, batch_limit: int | None = None):
+        self.density, self.batch_limit = density, batch_limit
+
+    def runs(self, position: Tensor) -> bool:
+        return position.device.type == "cpu" and position.dtype == self.density.dtype \
+            and (self.batch_limit is None or position.shape[0] <= self.batch_limit)
+
+    def logp_and_grad(self, position: Tensor) -> tuple[Tensor, Tensor]:
+        return self.density.log_prob_and_grad(position)
+
+    def trajectory(self, position, momentum, step_size, num_steps, inv_mass, grad, log_prob) -> Trajectory:
+        return self.density.trajectory(position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
+
+    def nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds) -> NUTSTransition:
+        return self.density.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
 
 
-def _timed(prepare):
-    """The prepare function, its Preparation carrying the seconds it took."""
-    @functools.wraps(prepare)
-    def timed(*args, **kwargs) -> Preparation:
-        start = time.perf_counter()
-        return dataclasses.replace(prepare(*args, **kwargs), seconds=time.perf_counter() - start)
-    return timed
+def on_pytorch(target) -> Density:
+    """The target's density on its own PyTorch code, nothing prepared (tests, and densities made inside a method
+    that are cheap beside the method's own work)."""
+    return Density(target.log_prob, target.log_prob_and_grad, target.dim, target.dtype, target.device)
 
 
-@_timed
-def prepare_sampler(target, position: Tensor, calls: int) -> Preparation:
-    """Before a sampler's run from ``position`` (chains, dim) that would make about ``calls`` PyTorch calls
-    of the density: compile the target's density for the native kernels where it has no hand-written form
-    and the policy says so (``auto``: from COMPILE_FROM calls). A density that cannot be compiled runs on
-    PyTorch, with the reason logged once. The choice depends on counts (and on what this process compiled for
-    the same target object already), never on timing or on the cache, so a seed gives the same draws on
-    every run."""
-    if native_form(target, position) is not None:
-        return Preparation(NATIVE)
-    policy = compile_policy()
-    if policy == "auto" and calls < COMPILE_FROM and target not in _compiled \
-            and _why_not_compiled(target, position, policy) is None:
-        return Preparation(PYTORCH, reason=f"a run of about {calls} density calls does not repay a compile (auto "
-                                           f"compiles from {COMPILE_FROM})")
-    density, prepared = _obtain(target, position, policy)
-    if density is not None:
-        _batch_limit.pop(target, None)
-    return prepared
+def prepare(target, workload: Workload, policy: str = "auto", identity: str | None = None) -> Density:
+    """The target's density as a value on the backend chosen for ``workload`` under ``policy`` (see the module
+    docstring); its ``tags()`` and ``timings()`` say what was done, for the run's record. ``identity``: what
+    defines the target's density (the runner's posterior identity), so its compiled library is found in the disk
+    cache without tracing the density again."""
+    start = time.perf_counter()
+    fast, record = _choose(target, workload, check_policy(policy), identity)
+    record = replace(record, seconds=time.perf_counter() - start)
+    return Density(target.log_prob, target.log_prob_and_grad, target.dim, target.dtype, target.device, fast, record)
 
 
-@_timed
-def prepare_batches(target, batch: Tensor) -> Preparation:
-    """Before an approximation's fit that evaluates log pi and its gradient at batches like ``batch``
-    (points, dim), through :func:`density_and_grad`: its compiled density (``auto``: compiled now where it can be
-    written as plain C, about a second; an AOTInductor library, 8-26 s, which a fit's few thousand calls rarely
-    repay, only from the cache; ``compile=always`` compiles either), used where it is faster than the target's PyTorch code at
-    that batch (timed here, best of TIMING_REPEATS; a vectorized density at a batch of hundreds runs faster in
-    PyTorch than point by point). The choice changes the gradients only by rounding."""
-    if native_form(target, batch) is not None:
-        return Preparation(NATIVE)
-    policy = compile_policy()
-    density, prepared = _obtain(target, batch, policy, quick_only=policy == "auto")
-    if density is None:
-        return prepared
-    if policy == "auto":
-        compiled_s = _best_time(density.log_prob_and_grad, batch)
-        pytorch_s = _best_time(target.log_prob_and_grad, batch)
-        if compiled_s >= pytorch_s:
-            _batch_limit[target] = min(_batch_limit.get(target, batch.shape[0]), batch.shape[0] - 1)
-            return Preparation(PYTORCH, prepared.compile_s, prepared.cached,
-                               f"PyTorch is faster at {batch.shape[0]} points per call ({pytorch_s * 1e6:.0f} "
-                               f"against {compiled_s * 1e6:.0f} us)")
-    _batch_limit[target] = max(_batch_limit.get(target, 0), batch.shape[0])
-    return prepared
+def check_policy(policy: str) -> str:
+    """The compile policy, ``auto``, ``always`` or ``never`` (true/false and 1/0 read as always/never)."""
+    chosen = {"1": "always", "true": "always", "0": "never", "false": "never"}.get(policy.strip().lower(),
+                                                                                   policy.strip().lower())
+    if chosen not in POLICIES:
+        raise BayesxError(f"compile policy '{policy}' (device.compile or $BAYESX_COMPILE) is not one of "
+                          f"{', '.join(POLICIES)}; use one of them")
+    return chosen
 
 
-def _obtain(target, position: Tensor, policy: str, quick_only: bool = False) -> tuple:
-    """(the target's compiled density, how it was had: compiled now, from the cache, or prepared earlier in this
-    process, which counts as cached) or (None, the PyTorch Preparation with why not); a reason worth telling the
-    user is said once on stderr. ``quick_only``: compiled now only as plain C (about a second), by AOTInductor
-    only from the cache (no reason told where it is not there)."""
-    if target in _compiled:
-        return _compiled[target], Preparation(COMPILED, 0.0, True, compiler=_compiled[target].compiler)
-    reason = _why_not_compiled(target, position, policy)
-    if reason is None:
-        try:
-            density = compiler.compiled_density(target.autograd_log_prob(), target.dim, position.dtype,
-                                                identity=_identities.get(target), quick_only=quick_only,
-                                                points=position)  # checked where the chains start too
-        except compiler.NotCompiled as exc:
-            reason = str(exc)
-        else:
-            _compiled[target] = density
-            if not density.cached:
-                _say(f"bayesx: compiled the density for the native kernels ({density.compiler}) in "
-                     f"{density.compile_s:.1f} s (cached: "
-                     f"{density.library_path})")
-            return density, Preparation(COMPILED, density.compile_s, density.cached, compiler=density.compiler)
+def _choose(target, workload: Workload, policy: str, identity: str | None):
+    """(the fast path or None, the Preparation) for this workload: the chain of the module docstring."""
+    points = workload.points
+    form = target.density_form()
+    if form is not None and points.dim() == 2 and native.supports(form, points):
+        return NativeForm(form), Preparation(NATIVE)
+    if not workload.gradients:
+        return None, Preparation(PYTORCH)
+    sampler = workload.calls is not None
+    reason = _why_not_compiled(target, points, policy)
+    if reason is None and sampler and policy == "auto" and workload.calls < COMPILE_FROM:
+        reason = (f"-a run of about {workload.calls} density calls does not repay a compile (auto compiles from "
+                  f"{COMPILE_FROM})")
+    if reason is not None:
+        return None, _not_compiled(reason)
+    quick_only = not sampler and policy == "auto"
+    try:
+        density = compiler.compiled_density(target.autograd_log_prob(), target.dim, points.dtype, identity=identity,
+                                            quick_only=quick_only, points=points)  # checked where the chains start
+    except compiler.NotCompiled as exc:
+        return None, _not_compiled(str(exc))
+    if not density.cached:
+        _say(f"bayesx: compiled the density for the native kernels ({density.compiler}) in {density.compile_s:.1f} s "
+             f"(cached: {density.library_path})")
+    prepared = Preparation(COMPILED, density.compile_s, density.cached, compiler=density.compiler)
+    if sampler or policy != "auto":
+        return Compiled(density), prepared
+    compiled_s = _best_time(density.log_prob_and_grad, points)
+    pytorch_s = _best_time(target.log_prob_and_grad, points)
+    if compiled_s >= pytorch_s:
+        return None, Preparation(PYTORCH, density.compile_s, density.cached,
+                                 f"PyTorch is faster at {points.shape[0]} points per call ({pytorch_s * 1e6:.0f} "
+                                 f"against {compiled_s * 1e6:.0f} us)")
+    return Compiled(density, batch_limit=points.shape[0]), prepared
+
+
+def _not_compiled(reason: str) -> Preparation:
+    """The PyTorch Preparation with why not; a reason worth telling the user (no leading '-') is said on stderr."""
     if not reason.startswith("-"):
         _say(f"bayesx: the density runs on PyTorch, not compiled: {reason}")
-    return None, Preparation(PYTORCH, reason=reason.lstrip("-"))
+    return Preparation(PYTORCH, reason=reason.lstrip("-"))
+
+
+def _why_not_compiled(target, points: Tensor, policy: str) -> str | None:
+    """None where the density may be compiled, else why not (a leading '-': not worth a log line)."""
+    if policy == "never":
+        return "-compile=never"
+    if points.device.type != "cpu" or points.dtype not in compiler.SUFFIX or points.dim() != 2:
+        return "-compiled densities run on the CPU in float64 or float32"
+    if target.autograd_log_prob() is None:
+        return "-its log density is computed outside torch's graph"
+    return None
 
 
 def _best_time(function, batch: Tensor) -> float:
@@ -206,86 +235,6 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _why_not_compiled(target, position: Tensor, policy: str) -> str | None:
-    """None where the density may be compiled, else why not (a leading '-': not worth a log line)."""
-    if policy not in POLICIES:
-        return f"BAYESX_COMPILE={policy} is not one of {', '.join(POLICIES)}"
-    if policy == "never":
-        return "-compile=never"
-    if position.device.type != "cpu" or position.dtype not in compiler.SUFFIX or position.dim() != 2:
-        return "-compiled densities run on the CPU in float64 or float32"
-    if target.autograd_log_prob() is None:
-        return "-its log density is computed outside torch's graph"
-    return None
-
-
-def compiled_for(target, position: Tensor):
-    """The target's compiled density where one was prepared and runs for these chains, else None."""
-    density = _compiled.get(target)
-    if density is None or position.dim() != 2 or position.requires_grad or position.device.type != "cpu" \
-            or position.dtype != density.dtype or position.shape[0] > _batch_limit.get(target, position.shape[0]):
-        return None
-    return density
-
-
 def native_available(dtype: torch.dtype = torch.float64) -> bool:
     """Whether the native backend is on and built for this dtype on this machine (for any form)."""
     return native.available(dtype)
-
-
-def native_form(target, position: Tensor) -> LogisticForm | None:
-    """The target's density form where the native kernels run for these chains (chains, dim), else None."""
-    form = target.density_form()
-    if form is None or position.dim() != 2 or position.requires_grad or not native.supports(form, position):
-        return None
-    return form
-
-
-def name(target, position: Tensor) -> str:
-    """Which backend runs this target's density for these chains (the run's ``kernels`` tag)."""
-    if native_form(target, position) is not None:
-        return NATIVE
-    return COMPILED if compiled_for(target, position) is not None else PYTORCH
-
-
-def density_and_grad(target, position: Tensor) -> tuple[Tensor, Tensor]:
-    """log pi and its gradient at each row of position (points, dim) in one call: by the hand-written native
-    form where the target has one, by its compiled density where one was prepared for batches like this (not
-    under autograd), else by the target's own ``log_prob_and_grad``. What methods call in their loops."""
-    form = native_form(target, position)
-    if form is not None:
-        return native.log_prob_and_grad(form, position)
-    density = compiled_for(target, position)
-    if density is not None:
-        return density.log_prob_and_grad(position)
-    return target.log_prob_and_grad(position)
-
-
-def trajectory(target, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
-               grad: Tensor | None = None, log_prob: Tensor | None = None) -> Trajectory | None:
-    """``num_steps`` leapfrog steps of every chain with velocity M^-1 p (inv_mass dense or diagonal) in one
-    native call, with H = -log pi + p^T M^-1 p / 2 at both ends; None where the native kernels do not run
-    (then bayesx.kernels.integrators runs its PyTorch loop). grad and log_prob: at the start, if known."""
-    form = native_form(target, position)
-    if form is not None:
-        return native.trajectory(form, position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
-    density = compiled_for(target, position)
-    if density is None:
-        return None
-    return density.trajectory(position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
-
-
-def nuts_transition(target, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
-                    inv_mass: Tensor, max_depth: int, gen: torch.Generator) -> NUTSTransition | None:
-    """One NUTS transition of every chain in one native call, each chain's tree on its own (its uniforms from
-    a seed per chain drawn from ``gen``); None where the native kernels do not run (then bayesx.kernels.nuts
-    builds the trees in PyTorch, chains in lock-step)."""
-    form = native_form(target, position)
-    if form is not None:
-        return native.nuts(form, position, momentum, log_prob, grad, step_size, inv_mass, max_depth,
-                           chain_seeds(position.shape[0], gen))
-    density = compiled_for(target, position)
-    if density is None:
-        return None
-    return density.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth,
-                        chain_seeds(position.shape[0], gen))

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 
 from bayesx.kernels import hmc
+from bayesx.kernels.density import Density
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
 from bayesx.kernels.hmc import HMCInfo, HMCState, init  # noqa: F401
 from bayesx.kernels.metric import Metric
@@ -31,6 +32,6 @@ def num_steps(jitter: float, params: CheesParams) -> int:
     return int(min(params.max_steps, max(1, math.ceil(jitter * params.trajectory_length / params.step_size))))
 
 
-def step(state: HMCState, target, params: CheesParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
+def step(state: HMCState, density: Density, params: CheesParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
     jitter = float(torch.rand((), generator=gen, device=gen.device))
-    return hmc.step(state, target, hmc.HMCParams(params.step_size, params.metric, num_steps(jitter, params)), gen)
+    return hmc.step(state, density, hmc.HMCParams(params.step_size, params.metric, num_steps(jitter, params)), gen)

@@ -16,8 +16,9 @@ T = TypeVar("T", bound=NamedTuple)
 
 class Kernel(NamedTuple):
     """A transition kernel in BlackJAX's shape, for kernels built around fixed objects (a trained
-    auto-encoder's latent space): ``init(position, target) -> state``, ``step(state, target, params,
-    gen) -> (state, info)`` and ``log_density(state)``, what the chain tracks of the target. Kernels
+    auto-encoder's latent space): ``init(position, density) -> state``, ``step(state, density, params,
+    gen) -> (state, info)`` and ``log_density(state)``, what the chain tracks of the target; ``density`` is the
+    run's bayesx.kernels.density.Density (pCN-type kernels: the model's GaussianPrior view). Kernels
     with nothing to bind are modules with the same three functions (bayesx.kernels.hmc)."""
 
     init: Callable

@@ -13,7 +13,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.kernels import backend
 from bayesx.kernels.common import (
     DIVERGENCE_THRESHOLD,
     DensityFaults,
@@ -24,6 +23,7 @@ from bayesx.kernels.common import (
     select,
 )
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
+from bayesx.kernels.density import Density
 from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
 from bayesx.kernels.metric import Metric, sample_momentum
 
@@ -49,16 +49,16 @@ class HMCParams(NamedTuple):
     num_steps: int
 
 
-def init(position: Tensor, target) -> HMCState:
-    log_prob, grad = backend.density_and_grad(target, position)
+def init(position: Tensor, density: Density) -> HMCState:
+    log_prob, grad = density.logp_and_grad(position)
     return HMCState(position, log_prob, grad)
 
 
-def propose(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[PhaseState, Tensor, Tensor]:
+def propose(state: HMCState, density: Density, params: HMCParams, gen: torch.Generator) -> tuple[PhaseState, Tensor, Tensor]:
     """Draw p ~ N(0, M) and integrate: the proposal's end state and H at the start and at the end."""
     p0 = sample_momentum(params.metric, state.position.shape, gen)
     start = PhaseState(state.position, p0, state.log_prob, state.grad)
-    return leapfrog_trajectory(start, params.step_size, params.num_steps, params.metric, target)
+    return leapfrog_trajectory(start, params.step_size, params.num_steps, params.metric, density)
 
 
 def accept(state: HMCState, end: PhaseState, h0: Tensor, h1: Tensor, num_steps: int,
@@ -78,6 +78,6 @@ def accept(state: HMCState, end: PhaseState, h0: Tensor, h1: Tensor, num_steps: 
     return new_state, info
 
 
-def step(state: HMCState, target, params: HMCParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
-    end, h0, h1 = propose(state, target, params, gen)
+def step(state: HMCState, density: Density, params: HMCParams, gen: torch.Generator) -> tuple[HMCState, HMCInfo]:
+    end, h0, h1 = propose(state, density, params, gen)
     return accept(state, end, h0, h1, params.num_steps, gen)

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bayesx.kernels import backend
+from bayesx.kernels.density import Density
 from bayesx.kernels.common import (
     Kernel,
     DIVERGENCE_THRESHOLD,
@@ -83,11 +83,6 @@ class LatentSpace:
             self.constant_log_volume = 0.5 * (gram_logdet(self.decoder_gram_q) + gram_logdet(self.decoder_gram_p)
                                               + gram_logdet(self.encoder_gram_q) + gram_logdet(self.encoder_gram_p))
 
-    def kernel_name(self, z: Tensor) -> str:
-        """Which backend runs the latent trajectories (the run's ``kernels`` tag): the restricted density's
-        (bayesx.kernels.backend) for linear maps, PyTorch for nonlinear ones."""
-        return backend.PYTORCH if self.ae.nonlinear else backend.name(self.restricted, z)
-
     # --- maps between the spaces (batched over chains) --------------------------------------------
     def encode_position(self, q: Tensor) -> tuple[Tensor, Tensor]:
         """q_h = phi_q(q) and the first-layer activation E1 x (for the encoder volume)."""
@@ -109,10 +104,11 @@ class LatentSpace:
         return self.ae.decode(z) / self.scale
 
     # --- the latent Hamiltonian -----------------------------------------------------------------------
-    def potential_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        """U_h(z) = -log pi(psi_q(z)) and its gradient J_g^T grad_u (Deep MCMC eq. 2)."""
+    def potential_and_grad(self, z: Tensor, restricted: Density) -> tuple[Tensor, Tensor]:
+        """U_h(z) = -log pi(psi_q(z)) and its gradient J_g^T grad_u (Deep MCMC eq. 2); ``restricted`` is the
+        prepared density of ``self.restricted`` (bayesx.kernels.backend.prepare)."""
         u, jac = self.ae.g_and_jacobian(z)
-        log_prob, grad_u = backend.density_and_grad(self.restricted, u)
+        log_prob, grad_u = restricted.logp_and_grad(u)
         grad = -grad_u if jac is None else -torch.einsum("ch,chd->cd", grad_u, jac)
         return -log_prob, grad
 
@@ -168,13 +164,15 @@ class LatentParams(NamedTuple):
     energy_at_start: str = "reconstructed"
 
 
-def init(position: Tensor, target) -> LatentState:
-    return LatentState(position, target.log_prob(position))
+def init(space: LatentSpace, position: Tensor, restricted: Density) -> LatentState:
+    """The state at points q (chains, D) of the target's own space, with log pi(q) there."""
+    return LatentState(position, space.target.log_prob(position))
 
 
 def make_kernel(space: LatentSpace) -> Kernel:
-    """The kernel on one trained auto-encoder's latent space (the space is built once, then fixed)."""
-    return Kernel(init, partial(step, space), log_density)
+    """The kernel on one trained auto-encoder's latent space (the space is built once, then fixed); its ``density``
+    argument is the prepared density of ``space.restricted``, the target on the decoder's affine image."""
+    return Kernel(partial(init, space), partial(step, space), log_density)
 
 
 class LatentTrajectory(NamedTuple):
@@ -186,41 +184,41 @@ class LatentTrajectory(NamedTuple):
     end_energy: Tensor  # (chains,) H_h at the end = H(psi_q(z), psi_p(p)) in the original space
 
 
-def latent_leapfrog(space: LatentSpace, z: Tensor, p: Tensor, step_size: float, num_steps: int,
+def latent_leapfrog(space: LatentSpace, restricted: Density, z: Tensor, p: Tensor, step_size: float, num_steps: int,
                     potential: Tensor | None = None, grad_u: Tensor | None = None) -> LatentTrajectory:
     """num_steps leapfrog steps on U_h + K_h from (z, p); the position update uses grad K_h (Deep MCMC
     Alg. 1). U_h(z) and its gradient are evaluated first unless given (both or neither).
 
-    For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so where the native backend runs the
-    restricted density (bayesx.kernels.backend: logistic regression on the CPU) the trajectory, with the
+    For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so where the restricted density was
+    prepared on a native backend (``restricted.trajectory``: logistic regression on the CPU) the trajectory, with the
     energies at both ends, is one native call with M^-1 = W^T W."""
-    if not space.ae.nonlinear:
+    if not space.ae.nonlinear and restricted.trajectory is not None:
         known = grad_u is not None
-        end = backend.trajectory(space.restricted, z, p, step_size, num_steps, space.kinetic_gram,
-                                 -grad_u if known else None, -potential if known else None)
+        end = restricted.trajectory(z, p, step_size, num_steps, space.kinetic_gram,
+                                    -grad_u if known else None, -potential if known else None)
         if end is not None:
             return LatentTrajectory(end.position, end.momentum, -end.log_prob, -end.grad, end.start_energy,
                                     end.end_energy)
     if grad_u is None:
-        potential, grad_u = space.potential_and_grad(z)
+        potential, grad_u = space.potential_and_grad(z, restricted)
     start_energy = potential + space.kinetic(p)
     p = p.add(grad_u, alpha=-0.5 * step_size)
     for _ in range(num_steps - 1):
         z = space.drift(z, p, step_size)
         p = p.add(space.potential_grad(z), alpha=-step_size)
     z = space.drift(z, p, step_size)
-    potential, grad_u = space.potential_and_grad(z)
+    potential, grad_u = space.potential_and_grad(z, restricted)
     p = p.add(grad_u, alpha=-0.5 * step_size)
     return LatentTrajectory(z, p, potential, grad_u, start_energy, potential + space.kinetic(p))
 
 
-def step(space: LatentSpace, state: LatentState, target, params: LatentParams,
+def step(space: LatentSpace, state: LatentState, restricted: Density, params: LatentParams,
          gen: torch.Generator) -> tuple[LatentState, LatentInfo]:
     n_chains = state.position.shape[0]
     noise = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)
     z0, v_q = space.encode_position(state.position)
     p0, v_p = space.encode_noise(noise)  # the momentum p_v = noise / s ~ N(0, M), M^-1 = diag(s^2)
-    end = latent_leapfrog(space, z0, p0, params.step_size, params.num_steps)
+    end = latent_leapfrog(space, restricted, z0, p0, params.step_size, params.num_steps)
     if params.energy_at_start == "original":
         h0 = -state.log_prob + 0.5 * (noise * noise).sum(-1)
     else:

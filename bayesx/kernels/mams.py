@@ -37,8 +37,8 @@ One transition of every chain, in lock-step:
    W > 1000 (or not finite) marks a divergent transition, as for HMC.
 
 Pure functions of batched tensors (chains, dim), in BlackJAX's shape: ``init``, ``step``, ``log_density``.
-Gradients come from bayesx.kernels.backend.density_and_grad (native, compiled or PyTorch), the call the HMC
-kernels use.
+Gradients come from the Density's ``logp_and_grad`` (native, compiled or PyTorch: bayesx.kernels.density), as for
+the HMC kernels.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.kernels import backend
+from bayesx.kernels.density import Density
 from bayesx.kernels.common import (
     DIVERGENCE_THRESHOLD,
     DensityFaults,
@@ -139,7 +139,7 @@ class Trajectory(NamedTuple):
 
 
 def integrate(state: MAMSState, u: Tensor, step_size: float, num_steps: int, metric: Metric, integrator: str,
-              target) -> Trajectory:
+              density: Density) -> Trajectory:
     """``num_steps`` steps of the isokinetic integrator from (state, u): the end point, its velocity and the
     total kinetic change; grads_per_step(integrator) * num_steps gradient evaluations."""
     stages, final = INTEGRATORS[integrator], FINAL[integrator]
@@ -151,7 +151,7 @@ def integrate(state: MAMSState, u: Tensor, step_size: float, num_steps: int, met
             u, dk = velocity_update(u, whitened_gradient(metric, grad), b * step_size)
             kinetic = kinetic + dk
             x = x + a * step_size * displacement(metric, u)
-            log_prob, grad = backend.density_and_grad(target, x)
+            log_prob, grad = density.logp_and_grad(x)
             faults = add_faults(faults, x, log_prob, grad)
         u, dk = velocity_update(u, whitened_gradient(metric, grad), final * step_size)
         kinetic = kinetic + dk
@@ -178,12 +178,12 @@ def energy_change(start: MAMSState, end: Trajectory) -> Tensor:
     return energy_error(end.kinetic_change - end.log_prob, -start.log_prob)
 
 
-def propose(state: MAMSState, target, params: MAMSParams, gen: torch.Generator) -> tuple[Trajectory, int]:
+def propose(state: MAMSState, density: Density, params: MAMSParams, gen: torch.Generator) -> tuple[Trajectory, int]:
     """A fresh unit velocity and one jittered trajectory: the proposal and its number of steps."""
     jitter = float(torch.rand((), generator=gen, device=gen.device))
     n = num_steps(jitter, params)
     u = unit_velocity(state.position.shape, state.position.dtype, state.position.device, gen)
-    return integrate(state, u, params.step_size, n, params.metric, params.integrator, target), n
+    return integrate(state, u, params.step_size, n, params.metric, params.integrator, density), n
 
 
 def accept(state: MAMSState, end: Trajectory, n: int, params: MAMSParams,
@@ -205,6 +205,6 @@ def accept(state: MAMSState, end: Trajectory, n: int, params: MAMSParams,
     return new_state, info
 
 
-def step(state: MAMSState, target, params: MAMSParams, gen: torch.Generator) -> tuple[MAMSState, MAMSInfo]:
-    end, n = propose(state, target, params, gen)
+def step(state: MAMSState, density: Density, params: MAMSParams, gen: torch.Generator) -> tuple[MAMSState, MAMSInfo]:
+    end, n = propose(state, density, params, gen)
     return accept(state, end, n, params, gen)

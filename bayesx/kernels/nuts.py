@@ -16,8 +16,8 @@ with a U-turn or a divergence inside is discarded, and the transition ends.
 
 Chains are a batch dimension: every chain builds its own tree, and chains that have stopped are
 masked while the others continue, so a transition costs as many gradient evaluations as the
-deepest tree among the chains (``n_grad_evals`` reports each chain's own count). Where the native
-backend runs the target's density (bayesx.kernels.backend: a density in logistic form on the CPU), the
+deepest tree among the chains (``n_grad_evals`` reports each chain's own count). Where the density was
+prepared on a native backend (bayesx.kernels.backend.prepare: its ``nuts_transition``), the
 same algorithm runs per chain in C instead, every chain's tree on its own thread slot, none waiting
 for another; its uniforms come from its own generator seeded from ``gen``, so its draws agree with
 this module's in distribution, not draw for draw.
@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.kernels import backend
+from bayesx.kernels.density import Density
 from bayesx.kernels.common import (
     DIVERGENCE_THRESHOLD,
     DensityFaults,
@@ -94,7 +94,7 @@ def _build_subtree(
     h0: Tensor,
     building: Tensor,
     metric: Metric,
-    target,
+    density: Density,
     gen: torch.Generator,
     faults: DensityFaults,
 ) -> _Subtree:
@@ -121,7 +121,7 @@ def _build_subtree(
         if n_running == 0:
             break
         masked = n_running < n_chains
-        new_phase = leapfrog(phase, signed_step, metric, target)
+        new_phase = leapfrog(phase, signed_step, metric, density)
         phase = select(running, new_phase, phase) if masked else new_phase
         if not bool(torch.isfinite(phase.log_prob).all() and torch.isfinite(phase.grad).all()):  # rare: the
             faults = add_faults(faults, phase.position, phase.log_prob, phase.grad,  # bookkeeping only then
@@ -172,13 +172,13 @@ def _build_subtree(
     return _Subtree(phase, edge_velocity, rho, log_weight, draw, valid, accept_sum, n_leaves, divergent, faults)
 
 
-def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> tuple[HMCState, NUTSInfo]:
+def step(state: HMCState, density: Density, params: NUTSParams, gen: torch.Generator) -> tuple[HMCState, NUTSInfo]:
     metric = params.metric
     q = state.position
     n_chains = q.shape[0]
     p0 = sample_momentum(metric, q.shape, gen)
-    native = backend.nuts_transition(target, q, p0, state.log_prob, state.grad, params.step_size, metric.inv_mass,
-                                     params.max_tree_depth, gen)
+    native = None if density.nuts_transition is None else density.nuts_transition(
+        q, p0, state.log_prob, state.grad, params.step_size, metric.inv_mass, params.max_tree_depth, gen)
     if native is not None:
         return HMCState(native.position, native.log_prob, native.grad), NUTSInfo(
             native.accept_prob, native.moved, native.energy, native.divergent, native.n_leaves, native.depth,
@@ -206,7 +206,7 @@ def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> t
         forward = uniform(n_chains, h0, gen) < 0.5
         signed_step = (torch.where(forward, 1.0, -1.0).to(h0.dtype) * params.step_size).unsqueeze(-1)
         start = select(forward, right, left)
-        sub = _build_subtree(start, signed_step, 2**d, h0, active, metric, target, gen, faults)
+        sub = _build_subtree(start, signed_step, 2**d, h0, active, metric, density, gen, faults)
         faults = sub.faults
 
         grow_right, grow_left = active & forward, active & ~forward

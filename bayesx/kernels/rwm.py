@@ -15,6 +15,7 @@ from torch import Tensor
 
 from bayesx.kernels.common import metropolis_accept, where_rows
 from bayesx.kernels.common import log_density  # noqa: F401  (the state carries log_prob)
+from bayesx.kernels.density import Density
 from bayesx.kernels.metric import Metric, scale_noise
 
 
@@ -35,15 +36,15 @@ class RWMParams(NamedTuple):
     metric: Metric
 
 
-def init(position: Tensor, target) -> RWMState:
-    return RWMState(position, target.log_prob(position))
+def init(position: Tensor, density: Density) -> RWMState:
+    return RWMState(position, density.logp(position))
 
 
-def step(state: RWMState, target, params: RWMParams, gen: torch.Generator) -> tuple[RWMState, RWMInfo]:
+def step(state: RWMState, density: Density, params: RWMParams, gen: torch.Generator) -> tuple[RWMState, RWMInfo]:
     n_chains = state.position.shape[0]
     z = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)
     proposal = state.position + params.step_size * scale_noise(params.metric, z)
-    log_prob = target.log_prob(proposal)
+    log_prob = density.logp(proposal)
     failed = torch.isnan(log_prob)
     accept_prob, accepted = metropolis_accept(log_prob - state.log_prob, gen)
     new_state = RWMState(

@@ -27,7 +27,7 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -38,6 +38,9 @@ from bayesx.errors import BayesxError
 from bayesx.result import Result
 from bayesx.settings import Settings, configure
 from bayesx.targets.base import Evaluation
+
+if TYPE_CHECKING:
+    from bayesx.kernels.density import Density
 
 FAMILIES: dict[str, str] = {"sampler": "bayesx.methods.mcmc.family:Sampler",  # where each family's class lives
                             "approximation": "bayesx.methods.vi.family:Approximation",  # (imported on demand:
@@ -54,6 +57,9 @@ class RunInputs:
     artifact_dir: Path | None = None  # a folder for the method's files
     checkpoint: RunCheckpoint | None = None  # where a sampler saves its draws as it goes (None: only at the end)
     resume: Resume | None = None  # a killed run's checkpoint to continue from (methods that are ``resumable``)
+    compile: str = "auto"  # the compile policy for the density (device.compile; bayesx.kernels.backend.prepare)
+    density_identity: str | None = None  # what defines the target's density (the runner's posterior identity)
+    density: Density | None = None  # the density the family prepared once for its method (bayesx.kernels.backend)
 
 
 class Method(ABC):

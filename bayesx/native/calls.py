@@ -1,6 +1,6 @@
 """The Python side of the native kernels' calls, whatever the density (the logistic form,
 :mod:`bayesx.native.logistic`; a compiled density, :mod:`bayesx.native.compiled`): the arguments every
-density's NUTS transition (nuts.h: each chain's tree on its own thread slot, or two chains' trees in
+density's evaluation of log pi and its gradient (:func:`evaluate`), NUTS transition (nuts.h: each chain's tree on its own thread slot, or two chains' trees in
 lock-step where the density evaluates two gradients in one pass) and leapfrog trajectory (leapfrog.h)
 share, and what the calls return."""
 
@@ -40,6 +40,16 @@ def info_rows(k: int) -> int:
 def ptr(t: Tensor | None) -> int | None:
     """The address a C function receives for a tensor (NULL for None); the caller keeps the tensor alive."""
     return None if t is None else t.data_ptr()
+
+
+def evaluate(run: Callable, position: Tensor) -> tuple[Tensor, Tensor]:
+    """Call ``run`` (a density's evaluation with its leading, density-specific arguments bound, and any scratch
+    after) with the arguments every density shares: the points (n, k), the gradient's and log pi's output rows;
+    returns (log pi (n,), grad (n, k)). The points are not modified."""
+    u = position.detach().contiguous()
+    grad, log_prob = torch.empty_like(u), torch.empty(u.shape[0], dtype=u.dtype)
+    run(ptr(u), ptr(grad), ptr(log_prob))
+    return log_prob, grad
 
 
 def transition(run: Callable, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,

@@ -59,7 +59,7 @@ from torch import Tensor
 from bayesx.errors import DensityError
 from bayesx.native.build import _compiler, _cpu_signature, build, cache_dir, enabled, load
 from bayesx.native.logistic import kernel_threads
-from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
+from bayesx.native.calls import NUTSTransition, Trajectory, evaluate, leapfrog, ptr, transition
 from bayesx.native import codegen, unrolled_linalg
 from bayesx.native.entry_points import bind
 
@@ -166,12 +166,10 @@ class CompiledDensity:
         return lp, grad
 
     def _evaluate(self, position: Tensor) -> tuple[Tensor, Tensor]:
-        u = position.detach().to(self.dtype).contiguous()
-        grad = torch.empty_like(u)
-        lp = torch.empty(u.shape[0], dtype=self.dtype)
-        self.functions["compiled_density"](self.threads(u.shape[0]), u.shape[0], self.dim, self.model, self.kind,
-                                           u.data_ptr(), grad.data_ptr(), lp.data_ptr())
-        return lp, grad
+        chains = position.shape[0]
+        return evaluate(lambda *tail: self.functions["compiled_density"](self.threads(chains), chains, self.dim,
+                                                                         self.model, self.kind, *tail),
+                        position.to(self.dtype))
 
     def fault(self) -> str | None:
         """Why the compiled code failed (one line, with the point) since the fault was last cleared, else None;

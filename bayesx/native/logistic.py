@@ -30,7 +30,7 @@ from torch import Tensor
 from bayesx.launchers import usable_cores
 from bayesx.native.build import enabled, load
 from bayesx.native.entry_points import bind
-from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
+from bayesx.native.calls import NUTSTransition, Trajectory, evaluate, leapfrog, ptr, transition
 
 if TYPE_CHECKING:
     from bayesx.targets.forms import LogisticForm
@@ -119,14 +119,11 @@ def log_prob_and_grad(form: LogisticForm, position: Tensor) -> tuple[Tensor, Ten
     """log pi and grad log pi at each row of position (chains, k), in one native call. The caller
     has checked :func:`supports`."""
     library = kernels(position.dtype)
-    u = position.detach().contiguous()
-    chains, k = u.shape
-    grad, log_prob = torch.empty_like(u), torch.empty(chains, dtype=u.dtype)
-    threads = kernel_threads(u.dtype, chains)
-    work = _work(library, form, u, threads)  # held here: a pointer does not keep its tensor alive
-    library.density(threads, chains, form.rows, k, *_form_args(form), ptr(u), ptr(grad), ptr(log_prob),
-                    ptr(work))
-    return log_prob, grad
+    chains, k = position.shape
+    threads = kernel_threads(position.dtype, chains)
+    work = _work(library, form, position, threads)  # held here: a pointer does not keep its tensor alive
+    return evaluate(lambda *tail: library.density(threads, chains, form.rows, k, *_form_args(form), *tail, ptr(work)),
+                    position)
 
 
 def trajectory(form: LogisticForm, position: Tensor, momentum: Tensor, step_size, num_steps: int,

@@ -17,6 +17,7 @@ import torch
 
 from bayesx.adaptation.window import bracket_step_size
 from bayesx.diagnostics import plots
+from bayesx.kernels import backend
 from bayesx.kernels import latent_hmc as latent
 from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
 from bayesx.methods.mcmc.hmc import HMC, HMCSettings
@@ -36,17 +37,14 @@ class LatentSampler(MCMCMethod):
         self.space, self.kernel_params = space, kernel_params
         self.kernel = latent.make_kernel(space)
 
-    def kernel_name(self, target, position: torch.Tensor) -> str:
-        z = torch.zeros(position.shape[0], self.space.latent_dim, dtype=position.dtype, device=position.device)
-        return self.space.kernel_name(z)
-
     def backend_target(self, target):
-        """The target restricted to the decoder's affine image, which the latent trajectories evaluate; none for
-        a nonlinear decoder, whose Jacobians PyTorch computes."""
-        return None if self.space.ae.nonlinear else self.space.restricted
+        """The target restricted to the decoder's affine image, which the latent trajectories evaluate."""
+        return self.space.restricted
 
     def density_calls_per_transition(self) -> int:
-        return self.kernel_params.num_steps
+        """A linear decoder's trajectories run on the restricted density's native path; a nonlinear one's on
+        PyTorch (its Jacobians), so there is nothing to compile for (0 calls: ``compile=auto`` does not)."""
+        return 0 if self.space.ae.nonlinear else self.kernel_params.num_steps
 
     def make_params(self, step_size, metric=None):
         return self.kernel_params._replace(step_size=step_size)
@@ -116,10 +114,12 @@ def trajectory_figure(space: latent.LatentSpace, presamples: torch.Tensor, step_
         z, _ = space.encode_position(q)
         noise = torch.randn(q.shape, generator=gen, dtype=q.dtype, device=q.device)
         p, _ = space.encode_noise(noise)
-        potential, grad = space.potential_and_grad(z)
+        restricted = backend.on_pytorch(space.restricted)
+        potential, grad = space.potential_and_grad(z, restricted)
         points = [z]
         for _ in range(num_steps):
-            z, p, potential, grad, _, _ = latent.latent_leapfrog(space, z, p, step_size, 1, potential, grad)
+            z, p, potential, grad, _, _ = latent.latent_leapfrog(space, restricted, z, p, step_size, 1, potential,
+                                                                 grad)
             points.append(z)
         path_latent = torch.cat(points)
         latent_pre, _ = space.encode_position(presamples)

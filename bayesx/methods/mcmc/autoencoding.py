@@ -133,7 +133,9 @@ class AutoEncodingMethod(Sampler):
         out = Draws()
         stage = "presample"
         try:
-            pre = self.presampler(n_chains).sample(target, RunInputs(initial_position, gen, progress))
+            pre = self.presampler(n_chains).sample(target, RunInputs(initial_position, gen, progress,
+                                                                     compile=inputs.compile,
+                                                                     density_identity=inputs.density_identity))
             start_time = sum(pre.timings.get(k, 0.0) for k in ("laplace_time_s", "pathfinder_time_s"))
             out.timings["presample_warmup_time_s"] = start_time + pre.timings["warmup_time_s"]
             out.timings["presample_time_s"] = out.timings["presample_warmup_time_s"] + pre.timings["sampling_time_s"]
@@ -150,7 +152,8 @@ class AutoEncodingMethod(Sampler):
             self._record_training(out, report, choice)
 
             stage = "sampling"
-            sampled = self.latent_sampler(space, target).sample(target, RunInputs(draws[:, -1], gen, progress))
+            sampled = self.latent_sampler(space, target).sample(target, RunInputs(draws[:, -1], gen, progress,
+                                                                                  compile=inputs.compile))
         except (KeyboardInterrupt, RunInterrupted):
             out.interrupted = True
             out.tags["stopped_during"] = stage

@@ -28,6 +28,7 @@ from bayesx.adaptation.window import (
 from bayesx.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import BayesxError, DensityError, RunInterrupted
 from bayesx.kernels import backend
+from bayesx.kernels.density import Density
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
@@ -159,32 +160,35 @@ class MCMCMethod(Sampler):
                                 cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, self.mass_form(target.dim),
                                 cfg.mass_rank)
 
-    def kernel_name(self, target, position: torch.Tensor) -> str:
-        """Which backend runs the density this kernel moves on (the ``kernels`` tag; bayesx.kernels.backend)."""
-        return backend.name(target, position)
-
     def backend_target(self, target):
-        """The density this method's kernel evaluates through bayesx.kernels.backend, for the compile
-        decision: the target, or None where the kernel computes no gradient (a random walk evaluates log pi
-        alone, in large batches, which PyTorch serves)."""
-        return target if self.uses_gradients else None
+        """The density this method's kernel evaluates, which :meth:`prepare_density` prepares: the target (a latent
+        sampler: the target on the decoder's affine image)."""
+        return target
+
+    def kernel_density(self, target, density: Density):
+        """What the kernel's ``init`` and ``step`` take as their density: the prepared Density (pCN-type kernels:
+        the model's Gaussian-prior view, whose prior they move in)."""
+        return density
 
     def density_calls_per_transition(self) -> int:
         """PyTorch calls of the density's gradient in one transition of all chains (they move in lock-step):
         NUTS's trees of 8 leaves, its shallowest usual depth; static-trajectory methods say their steps."""
         return 8
 
-    def prepare_backend(self, target, position: torch.Tensor, out: Draws) -> None:
-        """Let the kernels' backend compile the density for this run's length (bayesx.kernels.backend);
-        the compile's time and whether it came from the cache go into the run's record."""
+    def prepare_density(self, target, inputs: RunInputs, out: Draws) -> Density:
+        """The family's one preparation of the density (bayesx.kernels.backend.prepare) for this run's length, under
+        the run's compile policy; its backend (the ``kernels`` tag), the compile's time and whether it came from
+        the cache go into the run's record."""
         cfg = self.settings
-        density = self.backend_target(target)
-        if density is None:
-            return
+        evaluated = self.backend_target(target)
+        chains = inputs.initial
+        points = chains if chains.shape[-1] == evaluated.dim else chains.new_zeros(chains.shape[0], evaluated.dim)
         calls = (cfg.num_warmup + cfg.num_draws * cfg.thin) * self.density_calls_per_transition()
-        prepared = backend.prepare_sampler(density, position, calls)
-        out.tags.update(prepared.tags())
-        out.timings.update(prepared.timings())
+        density = backend.prepare(evaluated, backend.Workload(points, calls, self.uses_gradients), inputs.compile,
+                                  inputs.density_identity if evaluated is target else None)
+        out.tags.update(density.tags(), kernels=density.name)
+        out.timings.update(density.timings())
+        return density
 
     # --- the driver ------------------------------------------------------------------------------
     def sample(self, target, inputs: RunInputs) -> Draws:
@@ -195,20 +199,21 @@ class MCMCMethod(Sampler):
         cfg = self.settings
         n_chains, dim = initial_position.shape
         out = Draws()
-        self.prepare_backend(target, initial_position, out)
+        density = self.prepare_density(target, inputs, out)
+        moves_on = self.kernel_density(target, density)
         mass = self.mass_form(dim)
         if cfg.mass == "auto":
             out.tags["mass"] = mass
         if inputs.resume is not None:
-            return self._sample(target, gen, progress, checkpoint, inputs.resume, out=out)
+            return self._sample(moves_on, gen, progress, checkpoint, inputs.resume, out=out)
         dense = mass in DENSE_FORMS
-        out.tags["kernels"] = self.kernel_name(target, initial_position)
         start = time.perf_counter()
         metric = identity_metric(dim, dense, initial_position.dtype, initial_position.device)
         if cfg.init != "prior":
-            start_from = laplace_start if cfg.init == "laplace" else pathfinder_start
             try:
-                initial_position, inv_mass = start_from(target, initial_position, gen, mass)
+                initial_position, inv_mass = (laplace_start(target, density, initial_position, gen, mass)
+                                              if cfg.init == "laplace" else
+                                              pathfinder_start(density, initial_position, gen, mass))
                 metric = make_metric(inv_mass)
             except (KeyboardInterrupt, RunInterrupted):  # stopped while finding the mode: part of warm-up
                 out.interrupted = True
@@ -219,7 +224,7 @@ class MCMCMethod(Sampler):
                 out.warnings.append(f"{exc}; the chains started from the initial points instead (method.init=prior)")
                 out.tags["init"] = "prior (no mode)"
             out.timings[f"{cfg.init}_time_s"] = time.perf_counter() - start
-        state = self.kernel.init(initial_position, target)
+        state = self.kernel.init(initial_position, moves_on)
         if not bool(torch.isfinite(self.kernel.log_density(state)).all()):
             if cfg.init != "prior":  # the points came from the mode search's Gaussian, not from the model
                 raise BayesxError(f"the log density is not finite at the chains' starting points drawn around the "
@@ -227,7 +232,7 @@ class MCMCMethod(Sampler):
                                   f"missing Jacobian term?); use method.init=prior or check the density")
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller "
                               "model.init_scale")
-        adaptation = self.make_adaptation(target, gen)
+        adaptation = self.make_adaptation(moves_on, gen)
         warm = WarmupProgress(state, float(cfg.step_size or "nan"), metric)  # nan: not searched yet
         bar = ChainProgress(cfg.num_warmup + cfg.num_draws * cfg.thin, self.name, progress)
         faults = FaultWatch()
@@ -238,8 +243,8 @@ class MCMCMethod(Sampler):
 
         try:
             if cfg.step_size is None:
-                warm.step_size = self.checked_step_size_search(state, target, metric, gen, 1.0)
-            adaptation.run(warm, target, gen, on_step=on_step)
+                warm.step_size = self.checked_step_size_search(state, moves_on, metric, gen, 1.0)
+            adaptation.run(warm, moves_on, gen, on_step=on_step)
         except (KeyboardInterrupt, RunInterrupted, DensityError) as exc:
             bar.close()
             if isinstance(exc, DensityError):  # the run ends FAILED with this line and what warm-up learned
@@ -258,28 +263,28 @@ class MCMCMethod(Sampler):
                   **{k: v for k, v in out.timings.items() if k.endswith("_time_s")}}
         start_state = {"position": warm.state.position, "step_size": warm.step_size,
                        "inv_mass": warm.metric.inv_mass, "iteration": 0, "warmup": warmup}
-        return self._sample(target, gen, progress, checkpoint, Resume(np.zeros((n_chains, 0, dim)), {}, start_state),
+        return self._sample(moves_on, gen, progress, checkpoint, Resume(np.zeros((n_chains, 0, dim)), {}, start_state),
                             bar, out, warm.state)
 
-    def _sample(self, target, gen: torch.Generator, progress, checkpoint: RunCheckpoint | None, start: Resume,
+    def _sample(self, density, gen: torch.Generator, progress, checkpoint: RunCheckpoint | None, start: Resume,
                 bar: ChainProgress | None = None, out: Draws | None = None, state=None) -> Draws:
         """The sampling stage from ``start``: after warm-up (no draws yet; ``state`` is the warm-up's last
         kernel state), or a killed run's checkpoint (its draws, statistics and state, including the
         generator's; the kernel state is rebuilt from the positions). The chains draw ``num_draws`` each and
         then as bayesx.methods.mcmc.run_length's rules ask: a divergence probe first where
-        ``raise_target_accept`` is set, more draws while R-hat or the ESS fall short where ``max_draws`` is."""
+        ``raise_target_accept`` is set, more draws while R-hat or the ESS fall short where ``max_draws`` is.
+        ``density``: what the kernel moves on (:meth:`kernel_density`)."""
         cfg = self.settings
         out = out or Draws()
         saved = start.state
-        position = torch.as_tensor(saved["position"]).to(target.device, target.dtype)
-        out.tags.setdefault("kernels", self.kernel_name(target, position))
+        position = torch.as_tensor(saved["position"]).to(density.device, density.dtype)
         step_size, metric = float(saved["step_size"]), make_metric(torch.as_tensor(saved["inv_mass"]).to(
-            target.device, target.dtype))
+            density.device, density.dtype))
         if "gen_state" in saved:  # resumed: the same random stream as the run that was killed
             gen.set_state(saved["gen_state"])
             out.tags["resumed_at_draw"] = str(start.draws.shape[1])
         warmup = dict(saved["warmup"])  # grows by what dropped probes and re-tuning cost
-        state = state if state is not None else self.kernel.init(position, target)
+        state = state if state is not None else self.kernel.init(position, density)
         length = RunLength.from_settings(cfg)
         planned = int(saved.get("planned_draws", cfg.num_draws))  # draws per chain, as the rules extend it
         target_accept = float(saved.get("target_accept", cfg.target_accept))
@@ -302,7 +307,7 @@ class MCMCMethod(Sampler):
             while True:
                 end = (length.probe_draws() if probing else planned) * cfg.thin
                 while it < end:
-                    state, info = self.kernel.step(state, target, params, gen)
+                    state, info = self.kernel.step(state, density, params, gen)
                     faults.observe(info, sampling=True, kept=it % cfg.thin == 0)
                     if it % cfg.thin == 0:
                         kept.append(state.position.detach().to("cpu"))
@@ -333,7 +338,7 @@ class MCMCMethod(Sampler):
                         # dual averaging alone at the raised target, the metric kept: a warm-up without windows
                         retune = WindowAdaptation(self.kernel.step, self.make_params, None,
                                                   WarmupSchedule(RETUNE_ITERATIONS, ()), raised)
-                        tuned = retune.run(WarmupProgress(state, step_size, metric), target, gen, on_step=bar.tick)
+                        tuned = retune.run(WarmupProgress(state, step_size, metric), density, gen, on_step=bar.tick)
                         bar.stage("sampling")
                         state, step_size = tuned.state, tuned.step_size
                         warmup["n_grad_evals_warmup"] += dropped + tuned.grad_evals

@@ -27,7 +27,7 @@ import torch
 
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit, Particles
-from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
+from bayesx.methods.vi.tempering import TemperedSettings, log_ratio, start_path, tempered
 from bayesx.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Positive
 
@@ -53,7 +53,7 @@ class AIS(Approximation):
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
         cfg, gen, out = self.settings, inputs.gen, Fit()
-        base, z, mover = start_path(target, cfg, cfg.n_samples, inputs.initial, gen)
+        base, z, mover = start_path(target, inputs.density, cfg, cfg.n_samples, inputs.initial, gen)
         log_w = torch.zeros(cfg.n_samples, dtype=target.dtype, device=target.device)
         betas = torch.linspace(0.0, 1.0, cfg.n_temps + 1).tolist()
         bar = progress_bar(cfg.n_temps, "ais temperatures", inputs.progress, "temp")
@@ -62,7 +62,7 @@ class AIS(Approximation):
             for t in range(1, cfg.n_temps + 1):
                 with torch.no_grad():
                     log_w += (betas[t] - betas[t - 1]) * log_ratio(target, base, z)
-                z, accept = mover.move(z, Tempered(target, base, betas[t]), gen)
+                z, accept = mover.move(z, tempered(inputs.density, base, betas[t]), gen)
                 accept_trace.append((t, accept))
                 bar.update(1)
                 if t % 10 == 0:

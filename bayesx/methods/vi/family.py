@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Protocol, final
 
 import torch
@@ -90,11 +90,12 @@ class Approximation(Method):
 
     @abstractmethod
     def approximate(self, target, inputs: RunInputs) -> Fit:
-        """Fit q (or make particles) from ``inputs.initial``."""
+        """Fit q (or make particles) from ``inputs.initial``, evaluating log pi and its gradient through
+        ``inputs.density`` (prepared once by :meth:`infer`: bayesx.kernels.backend.prepare)."""
 
     def gradient_batch(self, inputs: RunInputs) -> int:
-        """Points per call at which this fit evaluates log pi and its gradient through bayesx.kernels.backend
-        (``density_and_grad``), for the backend's choice of a compiled density; 0: it makes no such calls."""
+        """Points per call at which this fit evaluates log pi and its gradient through ``inputs.density``, for the
+        backend's choice of a compiled density; 0: it makes no such calls."""
         return 0
 
     def memory_needs(self, target, n_chains: int) -> list[memory.Need]:
@@ -107,7 +108,7 @@ class Approximation(Method):
     @final
     def infer(self, target, inputs: RunInputs) -> Result:
         self.check(target, 1)  # the runner checked already; a Python caller meets the same one-line errors
-        backend_record = self._prepare_backend(target, inputs)
+        inputs, backend_record = self._prepare_density(target, inputs)
         start = time.perf_counter()
         try:
             fit = self.approximate(target, inputs)
@@ -137,17 +138,19 @@ class Approximation(Method):
         result.tags.setdefault("stopped_during", "completed")
         return result
 
-    def _prepare_backend(self, target, inputs: RunInputs) -> Result:
-        """The backend's choice for this fit's batches (bayesx.kernels.backend.prepare_batches), as the tags
-        ``kernels`` and ``compiled_density`` and the timing ``compile_time_s`` of an empty Result."""
+    def _prepare_density(self, target, inputs: RunInputs) -> tuple[RunInputs, Result]:
+        """The family's one preparation of the density (bayesx.kernels.backend.prepare) for this fit's batches, under
+        the run's compile policy: the inputs carrying it, and an empty Result with what it did (the tags
+        ``kernels`` and ``compiled_density``, the timing ``compile_time_s``) for a fit that evaluates gradients."""
         record = Result()
         batch = self.gradient_batch(inputs)
-        if batch < 1:
-            return record
-        prepared = backend.prepare_batches(target, inputs.initial[:1].expand(batch, -1).contiguous())
-        record.tags.update(prepared.tags(), kernels=prepared.kernels)
-        record.timings.update(prepared.timings())
-        return record
+        points = inputs.initial[:1].expand(max(batch, 1), -1).contiguous()
+        density = backend.prepare(target, backend.Workload(points, None, gradients=batch >= 1), inputs.compile,
+                                  inputs.density_identity)
+        if batch >= 1:
+            record.tags.update(density.tags(), kernels=density.name)
+            record.timings.update(density.timings())
+        return replace(inputs, density=density), record
 
     def _weigh_particles(self, particles: Particles, gen: torch.Generator, result: Result) -> None:
         n = particles.draws.shape[0]

@@ -47,7 +47,6 @@ from typing import Annotated, Literal
 import torch
 
 from bayesx.distributions import LOG_2PI, GaussianQ
-from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.frame import FrameChoice, fit_frame
@@ -141,7 +140,7 @@ class FlowVI(Approximation):
         with interruptible(out, bar, lambda: f"fit (iteration {iteration})"):
             for iteration in range(1, cfg.iterations + 1):
                 z, log_q = push(*flow.base.sample_and_log_prob(cfg.batch_size, gen))
-                log_p, grad = backend.density_and_grad(target, z.detach())
+                log_p, grad = inputs.density.logp_and_grad(z.detach())
                 elbo = (log_p - log_q.detach()).mean()
                 if not torch.isfinite(elbo):
                     out.error = (f"the flow drew points where the target's density is zero at iteration {iteration}: "

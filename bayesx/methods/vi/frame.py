@@ -28,7 +28,7 @@ from torch import Tensor
 
 from bayesx.distributions import GaussianQ
 from bayesx.errors import RunInterrupted
-from bayesx.kernels import backend
+from bayesx.kernels.density import Density
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.gaussian import GaussianVI
 
@@ -54,8 +54,8 @@ class IdentityFrame:
     def log_prob(self, target, w: Tensor) -> Tensor:
         return target.log_prob(w)
 
-    def density_and_grad(self, target, w: Tensor) -> tuple[Tensor, Tensor]:
-        return backend.density_and_grad(target, w)
+    def density_and_grad(self, density: Density, w: Tensor) -> tuple[Tensor, Tensor]:
+        return density.logp_and_grad(w)
 
     def to_target_q(self, q: GaussianQ) -> GaussianQ:
         return q
@@ -77,9 +77,9 @@ class AffineFrame(IdentityFrame):
         """log p_w(w) = log p(m + L w) + log |det L|."""
         return target.log_prob(self.to_target(w)) + self.log_det
 
-    def density_and_grad(self, target, w: Tensor) -> tuple[Tensor, Tensor]:
-        """log p_w and grad_w = L^T grad_z at rows w (through the backend's native or compiled density of z)."""
-        log_p, grad = backend.density_and_grad(target, self.to_target(w))
+    def density_and_grad(self, density: Density, w: Tensor) -> tuple[Tensor, Tensor]:
+        """log p_w and grad_w = L^T grad_z at rows w (through the prepared density of z: native, compiled or PyTorch)."""
+        log_p, grad = density.logp_and_grad(self.to_target(w))
         return log_p + self.log_det, grad @ self.gaussian.scale
 
     def to_target_q(self, q: GaussianQ) -> GaussianQ:

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bayesx.distributions import GaussianQ
-from bayesx.kernels import backend
+from bayesx.kernels.density import Density
 from bayesx.optimize import climb, in_a_neck
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.curvature import SecantCurvature
@@ -123,7 +123,7 @@ class GaussianVI(Approximation):
     Settings = GaussianVISettings
     name = "vi"
 
-    def _start(self, target, initial: Tensor) -> tuple[Tensor, int, str]:
+    def _start(self, density: Density, initial: Tensor) -> tuple[Tensor, int, str]:
         """The first mean, the gradients spent finding it and where it came from: the mean of the initial points,
         or (``init: mode``) the L-BFGS mode searched from there (bayesx.optimize.find_mode) in rounds of
         ``mode_iter`` iterations until a round raises log p by less than RUNAWAY nats. A search can end in a
@@ -134,10 +134,10 @@ class GaussianVI(Approximation):
         if self.settings.init != "mode":
             return start, 0, "initial points"
         with torch.no_grad():
-            log_p = float(target.log_prob(start)[0])
+            log_p = float(density.logp(start)[0])
         if not math.isfinite(log_p):
             return start, 0, "initial points (log p is not finite there: no mode search)"
-        climbed = climb(target, start, self.settings.mode_iter)
+        climbed = climb(density, start, self.settings.mode_iter)
         point, calls = climbed.point, climbed.calls
         if climbed.ran_away:
             return start, calls, (f"initial points (the mode search ran away: still rising by {climbed.rise:.3g} "
@@ -147,7 +147,7 @@ class GaussianVI(Approximation):
                                   f"{calls} gradients)")
         if point is start:
             return start, calls, "initial points (the mode search found no higher density)"
-        neck, at_mode, at_start = in_a_neck(target, point, start, self.settings.init_sd)
+        neck, at_mode, at_start = in_a_neck(density, point, start, self.settings.init_sd)
         if neck:
             return start, calls, (f"initial points (a q at the mode found after {calls} gradients has the lower "
                                   f"ELBO, {at_mode:.4g} against {at_start:.4g}: a funnel's neck)")
@@ -185,7 +185,7 @@ class GaussianVI(Approximation):
         off = torch.tril(raw, -1) * self._off_diagonal_scale(raw)
         return GaussianQ(mean, off + torch.diag(torch.exp(raw.diagonal())))
 
-    def ascent(self, target, mean: Tensor, raw: Tensor, eps: Tensor, frame: GaussianQ | None = None) -> Ascent:
+    def ascent(self, density: Density, mean: Tensor, raw: Tensor, eps: Tensor, frame: GaussianQ | None = None) -> Ascent:
         """The configured objective at the draws z = mean + L eps and its gradient in (mean, raw).
 
         kl_qp      the ELBO, mean_i l_i with l_i = log p(z_i) - log q(z_i); w_i = 1 / num_mc
@@ -200,9 +200,9 @@ class GaussianVI(Approximation):
         q = self._q(mean, raw)
         z = q.transform(eps)
         if frame is None:
-            log_p, grad = backend.density_and_grad(target, z)
+            log_p, grad = density.logp_and_grad(z)
         else:  # (mean, raw) describe q in the frame's whitened coordinates w, z = frame mean + frame scale w
-            log_p, grad = backend.density_and_grad(target, frame.transform(z))
+            log_p, grad = density.logp_and_grad(frame.transform(z))
             log_p = log_p + frame.log_det_scale()
             grad = grad @ frame.scale if frame.dense else grad * frame.scale
         log_q = q.log_prob_of_noise(eps)
@@ -260,7 +260,7 @@ class GaussianVI(Approximation):
             self.check(target, 1)
             return fit_jaakkola_jordan(target, cfg)
         out = Fit()
-        start, mode_calls, started_at = self._start(target, initial)
+        start, mode_calls, started_at = self._start(inputs.density, initial)
         mean, raw = self._parameters(start)
         frame = None
         if cfg.whiten:  # the first frame: the starting q; (mean, raw) then start at N(0, I) in its coordinates
@@ -282,7 +282,7 @@ class GaussianVI(Approximation):
             for steps in range(1, cfg.num_steps + 1):
                 eps.normal_(generator=gen)
                 located = mean if preconditioner is None else preconditioner @ mean
-                step = self.ascent(target, located, raw, eps, frame)
+                step = self.ascent(inputs.density, located, raw, eps, frame)
                 if not torch.isfinite(step.objective):
                     out.error = (f"the {cfg.divergence} objective is not finite at step {steps}: lower "
                                  f"method.lr (now {cfg.lr:g}) or method.init_sd (now {cfg.init_sd:g})")

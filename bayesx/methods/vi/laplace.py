@@ -64,7 +64,7 @@ class Laplace(Approximation):
     def approximate(self, target, inputs: RunInputs) -> Fit:
         out = Fit()
         try:
-            laplace = fit_laplace(target, inputs.initial, self.settings.max_iter)
+            laplace = fit_laplace(target, inputs.density, inputs.initial, self.settings.max_iter)
             if laplace.jitter > 0:  # MCMC starts accept a regularized precision; an approximation may not
                 raise LaplaceFailed("the Hessian at the mode is not negative definite (a saddle or a flat direction)")
         except LaplaceFailed as exc:

@@ -65,7 +65,7 @@ class Pathfinder(Approximation):
         try:
             for start in inputs.initial:
                 try:
-                    paths.append(single_path(target, start, gen, cfg.path_settings()))
+                    paths.append(single_path(inputs.density, start, gen, cfg.path_settings()))
                 except PathFailed as failure:
                     failures.append(str(failure))
                 bar.update(1)

@@ -29,7 +29,7 @@ from torch import Tensor
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit, Particles
-from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
+from bayesx.methods.vi.tempering import TemperedSettings, log_ratio, start_path, tempered
 from bayesx.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Between
 
@@ -73,7 +73,7 @@ class SMC(Approximation):
 
     def approximate(self, target, inputs: RunInputs) -> Fit:
         cfg, gen, out = self.settings, inputs.gen, Fit()
-        base, z, mover = start_path(target, cfg, cfg.n_particles, inputs.initial, gen)
+        base, z, mover = start_path(target, inputs.density, cfg, cfg.n_particles, inputs.initial, gen)
         beta, log_z, stages = 0.0, 0.0, []
         bar = progress_bar(None, "smc stages", inputs.progress, "stage")
         with interruptible(out, bar, lambda: "fit"):  # an unfinished path's particles are no draws
@@ -90,7 +90,7 @@ class SMC(Approximation):
                                          generator=gen)
                 z = z[pick.to(z.device)]
                 beta = new_beta
-                z, accept = mover.move(z, Tempered(target, base, beta), gen)
+                z, accept = mover.move(z, tempered(inputs.density, base, beta), gen)
                 stages.append((len(stages) + 1, beta))
                 bar.update(1)
                 bar.set_postfix(beta=f"{beta:.3g}", accept=f"{accept:.2f}")

@@ -102,7 +102,7 @@ class SVGD(Approximation):
         step = 0
         with interruptible(out, bar, lambda: f"fit (step {step})"):
             for step in range(1, cfg.num_steps + 1):
-                _, grad = frame.density_and_grad(target, x)
+                _, grad = frame.density_and_grad(inputs.density, x)
                 if not bool(torch.isfinite(grad).all()):
                     out.error = (f"a gradient of log p is not finite at step {step}: lower method.lr "
                                  f"(now {cfg.lr:g})")
@@ -113,7 +113,7 @@ class SVGD(Approximation):
                 bar.update(1)
         checked = 0
         if bool(torch.isfinite(x).all()):  # Stein's identity in the frame's coordinates: the particles' own check
-            _, grad = frame.density_and_grad(target, x)
+            _, grad = frame.density_and_grad(inputs.density, x)
             checked = cfg.n_particles
             if bool(torch.isfinite(grad).all()):
                 out.metrics.update(stein_checks(x, grad))

@@ -23,13 +23,13 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import BayesxError
-from bayesx.kernels import backend, hmc, rwm
+from bayesx.kernels import hmc, rwm
+from bayesx.kernels.density import Density
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.vi.family import ApproximationSettings
 from bayesx.distributions import GaussianQ
 from bayesx.optimize import LaplaceFailed, fit_laplace
 from bayesx.settings import AtLeast, Positive
-from bayesx.targets.base import TargetBase
 
 TARGET_ACCEPT = {"mh": 0.3, "hmc": 0.65}
 
@@ -52,33 +52,29 @@ class TemperedSettings(ApproximationSettings):
         return self.kernel == "hmc" or self.base == "laplace"
 
 
-class Tempered(TargetBase):
-    """pi_beta as a target the kernels can move on."""
+def tempered(density: Density, base: GaussianQ, beta: float) -> Density:
+    """pi_beta = q0^(1 - beta) pi^beta as a density the kernels move on: log pi_beta = (1 - beta) log q0 +
+    beta log pi, its gradient the same mixture of q0's and the prepared density's (native or compiled where
+    prepared)."""
+    def log_prob(q: Tensor) -> Tensor:
+        return (1.0 - beta) * base.log_prob(q) + beta * density.logp(q)
 
-    def __init__(self, target, base: GaussianQ, beta: float):
-        self.target, self.base, self.beta = target, base, beta
-        self.dim, self.dtype, self.device = target.dim, target.dtype, target.device
+    def log_prob_and_grad(q: Tensor) -> tuple[Tensor, Tensor]:
+        lp, grad = density.logp_and_grad(q)
+        return (1.0 - beta) * base.log_prob(q) + beta * lp, (1.0 - beta) * base.grad_log_prob(q) + beta * grad
 
-    def log_prob(self, q: Tensor) -> Tensor:
-        return (1.0 - self.beta) * self.base.log_prob(q) + self.beta * self.target.log_prob(q)
-
-    def log_prob_and_grad(self, q: Tensor) -> tuple[Tensor, Tensor]:
-        lp, grad = backend.density_and_grad(self.target, q)
-        b = self.beta
-        return (1.0 - b) * self.base.log_prob(q) + b * lp, (1.0 - b) * self.base.grad_log_prob(q) + b * grad
-
-    def autograd_log_prob(self):
-        return self.log_prob if self.target.autograd_log_prob() is not None else None
+    return Density(log_prob, log_prob_and_grad, density.dim, density.dtype, density.device)
 
 
-def base_for(target, cfg: TemperedSettings, initial: Tensor | None, gen: torch.Generator) -> tuple[GaussianQ, int]:
+def base_for(target, density: Density, cfg: TemperedSettings, initial: Tensor | None,
+             gen: torch.Generator) -> tuple[GaussianQ, int]:
     """(q0, gradient evaluations spent on it): N(base_mean, base_scale^2 I), base_scale null meaning the
     prior's sd where the target declares a N(0, s^2 I) prior (logistic regression), else 1; or the
     Laplace approximation found from the initial points."""
     if cfg.base == "laplace":
         start = initial if initial is not None else target.initial_point(1, gen)
         try:
-            laplace = fit_laplace(target, start)
+            laplace = fit_laplace(target, density, start)
         except LaplaceFailed as exc:
             raise BayesxError(f"{exc}; use method.base=gaussian") from None
         return GaussianQ(laplace.mode, torch.linalg.cholesky(laplace.cov)), laplace.n_grad_evals
@@ -108,7 +104,7 @@ class Mover:
     grad_evals: int = 0
     metric: Metric | None = field(default=None, repr=False)
 
-    def move(self, z: Tensor, tempered: Tempered, gen: torch.Generator) -> tuple[Tensor, float]:
+    def move(self, z: Tensor, tempered: Density, gen: torch.Generator) -> tuple[Tensor, float]:
         """z moved by n_steps transitions leaving ``tempered`` invariant; returns (z, mean acceptance)."""
         metric = self.metric if self.metric is not None else identity_metric(z.shape[-1], False, z.dtype, z.device)
         module = rwm if self.kernel == "mh" else hmc
@@ -126,11 +122,11 @@ class Mover:
         return state.position, accept
 
 
-def start_path(target, cfg: TemperedSettings, n: int, initial: Tensor | None,
+def start_path(target, density: Density, cfg: TemperedSettings, n: int, initial: Tensor | None,
                gen: torch.Generator) -> tuple[GaussianQ, Tensor, Mover]:
     """The start of a tempered run (AIS, SMC): q0 (``base_for``), n draws from it, and the mover of
     the settings, in the metric of q0's covariance where q0 is the Laplace approximation."""
-    base, grad_evals = base_for(target, cfg, initial, gen)
+    base, grad_evals = base_for(target, density, cfg, initial, gen)
     z = base.sample(n, gen).to(dtype=target.dtype, device=target.device)
     metric = make_metric(base.covariance()) if cfg.base == "laplace" else None
     return base, z, Mover(cfg.kernel, cfg.step_size, cfg.n_steps, cfg.n_leapfrog, cfg.adapt_step_size, grad_evals,
