@@ -70,8 +70,14 @@ class DeviceSettings(Settings):
 
     def compile_policy(self) -> str:
         """The compile policy the runner passes to the method (bayesx.kernels.backend.prepare): the setting, else
-        the user's $BAYESX_COMPILE, else auto."""
-        return self.compile or os.environ.get("BAYESX_COMPILE", "").strip() or "auto"
+        :func:`default_compile_policy`."""
+        return self.compile or default_compile_policy()
+
+
+def default_compile_policy() -> str:
+    """The compile policy where ``device.compile`` is null: the user's $BAYESX_COMPILE, else auto. Read here, where
+    a run's settings are resolved, and passed on as an argument (RunInputs.compile); the kernels never read it."""
+    return os.environ.get("BAYESX_COMPILE", "").strip() or "auto"
 
 
 @dataclass(frozen=True)

@@ -32,3 +32,13 @@ def logistic_2d(prior_scale: float = 3.0):
     target = LogisticRegression(ClassificationData("t", x, y, x[:5], y[:5], "test", "generated"),
                                 prior_scale=prior_scale)
     return target, quadrature_truth(target.log_prob, ((-6.0, 6.0), (-6.0, 6.0)))
+
+
+def prepared(target, points=None, policy: str = "never"):
+    """The target's density as a method family prepares it (bayesx.kernels.backend.prepare) for ``points`` (default:
+    four of its initial points), compiling nothing unless ``policy`` says so: the hand-written native form where the
+    target has one, else PyTorch."""
+    from bayesx.kernels import backend
+
+    points = target.initial_point(4, gen(0)) if points is None else points
+    return backend.prepare(target, backend.Workload(points, calls=0), policy)

@@ -15,6 +15,7 @@ import torch
 from bayesx.methods.base import RunInputs
 from bayesx.diagnostics.convergence import ess_per_coordinate
 from bayesx.kernels import backend, hmc, nuts
+from method_helpers import prepared
 from bayesx.kernels.integrators import PhaseState, leapfrog, leapfrog_trajectory
 from bayesx.kernels.metric import identity_metric, make_metric
 from bayesx.methods.mcmc.hmc import HMC
@@ -73,7 +74,7 @@ def test_sampler_recovers_gaussian_moments(case, kwargs, name, make, kernels, mo
                     "Python; the native run of the same case and the PyTorch runs of the other metrics cover it")
     monkeypatch.setenv("BAYESX_NATIVE", "1" if kernels == "native" else "0")
     target = Gaussian(**kwargs)
-    assert backend.name(target, target.initial_point(4, torch.Generator())) == kernels
+    assert prepared(target).name == kernels
     draws, result = run(make(), target)
     z_mean, z_var = moment_z_scores(draws, target.mean.numpy(), target.cov.numpy())
     assert np.all(np.abs(z_mean) < Z_MAX), (name, case, z_mean)
@@ -243,11 +244,12 @@ def test_hmc_with_wrong_acceptance_is_caught():
     target = Gaussian(dim=5, kind="isotropic")
     gen = torch.Generator().manual_seed(3)
     metric = identity_metric(5, False, torch.float64, torch.device("cpu"))
-    state = hmc.init(target.initial_point(4, gen), target)
+    density = prepared(target)
+    state = hmc.init(target.initial_point(4, gen), density)
     draws = []
     for _ in range(3000):
         p0 = torch.randn(4, 5, generator=gen, dtype=torch.float64)
-        end, _, _ = leapfrog_trajectory(PhaseState(state.position, p0, state.log_prob, state.grad), 1.5, 3, metric, target)
+        end, _, _ = leapfrog_trajectory(PhaseState(state.position, p0, state.log_prob, state.grad), 1.5, 3, metric, density)
         state = hmc.HMCState(end.position, end.log_prob, end.grad)  # always accept: wrong
         draws.append(state.position.numpy())
     draws = np.stack(draws, 1)[:, 500:]
@@ -272,13 +274,14 @@ def test_leapfrog_is_reversible_and_conserves_energy():
     p = torch.randn(3, 4, generator=gen, dtype=torch.float64)
     lp, g = target.log_prob_and_grad(q)
     start = PhaseState(q, p, lp, g)
-    fused, h_start, h_end = leapfrog_trajectory(start, 0.05, 20, metric, target)
+    density = prepared(target)
+    fused, h_start, h_end = leapfrog_trajectory(start, 0.05, 20, metric, density)
     stepped = start
     for _ in range(20):
-        stepped = leapfrog(stepped, 0.05, metric, target)
+        stepped = leapfrog(stepped, 0.05, metric, density)
     torch.testing.assert_close(fused.position, stepped.position)
     back, _, _ = leapfrog_trajectory(PhaseState(fused.position, -fused.momentum, fused.log_prob, fused.grad), 0.05, 20,
-                                     metric, target)
+                                     metric, density)
     torch.testing.assert_close(back.position, q)
     torch.testing.assert_close(-back.momentum, p)
     h = lambda s: -s.log_prob + 0.5 * (s.momentum**2 * metric.inv_mass).sum(-1)  # noqa: E731
@@ -291,9 +294,10 @@ def test_nuts_tree_depth_limit_and_accounting():
     """With a tiny step the trajectory cannot turn: every chain hits max_tree_depth, 2^d - 1 steps."""
     target = Gaussian(dim=3, kind="isotropic")
     gen = torch.Generator().manual_seed(0)
-    state = nuts.init(target.initial_point(3, gen), target)
+    density = prepared(target)
+    state = nuts.init(target.initial_point(3, gen), density)
     params = nuts.NUTSParams(1e-4, identity_metric(3, False, torch.float64, torch.device("cpu")), 4)
-    _, info = nuts.step(state, target, params, gen)
+    _, info = nuts.step(state, density, params, gen)
     assert info.tree_depth.tolist() == [4, 4, 4]
     assert info.n_grad_evals.tolist() == [15, 15, 15]
     assert torch.all(info.accept_prob > 0.99)
@@ -302,9 +306,10 @@ def test_nuts_tree_depth_limit_and_accounting():
 def test_nuts_flags_divergence_on_a_huge_step():
     target = Gaussian(dim=3, kind="scaled", condition=1000.0)
     gen = torch.Generator().manual_seed(0)
-    state = nuts.init(target.initial_point(4, gen), target)
+    density = prepared(target)
+    state = nuts.init(target.initial_point(4, gen), density)
     params = nuts.NUTSParams(5.0, identity_metric(3, False, torch.float64, torch.device("cpu")), 6)
-    new, info = nuts.step(state, target, params, gen)
+    new, info = nuts.step(state, density, params, gen)
     assert bool(info.divergent.all())
     assert torch.all(torch.isfinite(new.position))
 
@@ -389,13 +394,13 @@ def test_rounds_of_the_mode_search_go_on_until_one_rises_by_less_than_a_nat(monk
         def log_prob(self, q):
             return -0.5 * (q ** 2).sum(-1)
 
-    _, rise, _ = optimize.further_rise(Gaussian(), torch.zeros(1, 2, dtype=torch.float64), 100)
+    _, rise, _ = optimize.further_rise(backend.on_pytorch(Gaussian()), torch.zeros(1, 2, dtype=torch.float64), 100)
     assert abs(rise) < 1e-9
     start = torch.zeros(1, 2, dtype=torch.float64)
     for rises, ran_away, rounds in (([291.0, 0.2], False, 2), ([5.0] * 4, True, 4), ([float("inf")], True, 1),
                                     ([-float("inf")], False, 1)):
         sequence = iter(rises)
-        monkeypatch.setattr(optimize, "further_rise", lambda target, point, max_iter: (point + 1, next(sequence), 10))
-        climbed = optimize.climb(Gaussian(), start, 100)
+        monkeypatch.setattr(optimize, "further_rise", lambda density, point, max_iter: (point + 1, next(sequence), 10))
+        climbed = optimize.climb(backend.on_pytorch(Gaussian()), start, 100)
         assert (climbed.ran_away, climbed.calls) == (ran_away, 10 * rounds)
         assert (climbed.point is start) == (rises[0] == -float("inf"))

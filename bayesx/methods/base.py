@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -36,6 +36,7 @@ from torch import Tensor
 from bayesx.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import BayesxError
 from bayesx.result import Result
+from bayesx.run_settings import default_compile_policy
 from bayesx.settings import Settings, configure
 from bayesx.targets.base import Evaluation
 
@@ -57,7 +58,7 @@ class RunInputs:
     artifact_dir: Path | None = None  # a folder for the method's files
     checkpoint: RunCheckpoint | None = None  # where a sampler saves its draws as it goes (None: only at the end)
     resume: Resume | None = None  # a killed run's checkpoint to continue from (methods that are ``resumable``)
-    compile: str = "auto"  # the compile policy for the density (device.compile; bayesx.kernels.backend.prepare)
+    compile: str = field(default_factory=default_compile_policy)  # the density's compile policy (device.compile)
     density_identity: str | None = None  # what defines the target's density (the runner's posterior identity)
     density: Density | None = None  # the density the family prepared once for its method (bayesx.kernels.backend)
 
