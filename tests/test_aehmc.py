@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.data.digits import load_digits
 from bayesx.diagnostics import convergence
@@ -113,7 +114,7 @@ def test_latent_potential_and_kinetic_gradients_match_autograd(logreg):
     z = torch.randn(4, 3, generator=gen(2)).requires_grad_(True)
     potential = -logreg.log_prob(space.decode_position(z))
     (auto_grad,) = torch.autograd.grad(potential.sum(), z)
-    u, grad = space.potential_and_grad(z.detach())
+    u, grad = space.potential_and_grad(z.detach(), backend.on_pytorch(space.restricted))
     assert torch.allclose(u, potential.detach()) and torch.allclose(grad, auto_grad)
     assert torch.allclose(space.potential_grad(z.detach()), auto_grad)
 
@@ -129,12 +130,14 @@ def test_latent_potential_and_kinetic_gradients_match_autograd(logreg):
 def test_latent_gradient_matches_finite_differences(logreg):
     space = random_tanh_space(logreg, logreg.dim, 3, seed=4)
     z = torch.randn(1, 3, generator=gen(5))
-    _, grad = space.potential_and_grad(z)
+    restricted = backend.on_pytorch(space.restricted)
+    _, grad = space.potential_and_grad(z, restricted)
     h = 1e-6
     for i in range(3):
         e = torch.zeros_like(z)
         e[0, i] = h
-        fd = (space.potential_and_grad(z + e)[0] - space.potential_and_grad(z - e)[0]) / (2 * h)
+        fd = (space.potential_and_grad(z + e, restricted)[0]
+              - space.potential_and_grad(z - e, restricted)[0]) / (2 * h)
         assert float(fd) == pytest.approx(float(grad[0, i]), rel=1e-5, abs=1e-6)
 
 
@@ -176,11 +179,12 @@ def test_latent_leapfrog_is_reversible(logreg):
     space = random_tanh_space(logreg, logreg.dim, 3, seed=10)
     z0 = torch.randn(2, 3, generator=gen(11)) * 0.3
     p0 = torch.randn(2, 3, generator=gen(12))
-    forward = latent.latent_leapfrog(space, z0, p0, 0.01, 20)
-    back = latent.latent_leapfrog(space, forward.position, -forward.momentum, 0.01, 20, forward.potential, forward.grad)
+    restricted = backend.on_pytorch(space.restricted)
+    forward = latent.latent_leapfrog(space, restricted, z0, p0, 0.01, 20)
+    back = latent.latent_leapfrog(space, restricted, forward.position, -forward.momentum, 0.01, 20, forward.potential, forward.grad)
     assert torch.allclose(back.position, z0, atol=1e-9) and torch.allclose(-back.momentum, p0, atol=1e-9)
     # the energies at the ends are the latent Hamiltonian U_h + K_h, and swap under reversal
-    potential0, _ = space.potential_and_grad(z0)
+    potential0, _ = space.potential_and_grad(z0, restricted)
     torch.testing.assert_close(forward.start_energy, potential0 + space.kinetic(p0))
     torch.testing.assert_close(back.start_energy, forward.end_energy)
     torch.testing.assert_close(back.end_energy, forward.start_energy, rtol=1e-9, atol=1e-9)

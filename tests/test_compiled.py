@@ -1,4 +1,4 @@
-"""Compiled densities (bayesx.native.compiled, bayesx.kernels.backend.prepare_sampler): any torch log density,
+"""Compiled densities (bayesx.native.compiled, bayesx.kernels.backend.prepare): any torch log density,
 traced and written as plain C (bayesx.native.codegen; AOTInductor where it has no C for an operator), driven by
 the C NUTS and leapfrog without returning to Python.
 
@@ -7,8 +7,8 @@ the C NUTS and leapfrog without returning to Python.
 - NUTS on a compiled correlated Gaussian written as a user's torch function matches its known moments
   within Monte-Carlo error (negative control: the same draws against the wrong covariance fail); the
   compiled leapfrog equals PyTorch's leapfrog to round-off.
-- The policy: auto compiles only runs long enough to repay it, never never, a bad BAYESX_COMPILE value
-  is refused with the reason; a density that cannot be traced runs on PyTorch with one line saying why.
+- The policy (an argument of prepare): auto compiles only runs long enough to repay it, never never, a bad
+  value is refused with the reason; a density that cannot be traced runs on PyTorch with one line saying why.
 - From the command line, model=custom gets the compiled path with no option and records it.
 """
 
@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from bayesx.errors import BayesxError
 from bayesx.kernels import backend
 from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
 from bayesx.kernels.metric import make_metric
@@ -55,19 +56,24 @@ def cache(tmp_path_factory):
         yield
 
 
+def for_sampler(target, calls: int, policy: str = "always", chains: int = 4):
+    """The target's density as the MCMC driver prepares it for a run of ``calls`` density calls."""
+    return backend.prepare(target, backend.Workload(torch.zeros(chains, 3, dtype=torch.float64), calls), policy)
+
+
 @pytest.fixture(scope="module")
 def gaussian(cache):
     target = UserGaussian()
-    prepared = backend.prepare_sampler(target, torch.zeros(4, 3, dtype=torch.float64), 10)
-    assert prepared.kernels == backend.COMPILED and not prepared.cached and prepared.compile_s > 0
+    density = for_sampler(target, 10)
+    assert density.name == backend.COMPILED and not density.record.cached and density.record.compile_s > 0
     return target
 
 
 def test_compiled_density_equals_autograd_and_is_cached_by_content(gaussian):
-    again_here = backend.prepare_sampler(gaussian, torch.zeros(4, 3, dtype=torch.float64), 10**6)
+    again_here = for_sampler(gaussian, 10**6).record
     assert (again_here.kernels, again_here.compile_s, again_here.cached) == (backend.COMPILED, 0.0, True), \
-        "a density prepared earlier in the process is reported as cached, not as compiled again"
-    density = backend.compiled_for(gaussian, torch.zeros(2, 3, dtype=torch.float64))
+        "a density prepared earlier is found in the cache, not compiled again"
+    density = for_sampler(gaussian, 10**6).fast.density
     q = torch.randn(5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     lp, grad = density.log_prob_and_grad(q)
     expected, expected_grad = TargetBase.log_prob_and_grad(gaussian, q)
@@ -86,11 +92,12 @@ def test_compiled_leapfrog_equals_pytorch(gaussian):
     metric = make_metric(torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64))
     lp, grad = TargetBase.log_prob_and_grad(gaussian, q)
     start = PhaseState(q, p, lp, grad)
-    assert backend.name(gaussian, q) == backend.COMPILED
-    assert backend.trajectory(gaussian, q, p, 0.1, 15, metric.inv_mass, grad, lp) is not None
-    native_end, native_h0, native_h1 = leapfrog_trajectory(start, 0.1, 15, metric, gaussian)
-    plain = UserGaussian()  # never prepared: PyTorch's loop
-    assert backend.trajectory(plain, q, p, 0.1, 15, metric.inv_mass, grad, lp) is None
+    density = for_sampler(gaussian, 10**6)
+    assert density.name == backend.COMPILED
+    assert density.trajectory(q, p, 0.1, 15, metric.inv_mass, grad, lp) is not None
+    native_end, native_h0, native_h1 = leapfrog_trajectory(start, 0.1, 15, metric, density)
+    plain = for_sampler(UserGaussian(), 10**6, "never")  # PyTorch's loop
+    assert plain.name == backend.PYTORCH and plain.trajectory is None
     torch_end, torch_h0, torch_h1 = leapfrog_trajectory(start, 0.1, 15, metric, plain)
     for a, b in zip((*native_end, native_h0, native_h1), (*torch_end, torch_h0, torch_h1)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
@@ -116,15 +123,15 @@ def test_nuts_on_a_compiled_density_has_the_known_moments(gaussian):
 
 
 def test_the_policy_compiles_only_where_it_pays(cache, monkeypatch):
-    position = torch.zeros(4, 3, dtype=torch.float64)
-    monkeypatch.setenv("BAYESX_COMPILE", "auto")
-    short = backend.prepare_sampler(UserGaussian(), position, backend.COMPILE_FROM - 1)
-    assert short.kernels == backend.PYTORCH and "does not repay" in short.reason
-    monkeypatch.setenv("BAYESX_COMPILE", "never")
-    assert backend.prepare_sampler(UserGaussian(), position, 10**6).kernels == backend.PYTORCH
-    monkeypatch.setenv("BAYESX_COMPILE", "sometimes")
-    refused = backend.prepare_sampler(UserGaussian(), position, 10**6)
-    assert refused.kernels == backend.PYTORCH and "BAYESX_COMPILE=sometimes" in refused.reason
+    """The policy is prepare's argument, whatever the environment says."""
+    monkeypatch.setenv("BAYESX_COMPILE", "never")  # not read by the backend
+    short = for_sampler(UserGaussian(), backend.COMPILE_FROM - 1, "auto")
+    assert short.name == backend.PYTORCH and "does not repay" in short.record.reason
+    assert for_sampler(UserGaussian(), backend.COMPILE_FROM, "auto").name == backend.COMPILED  # control
+    monkeypatch.setenv("BAYESX_COMPILE", "always")
+    assert for_sampler(UserGaussian(), 10**6, "never").name == backend.PYTORCH
+    with pytest.raises(BayesxError, match="compile policy 'sometimes'.*is not one of auto, always, never"):
+        for_sampler(UserGaussian(), 10**6, "sometimes")
 
 
 class Branchy(UserGaussian):
@@ -135,7 +142,7 @@ class Branchy(UserGaussian):
 
 
 def test_a_density_that_cannot_be_traced_runs_on_pytorch_with_one_line(cache, capsys):
-    prepared = backend.prepare_sampler(Branchy(), torch.zeros(4, 3, dtype=torch.float64), 10**6)
+    prepared = for_sampler(Branchy(), 10**6).record
     assert prepared.kernels == backend.PYTORCH and "could not be traced" in prepared.reason
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bayesx: the density runs on PyTorch")
@@ -172,15 +179,17 @@ def test_a_custom_model_gets_the_compiled_path_with_no_option(tmp_path_factory, 
 
 
 def test_the_mode_search_runs_on_the_compiled_density(gaussian, monkeypatch):
-    """Laplace's (and init=laplace's) L-BFGS evaluates through backend.density_and_grad: with a compiled
-    density prepared it never calls the target's PyTorch gradient, and finds the mode (0)."""
+    """Laplace's (and init=laplace's) L-BFGS evaluates through the prepared Density: compiled, it never calls the
+    target's PyTorch gradient, and finds the mode (0); prepared on PyTorch (the control), it does."""
     from bayesx.optimize import find_mode
 
     calls = []
     monkeypatch.setattr(gaussian, "log_prob_and_grad", lambda q: calls.append(q) or TargetBase.log_prob_and_grad(
         gaussian, q))
-    modes, _ = find_mode(gaussian, torch.full((2, 3), 1.5, dtype=torch.float64))
+    modes, _ = find_mode(for_sampler(gaussian, 10**6, chains=2), torch.full((2, 3), 1.5, dtype=torch.float64))
     assert not calls and float(modes.abs().max()) < 1e-5
+    find_mode(for_sampler(gaussian, 10**6, "never", chains=2), torch.full((2, 3), 1.5, dtype=torch.float64))
+    assert calls
 
 
 def test_a_density_aotinductor_cannot_compile_is_remembered(cache, monkeypatch):
@@ -231,7 +240,7 @@ def test_a_library_that_crashes_when_loaded_stops_only_a_child_and_the_run_goes_
         subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(path), str(source)], check=True)
     monkeypatch.setattr(compiled, "_compile", crashing)
     target = UserGaussian(7.0 * COV)  # a density not compiled before (nor by another test)
-    prepared = backend.prepare_sampler(target, torch.zeros(2, 3, dtype=torch.float64), 10)
+    prepared = for_sampler(target, 10, chains=2).record
     assert prepared.kernels == backend.PYTORCH and "killed by SIGSEGV" in prepared.reason
     with pytest.raises(compiled.NotCompiled, match="remembered: delete"):
         compiled.compiled_density(target.log_prob, 3, torch.float64)
@@ -282,26 +291,25 @@ def test_operations_on_constants_are_folded_at_trace_time_and_compile(cache):
               and set(n.all_input_nodes) <= constants]
     # only the broadcast and a view (a transpose: folded, a second copy of the data to read) stay
     assert sorted(str(n.target) for n in folded) == ["aten.expand.default", "aten.permute.default"], folded
-    prepared = backend.prepare_sampler(target, torch.zeros(4, 3, dtype=torch.float64), 10**6)
-    assert prepared.kernels == backend.COMPILED, prepared.reason
+    density = for_sampler(target, 10**6)
+    assert density.name == backend.COMPILED, density.record.reason
     q = torch.randn(5, 3, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
-    lp, _ = backend.density_and_grad(target, q)
+    lp, _ = density.logp_and_grad(q)
     torch.testing.assert_close(lp, target.log_prob(q), rtol=1e-12, atol=1e-12)
 
 
 def test_approximations_use_a_compiled_density_only_where_it_is_faster(gaussian, monkeypatch, capsys):
-    """prepare_batches under auto: a density that needs AOTInductor (an eigendecomposition has no plain C) and is
+    """prepare for a fit's batches under auto: a density that needs AOTInductor (an eigendecomposition has no plain C) and is
     not in the cache is not compiled for a fit (no line on stderr); one written as plain C is compiled now (about
     a second); a compiled one is used at the fit's batch where it was timed faster than PyTorch, and not where it
     was slower (a large batch of a vectorized density), with the timings in the reason."""
-    monkeypatch.setenv("BAYESX_COMPILE", "auto")
-    untimed = lambda prepared: dataclasses.replace(prepared, seconds=0.0)  # noqa: E731
+    untimed = lambda density: dataclasses.replace(density.record, seconds=0.0)  # noqa: E731
+    for_fit = lambda target, batch: backend.prepare(target, backend.Workload(batch), "auto")  # noqa: E731
     slow = Spectral(5.0 * COV)  # never compiled
-    assert untimed(backend.prepare_batches(slow, torch.zeros(8, 3, dtype=torch.float64))) == \
-        backend.Preparation(backend.PYTORCH)
+    assert untimed(for_fit(slow, torch.zeros(8, 3, dtype=torch.float64))) == backend.Preparation(backend.PYTORCH)
     assert capsys.readouterr().err == ""
     quick = UserGaussian(5.0 * COV)  # never compiled
-    prepared = backend.prepare_batches(quick, torch.zeros(8, 3, dtype=torch.float64))
+    prepared = for_fit(quick, torch.zeros(8, 3, dtype=torch.float64)).record
     assert not prepared.cached and prepared.compile_s > 0 and "plain C" in capsys.readouterr().err
     target = UserGaussian()  # the same content as the fixture's: in the cache
     times = {}
@@ -309,18 +317,17 @@ def test_approximations_use_a_compiled_density_only_where_it_is_faster(gaussian,
                                                                              is not target])
     times.update({True: 1e-5, False: 3e-4})  # compiled (a bound method of the CompiledDensity) faster
     small = torch.zeros(8, 3, dtype=torch.float64)
-    prepared = backend.prepare_batches(target, small)
-    assert untimed(prepared) == backend.Preparation(backend.COMPILED, 0.0, True, compiler="plain C") \
-        and prepared.seconds > 0
-    assert prepared.timings() == {"compile_time_s": prepared.seconds}
-    assert backend.compiled_for(target, small) is not None
+    density = for_fit(target, small)
+    assert untimed(density) == backend.Preparation(backend.COMPILED, 0.0, True, compiler="plain C") \
+        and density.record.seconds > 0
+    assert density.timings() == {"compile_time_s": density.record.seconds}
+    assert density.fast.runs(small) and not density.fast.runs(torch.zeros(9, 3, dtype=torch.float64))
     times.update({True: 2e-3, False: 4e-4})  # PyTorch faster at 4,096 points
     large = torch.zeros(4096, 3, dtype=torch.float64)
-    slower = backend.prepare_batches(target, large)
-    assert slower.kernels == backend.PYTORCH and "PyTorch is faster at 4096 points per call (400 against 2000 us)" \
-        in slower.reason
+    slower = for_fit(target, large)
+    assert slower.name == backend.PYTORCH and slower.trajectory is None \
+        and "PyTorch is faster at 4096 points per call (400 against 2000 us)" in slower.record.reason
     assert slower.tags()["compiled_density"].startswith("cached, not used: PyTorch is faster")
-    assert backend.compiled_for(target, large) is None and backend.compiled_for(target, small) is not None
 
 
 def test_vi_pathfinder_and_the_latent_chain_run_on_the_compiled_density(gaussian, monkeypatch):

@@ -256,8 +256,8 @@ def test_a_full_disk_is_one_warning_no_mark_and_no_second_compiler(tmp_path, mon
     def full(compiler, source, target, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
     monkeypatch.setattr(compiled, "build", full)
-    prepared = backend.prepare_sampler(UserGaussian(1.7 * torch.eye(3, dtype=torch.float64)),
-                                       torch.zeros(2, 3, dtype=torch.float64), 10)
+    prepared = backend.prepare(UserGaussian(1.7 * torch.eye(3, dtype=torch.float64)),
+                               backend.Workload(torch.zeros(2, 3, dtype=torch.float64), 10), "always").record
     assert prepared.kernels == backend.PYTORCH and not aot
     _one_warning(capsys.readouterr().err.splitlines(), "No space left on device")
     folder = tmp_path / "cache" / "compiled"

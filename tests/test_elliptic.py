@@ -18,7 +18,7 @@ from skfem.helpers import dot, grad
 
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
-from bayesx.kernels import backend
+from method_helpers import prepared
 from bayesx.targets.elliptic import EllipticInverse, prior, problem
 from bayesx.targets.elliptic import dense
 from bayesx.targets.elliptic.dense import LapackLU, TorchLU
@@ -237,7 +237,7 @@ def test_auto_solver_is_dense_for_small_levels_on_the_cpu():
     assert EllipticInverse(mesh=4, solver="sparse").describe()["solver"] == "sparse"
     assert EllipticInverse(mesh=4, solver="dense").describe()["linear_solver"] == "lapack-lu"
     # the solver describes the model; the samplers' backend (the run's ``kernels`` tag) is PyTorch's
-    assert model.density_form() is None and backend.name(model, model.initial_point(2, gen(0))) == "pytorch"
+    assert model.density_form() is None and prepared(model, model.initial_point(2, gen(0))).name == "pytorch"
 
 
 def _symmetric_systems(n: int, batch: int, seed: int) -> torch.Tensor:

@@ -149,14 +149,13 @@ def test_the_nuts_tree_counts_nan_and_plus_inf_leaves_and_keeps_a_point(tmp_path
     start = target.initial_point(8, gen)
     if kernels == backend.COMPILED:
         monkeypatch.setenv("BAYESX_CACHE_DIR", str(tmp_path / "cache"))
-        monkeypatch.setenv("BAYESX_COMPILE", "always")
-        assert backend.prepare_sampler(target, start, 10).kernels == backend.COMPILED
-    assert backend.name(target, start) == kernels
-    state = nuts.init(start, target)
+    density = backend.prepare(target, backend.Workload(start, 10), "always" if kernels == backend.COMPILED else "never")
+    assert density.name == kernels
+    state = nuts.init(start, density)
     params = nuts.NUTSParams(0.5, identity_metric(2, False, torch.float64, torch.device("cpu")), 6)
     seen = {"nan": 0, "posinf": 0}
     for _ in range(20):
-        state, info = nuts.step(state, target, params, gen)
+        state, info = nuts.step(state, density, params, gen)
         for kind in seen:
             seen[kind] += int((getattr(info.faults, kind) > 0).sum())
         faulty = (info.faults.nan + info.faults.posinf) > 0

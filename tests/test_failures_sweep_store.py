@@ -53,11 +53,11 @@ class FaultyKernel:
     def __getattr__(self, name):
         return getattr(rwm, name)
 
-    def step(self, state, target, params, gen):
+    def step(self, state, density, params, gen):
         self.calls += 1
         if state.position.shape[-1] == 3 and self.calls > 30:
             raise RuntimeError(f"index 7 is out of bounds at step {self.calls}")
-        return rwm.step(state, target, params, gen)
+        return rwm.step(state, density, params, gen)
 
 
 class FaultyRWM(RWM):

@@ -29,6 +29,7 @@ from bayesx.kernels.metric import make_metric
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.mams import MAMS
 from bayesx.targets.gaussian import Gaussian
+from method_helpers import prepared
 
 Z_MAX = 4.5
 
@@ -102,12 +103,13 @@ def test_trajectory_reversed_by_a_velocity_flip_returns_to_its_start(integrator)
     gen = torch.Generator().manual_seed(1)
     x = typical_points(target, 4, gen)
     metric = make_metric(torch.linspace(0.2, 1.5, 6, dtype=torch.float64))  # a diagonal preconditioner
-    start = mams.init(x, target)
+    density = prepared(target, x)
+    start = mams.init(x, density)
     u = mams.unit_velocity(x.shape, x.dtype, "cpu", gen)
-    end = mams.integrate(start, u, 0.05, 25, metric, integrator, target)
+    end = mams.integrate(start, u, 0.05, 25, metric, integrator, density)
     assert (end.position - x).abs().max() > 0.1  # it went somewhere
     back = mams.integrate(mams.MAMSState(end.position, end.log_prob, end.grad), -end.velocity, 0.05, 25, metric,
-                          integrator, target)
+                          integrator, density)
     assert torch.allclose(back.position, x, atol=1e-10)
     assert torch.allclose(back.velocity, -u, atol=1e-10)
     assert torch.allclose(back.kinetic_change, -end.kinetic_change, atol=1e-10)
@@ -120,12 +122,13 @@ def energy_errors(integrator: str, steps_per_unit: list[int]) -> list[float]:
     target = Gaussian(dim=10, kind="rotated", condition=5.0)
     gen = torch.Generator().manual_seed(2)
     x = typical_points(target, 8, gen)
-    start = mams.init(x, target)
+    density = prepared(target, x)
+    start = mams.init(x, density)
     u = mams.unit_velocity(x.shape, x.dtype, "cpu", gen)
     metric = make_metric(torch.ones(10, dtype=torch.float64))
     out = []
     for n in steps_per_unit:  # trajectory time 1: n steps of 1 / n
-        end = mams.integrate(start, u, 1.0 / n, n, metric, integrator, target)
+        end = mams.integrate(start, u, 1.0 / n, n, metric, integrator, density)
         out.append(float(mams.energy_change(start, end).abs().mean()))
     return out
 
@@ -201,11 +204,12 @@ def run_kernel(target, decide, chains=64, iterations=900, burn=100, step_size=1.
     gen = torch.Generator().manual_seed(4)
     x = torch.tensor(target.mean, dtype=torch.float64).repeat(chains, 1)
     x = x + 0.3 * torch.randn(x.shape, generator=gen, dtype=torch.float64)
-    state = mams.init(x, target)
+    density = prepared(target, x)
+    state = mams.init(x, density)
     params = mams.MAMSParams(step_size, make_metric(torch.ones(target.dim, dtype=torch.float64)), length)
     kept, accepted = [], []
     for it in range(iterations):
-        end, _ = mams.propose(state, target, params, gen)
+        end, _ = mams.propose(state, density, params, gen)
         ok = decide(state, end, gen)
         accepted.append(float(ok.double().mean()))
         state = mams.MAMSState(torch.where(ok[:, None], end.position, state.position),

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from method_helpers import logistic_2d
+from method_helpers import logistic_2d, prepared
 
 from bayesx.data.digits import load_digits
 from bayesx.diagnostics.convergence import ess_per_coordinate
@@ -233,8 +233,10 @@ def test_latent_trajectory_equals_pytorch(digits, monkeypatch):
     space = latent_space(digits, d=5)
     z = torch.randn(3, 5, generator=gen(8), dtype=torch.float64)
     p = torch.randn(3, 5, generator=gen(9), dtype=torch.float64)
-    ours = latent.latent_leapfrog(space, z, p, 0.02, 15)
-    theirs = with_native(False, monkeypatch, lambda: latent.latent_leapfrog(space, z, p, 0.02, 15))
+    restricted = prepared(space.restricted, z)
+    assert restricted.name == "native"
+    ours = latent.latent_leapfrog(space, restricted, z, p, 0.02, 15)
+    theirs = latent.latent_leapfrog(space, backend.on_pytorch(space.restricted), z, p, 0.02, 15)
     for x, y in zip(ours, theirs):  # end point, momentum, U_h, its gradient, H_h at both ends
         torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-10)
 
@@ -345,7 +347,7 @@ def test_toy_densities_run_on_pytorch():
     for name in ("funnel", "banana"):
         toy = Density(name=name)
         q = toy.initial_point(4, gen(32))
-        assert toy.density_form() is None and backend.name(toy, q) == "pytorch"
+        assert toy.density_form() is None and prepared(toy, q).name == "pytorch"
         lp, grad = toy.log_prob_and_grad(q)
         torch.testing.assert_close(lp, toy.log_prob(q))
         assert grad.shape == q.shape and torch.isfinite(grad).all()
@@ -363,9 +365,10 @@ def test_native_nuts_builds_the_pytorch_trees(step, divergent, monkeypatch):
     q = torch.randn(n, 10, generator=gen(33), dtype=torch.float64) * target.cov.diagonal().sqrt()
 
     def transition(step_size):
-        assert backend.name(target, q) == ("native" if os.environ["BAYESX_NATIVE"] == "1" else "pytorch")
+        density = prepared(target, q)
+        assert density.name == ("native" if os.environ["BAYESX_NATIVE"] == "1" else "pytorch")
         params = nuts.NUTSParams(step_size, make_metric(torch.ones(10, dtype=torch.float64)), 10)
-        new, info = nuts.step(HMCState(q, *target.log_prob_and_grad(q)), target, params, gen(34))
+        new, info = nuts.step(HMCState(q, *target.log_prob_and_grad(q)), density, params, gen(34))
         return {"depth": info.tree_depth.double(), "accept": info.accept_prob, "divergent": info.divergent.double(),
                 "x": new.position[:, -1]}
 
@@ -404,10 +407,11 @@ def test_integrator_without_a_form_uses_pytorch(pytorch_only, digits):
     p = torch.randn(2, digits.dim, generator=gen(13), dtype=torch.float64)
     lp, grad = digits.log_prob_and_grad(q)
     metric = make_metric(torch.ones(digits.dim, dtype=torch.float64))
-    end, _, _ = leapfrog_trajectory(PhaseState(q, p, lp, grad), 0.01, 5, metric, digits)
+    density = prepared(digits, q)
+    end, _, _ = leapfrog_trajectory(PhaseState(q, p, lp, grad), 0.01, 5, metric, density)
     ref = torch_trajectory(digits, q, p, grad, 0.01, 5, metric.inv_mass)
     torch.testing.assert_close(end.position, ref[0])
-    assert backend.trajectory(digits, q, p, 0.01, 5, metric.inv_mass) is None and backend.name(digits, q) == "pytorch"
+    assert density.trajectory is None and density.name == "pytorch"
 
 
 # --- building ---------------------------------------------------------------------------------------------

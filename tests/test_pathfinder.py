@@ -38,6 +38,7 @@ from bayesx.pathfinder import (PathSettings, diagonal_update, inverse_hessian, l
                                meets_curvature, single_path)
 from bayesx.targets.gaussian import Gaussian
 from bayesx.targets.toy import Density
+from method_helpers import prepared
 
 
 def gen(seed: int) -> torch.Generator:
@@ -126,7 +127,7 @@ def badly_conditioned():
 def whitened_distance_to_mode(target, settings: PathSettings) -> tuple[float, int]:
     start = target.initial_point(1, gen(0))[0]
     with threadpool_limits(1):  # as single_path: small linear algebra
-        points, _, _ = lbfgs_iterates(target, start, settings)
+        points, _, _ = lbfgs_iterates(prepared(target), start, settings)
     d = points[-1][0] - target.mean.numpy()
     return float(np.sqrt(d @ np.linalg.solve(target.cov.numpy(), d))), len(points) - 1
 
@@ -149,7 +150,7 @@ def gaussian_kl(mean: np.ndarray, cov: np.ndarray, target) -> float:
 
 
 def test_one_path_finds_the_gaussian(gaussian):
-    path = single_path(gaussian, torch.zeros(5, dtype=torch.float64), gen(0))
+    path = single_path(prepared(gaussian), torch.zeros(5, dtype=torch.float64), gen(0))
     assert torch.allclose(path.mean, gaussian.mean, atol=0.05)
     assert gaussian_kl(path.mean.numpy(), path.cov.numpy(), gaussian) < 0.25
     assert path.n_iterations >= 1 and path.elbo == pytest.approx(gaussian.log_normalizer(), abs=0.3)
@@ -157,7 +158,7 @@ def test_one_path_finds_the_gaussian(gaussian):
 
 def best_kl_along_the_path(target, diagonal: bool) -> float:
     with threadpool_limits(1):  # as single_path: small linear algebra
-        points, _, _ = lbfgs_iterates(target, target.initial_point(1, gen(0))[0], PathSettings())
+        points, _, _ = lbfgs_iterates(prepared(target), target.initial_point(1, gen(0))[0], PathSettings())
         return min(gaussian_kl(mean, cov, target) for _, mean, cov in local_gaussians(points, 6, diagonal))
 
 
@@ -272,4 +273,5 @@ def test_a_failed_path_is_dropped_and_all_failed_is_one_line():
     result = method.infer(target, RunInputs(starts, gen(8), progress=False))
     assert result.metrics["paths_failed"] == 1.0 and result.draws.shape == (1, 1000, 3)
     with pytest.raises(BayesxError, match=r"^every one of the 4 Pathfinder paths failed: Pathfinder found no usable"):
-        method.approximate(target, RunInputs(torch.full((4, 3), 10.0, dtype=torch.float64), gen(9), progress=False))
+        method.approximate(target, RunInputs(torch.full((4, 3), 10.0, dtype=torch.float64), gen(9), progress=False,
+                                             density=prepared(target)))

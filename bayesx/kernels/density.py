@@ -18,12 +18,13 @@ tag), ``tags()`` and ``timings()`` are its provenance for the run record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
 
-from bayesx.native.calls import NUTSTransition, Trajectory, chain_seeds
+if TYPE_CHECKING:
+    from bayesx.native.calls import NUTSTransition, Trajectory
 
 PYTORCH = "pytorch"
 
@@ -42,7 +43,8 @@ class FastPath(Protocol):
                    grad: Tensor | None, log_prob: Tensor | None) -> Trajectory: ...
 
     def nuts(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
-             inv_mass: Tensor, max_depth: int, seeds: Tensor) -> NUTSTransition: ...
+             inv_mass: Tensor, max_depth: int, gen: torch.Generator) -> NUTSTransition:
+        """Each chain's tree in C, its uniforms from a seed per chain drawn from ``gen``."""
 
 
 class Density:
@@ -104,8 +106,7 @@ class Density:
         fast = self._fast_for(position)
         if fast is None:
             return None
-        return fast.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth,
-                         chain_seeds(position.shape[0], gen))
+        return fast.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth, gen)
 
     def tags(self) -> dict[str, str]:
         """What the preparation did, for the run's tags (``compiled_density``, ``density_compiler``)."""

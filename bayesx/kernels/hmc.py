@@ -54,7 +54,8 @@ def init(position: Tensor, density: Density) -> HMCState:
     return HMCState(position, log_prob, grad)
 
 
-def propose(state: HMCState, density: Density, params: HMCParams, gen: torch.Generator) -> tuple[PhaseState, Tensor, Tensor]:
+def propose(state: HMCState, density: Density, params: HMCParams,
+            gen: torch.Generator) -> tuple[PhaseState, Tensor, Tensor]:
     """Draw p ~ N(0, M) and integrate: the proposal's end state and H at the start and at the end."""
     p0 = sample_momentum(params.metric, state.position.shape, gen)
     start = PhaseState(state.position, p0, state.log_prob, state.grad)
