@@ -194,8 +194,11 @@ class LogGamma:
     def autograd_log_prob(self):
         return None
 
+    def log_prob(self, x):
+        return (self.shapes * x - x.exp()).sum(-1)
+
     def log_prob_and_grad(self, x):
-        return (self.shapes * x - x.exp()).sum(-1), self.shapes - x.exp()
+        return self.log_prob(x), self.shapes - x.exp()
 
 
 def run_kernel(target, decide, chains=64, iterations=900, burn=100, step_size=1.8, length=2.5):
