@@ -196,8 +196,8 @@ class TargetBase(ModelBase):
 
     def density_form(self) -> LogisticForm | None:
         """This density as a typed description that a backend other than PyTorch can evaluate
-        (bayesx.targets.forms), or None: the density is ``log_prob`` alone. The kernels choose their
-        backend from it (bayesx.kernels.backend)."""
+        (bayesx.targets.forms), or None: the density is ``log_prob`` alone. bayesx.kernels.backend.prepare
+        chooses a run's backend from it."""
         return None
 
     def coordinate_names(self) -> list[str] | None:
