@@ -69,10 +69,12 @@ def cache_key(identity: dict, settings: ReferenceSettings) -> str:
 
 
 def obtain(target, identity: dict, settings: ReferenceSettings, tracker, names: dict[str, str],
-           parent_run_id: str | None = None, progress: bool | None = None, datasets: tuple = ()) -> Reference:
+           parent_run_id: str | None = None, progress: bool | None = None, datasets: tuple = (),
+           compile: str = "auto", density_identity: str | None = None) -> Reference:
     """The reference for this posterior: from a FINISHED reference run in the store with the same key,
     else a new NUTS run recorded as its own run (``names``: the method, model and data choices of the
-    run that asks, for the reference run's name and tags)."""
+    run that asks, for the reference run's name and tags; ``compile`` and ``density_identity``: its density's
+    compile policy and identity, as the run's, bayesx.kernels.backend.prepare)."""
     key = cache_key(identity, settings)
     found = tracker.find_finished(KEY_TAG, key)
     if found is not None:
@@ -81,11 +83,13 @@ def obtain(target, identity: dict, settings: ReferenceSettings, tracker, names: 
             if folder is not None and (folder / FILE).is_file():
                 with np.load(folder / FILE) as saved:
                     return Reference(saved["mean"], saved["sd"], float(saved["ess_bulk_min"]), found, 0.0)
-    return _compute(target, identity, settings, tracker, key, names, parent_run_id, progress, datasets)
+    return _compute(target, identity, settings, tracker, key, names, parent_run_id, progress, datasets,
+                    compile, density_identity)
 
 
 def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: str, names: dict[str, str],
-             parent_run_id: str | None, progress: bool | None, datasets: tuple = ()) -> Reference:
+             parent_run_id: str | None, progress: bool | None, datasets: tuple = (), compile: str = "auto",
+             density_identity: str | None = None) -> Reference:
     from bayesx.methods.base import RunInputs
     from bayesx.methods.mcmc.nuts import NUTS  # the reference is a product run like any other
     from bayesx.run_note import describe_run
@@ -105,7 +109,8 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
         gen = torch.Generator(device=target.device).manual_seed(settings.seed)
         nuts = NUTS(max_tree_depth=settings.max_tree_depth, num_warmup=settings.num_warmup,
                     num_draws=settings.num_draws, init="laplace")
-        result = nuts.infer(target, RunInputs(target.initial_point(settings.n_chains, gen), gen, progress))
+        result = nuts.infer(target, RunInputs(target.initial_point(settings.n_chains, gen), gen, progress,
+                                              compile=compile, density_identity=density_identity))
         if result.interrupted:
             raise RunInterrupted("interrupted while computing the reference posterior (nothing kept)")
         if result.error is not None:

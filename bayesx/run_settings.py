@@ -75,9 +75,15 @@ class DeviceSettings(Settings):
 
 
 def default_compile_policy() -> str:
-    """The compile policy where ``device.compile`` is null: the user's $BAYESX_COMPILE, else auto. Read here, where
-    a run's settings are resolved, and passed on as an argument (RunInputs.compile); the kernels never read it."""
-    return os.environ.get("BAYESX_COMPILE", "").strip() or "auto"
+    """The compile policy where ``device.compile`` is null: the user's $BAYESX_COMPILE (1/true: always, 0/false:
+    never), else auto. Read here, where a run's settings are resolved, and passed on as an argument
+    (RunInputs.compile); the kernels never read it."""
+    raw = os.environ.get("BAYESX_COMPILE", "")
+    value = raw.strip().lower() or "auto"
+    value = {"1": "always", "true": "always", "0": "never", "false": "never"}.get(value, value)
+    if value not in ("auto", "always", "never"):
+        raise BayesxError(f"BAYESX_COMPILE={raw} is not one of auto, always, never; unset it or use one of them")
+    return value
 
 
 @dataclass(frozen=True)

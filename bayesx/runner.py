@@ -369,6 +369,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     check_store(tracking.uri)  # a URI that names no store is refused before anything is built
     model = capabilities_of(cfg.model)
     device, dtype = resolve_device(device_settings, model)
+    compile_policy = device_settings.compile_policy()  # passed to the method: the family prepares its density
     data = build(cfg.data, "data") if model.uses_data else None
     torch.manual_seed(job.seed)  # what draws from torch's global generator (a network's initial weights) is seeded too
     target = build(cfg.model, "model", data=data, device=device, dtype=dtype)
@@ -401,7 +402,8 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             names = {"method": choices.get("method", ""), "model": choices.get("model", "model"),
                      "data": choices.get("data", "") if data is not None else "none"}
             datasets = data_inputs(data, names["data"]) if data is not None else ()
-            reference = obtain(target, identity, job.reference, tracker, names, parent_run_id, job.progress, datasets)
+            reference = obtain(target, identity, job.reference, tracker, names, parent_run_id, job.progress, datasets,
+                               compile_policy, identity_json)
         start = run_start(cfg, choices, job, dtype, device, method, target, params, parent_run_id,
                           resumed, data)
         # the run's wall time: its own (without a reference computed for it, its own run), and where it resumes a
@@ -417,7 +419,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             checkpoint = make_checkpoint(job, run, Path(tmp), wall_time)
             result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
                                                     resumed[1] if resumed else None,
-                                                    compile=device_settings.compile_policy(),
+                                                    compile=compile_policy,
                                                     density_identity=identity_json))
             with recording(interrupts):  # what the method made is stored, whatever signal comes now
                 record = make_record(job, method, target, result, reference, Path(tmp), checkpoint, wall_time,

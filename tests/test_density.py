@@ -189,5 +189,21 @@ def test_a_bad_policy_is_one_line_naming_the_fix():
     from bayesx.errors import BayesxError
 
     target = Gaussian(dim=2, kind="isotropic")
-    with pytest.raises(BayesxError, match=r"compile policy 'sometimes' .* is not one of auto, always, never"):
+    with pytest.raises(BayesxError, match=r"compile policy .sometimes. .* is not one of auto, always, never"):
         backend.prepare(target, backend.Workload(target.initial_point(2, gen(0)), 10), "sometimes")
+
+
+def test_the_users_policy_is_read_once_where_the_run_settings_are_resolved(monkeypatch):
+    """$BAYESX_COMPILE is the user's default for a null ``device.compile``, read by the run settings (never by the
+    kernels) and passed on as RunInputs.compile; a bad value is one line naming the fix."""
+    from bayesx.errors import BayesxError
+    from bayesx.run_settings import DeviceSettings
+
+    monkeypatch.setenv("BAYESX_COMPILE", "0")
+    assert DeviceSettings().compile_policy() == "never" and RunInputs(None, gen(0)).compile == "never"
+    assert DeviceSettings(compile="always").compile_policy() == "always"
+    monkeypatch.delenv("BAYESX_COMPILE")
+    assert DeviceSettings().compile_policy() == "auto"
+    monkeypatch.setenv("BAYESX_COMPILE", "sometimes")
+    with pytest.raises(BayesxError, match=r"^BAYESX_COMPILE=sometimes is not one of auto, always, never; unset it"):
+        DeviceSettings().compile_policy()

@@ -153,19 +153,12 @@ def prepare(target, workload: Workload, policy: str = "auto", identity: str | No
     defines the target's density (the runner's posterior identity), so its compiled library is found in the disk
     cache without tracing the density again."""
     start = time.perf_counter()
-    fast, record = _choose(target, workload, check_policy(policy), identity)
-    record = replace(record, seconds=time.perf_counter() - start)
-    return Density(target.log_prob, target.log_prob_and_grad, target.dim, target.dtype, target.device, fast, record)
-
-
-def check_policy(policy: str) -> str:
-    """The compile policy, ``auto``, ``always`` or ``never`` (true/false and 1/0 read as always/never)."""
-    chosen = {"1": "always", "true": "always", "0": "never", "false": "never"}.get(policy.strip().lower(),
-                                                                                   policy.strip().lower())
-    if chosen not in POLICIES:
+    if policy not in POLICIES:
         raise BayesxError(f"compile policy '{policy}' (device.compile or $BAYESX_COMPILE) is not one of "
                           f"{', '.join(POLICIES)}; use one of them")
-    return chosen
+    fast, record = _choose(target, workload, policy, identity)
+    record = replace(record, seconds=time.perf_counter() - start)
+    return Density(target.log_prob, target.log_prob_and_grad, target.dim, target.dtype, target.device, fast, record)
 
 
 def _choose(target, workload: Workload, policy: str, identity: str | None):
