@@ -41,6 +41,14 @@ class LatentSampler(MCMCMethod):
         """The target restricted to the decoder's affine image, which the latent trajectories evaluate."""
         return self.space.restricted
 
+    def prepare_density(self, target, inputs, out):
+        """As the driver's; a nonlinear decoder's trajectories (its Jacobians) run in PyTorch whatever evaluates the
+        restricted density's gradient, and the ``kernels`` tag says so."""
+        density = super().prepare_density(target, inputs, out)
+        if self.space.ae.nonlinear:
+            out.tags["kernels"] = backend.PYTORCH
+        return density
+
     def density_calls_per_transition(self) -> int:
         """A linear decoder's trajectories run on the restricted density's native path; a nonlinear one's on
         PyTorch (its Jacobians), so there is nothing to compile for (0 calls: ``compile=auto`` does not)."""
