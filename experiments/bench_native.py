@@ -30,6 +30,7 @@ import torch
 
 from bayesx.config import compose
 from bayesx.errors import BayesxError
+from bayesx.kernels import backend
 from bayesx.kernels import latent_hmc as latent
 from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
 from bayesx.kernels.metric import make_metric
@@ -66,7 +67,8 @@ def hmc_trajectory(target, gen, spread: float):
     lp, grad = target.log_prob_and_grad(q)
     metric = make_metric(0.5 + torch.rand(target.dim, generator=gen, dtype=torch.float64))
     state = PhaseState(q, p, lp, grad)
-    return lambda: leapfrog_trajectory(state, 1e-3, STEPS, metric, target)
+    density = backend.prepare(target, backend.Workload(q, calls=0), "never")  # native where BAYESX_NATIVE allows
+    return lambda: leapfrog_trajectory(state, 1e-3, STEPS, metric, density)
 
 
 def latent_trajectory(target, gen, spread: float):
@@ -78,9 +80,10 @@ def latent_trajectory(target, gen, spread: float):
                                torch.ones(target.dim, dtype=torch.float64))
     z = spread * torch.randn(CHAINS, d, generator=gen, dtype=torch.float64)
     p = torch.randn(CHAINS, d, generator=gen, dtype=torch.float64)
-    potential, grad = space.potential_and_grad(z)
-    return space.restricted.density_form(), lambda: latent.latent_leapfrog(space, z, p, 1e-3, STEPS, potential,
-                                                                            grad)
+    restricted = backend.prepare(space.restricted, backend.Workload(z, calls=0), "never")
+    potential, grad = space.potential_and_grad(z, restricted)
+    return space.restricted.density_form(), lambda: latent.latent_leapfrog(space, restricted, z, p, 1e-3, STEPS,
+                                                                            potential, grad)
 
 
 def bench_row(row_name: str, repeats: int) -> dict:
