@@ -12,7 +12,8 @@ acceptance rate does not collapse as the mesh is refined. ``h`` is the step size
 Prior draws xi are colored in blocks (one matrix product for many iterations) because a dense
 6561 x 6561 product per draw would cost as much as the PDE solve.
 
-The target provides ``log_likelihood(q)`` and ``sample_prior(n, gen)``. A proposal whose
+The kernel takes the model's Gaussian-prior view (bayesx.targets.base.GaussianPrior: ``log_likelihood(q)`` and
+``sample_prior(n, gen)``) as its density. A proposal whose
 likelihood is NaN (a failed solve) is rejected and counted in ``divergent``.
 """
 
@@ -20,12 +21,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
 
 from bayesx.kernels.common import metropolis_accept, where_rows
+
+if TYPE_CHECKING:
+    from bayesx.targets.base import GaussianPrior
 
 MAX_H = 4.0
 
@@ -45,9 +49,9 @@ class PriorNoise(NamedTuple):
 EMPTY_NOISE = PriorNoise((), 0)
 
 
-def prior_draws(target) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
-    """pCN's noise: n prior draws xi ~ N(0, C) from the target's sampler, as a one-tensor tuple."""
-    return lambda n, gen: (target.sample_prior(n, gen),)
+def prior_draws(prior: GaussianPrior) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
+    """pCN's noise: n prior draws xi ~ N(0, C) from the model's sampler, as a one-tensor tuple."""
+    return lambda n, gen: (prior.sample_prior(n, gen),)
 
 
 def draw_noise(noise: PriorNoise, make: Callable[[int, torch.Generator], tuple[Tensor, ...]], n_chains: int,
@@ -78,8 +82,8 @@ class PCNParams(NamedTuple):
     noise_block: int = 64  # iterations of prior draws made at once
 
 
-def init(position: Tensor, target) -> PCNState:
-    return PCNState(position, target.log_likelihood(position), EMPTY_NOISE)
+def init(position: Tensor, prior: GaussianPrior) -> PCNState:
+    return PCNState(position, prior.log_likelihood(position), EMPTY_NOISE)
 
 
 def log_density(state: PCNState) -> Tensor:
@@ -94,11 +98,11 @@ def metropolis(state_ll: Tensor, proposal_ll: Tensor, extra_log_ratio: Tensor | 
     return accept_prob, accepted, failed
 
 
-def step(state: PCNState, target, params: PCNParams, gen: torch.Generator) -> tuple[PCNState, PCNInfo]:
+def step(state: PCNState, prior: GaussianPrior, params: PCNParams, gen: torch.Generator) -> tuple[PCNState, PCNInfo]:
     r = rho(params.step_size)
-    (xi,), noise = draw_noise(state.noise, prior_draws(target), state.position.shape[0], params.noise_block, gen)
+    (xi,), noise = draw_noise(state.noise, prior_draws(prior), state.position.shape[0], params.noise_block, gen)
     proposal = r * state.position + math.sqrt(1.0 - r * r) * xi
-    log_lik = target.log_likelihood(proposal)
+    log_lik = prior.log_likelihood(proposal)
     accept_prob, accepted, failed = metropolis(state.log_likelihood, log_lik, 0.0, gen)
     new = PCNState(where_rows(accepted, proposal, state.position),
                    torch.where(accepted, log_lik, state.log_likelihood), noise)
