@@ -10,7 +10,7 @@ A :class:`Density` is made once per run by bayesx.kernels.backend.prepare and pa
                        (:class:`_PreparedLogProb`, first order only), for fits that need autograd through log pi
 
 by its fast path where one was prepared and runs for these points (the hand-written C form, or the compiled
-density: bayesx.native), else by the target's own PyTorch code; ``trajectory`` and ``nuts_transition`` are the
+density, in C), else by the target's own PyTorch code; ``trajectory`` and ``nuts_transition`` are the
 fast path's native leapfrog trajectories and NUTS transitions, None on PyTorch. ``name`` (the run's ``kernels``
 tag), ``tags()`` and ``timings()`` are its provenance for the run record.
 """
@@ -18,19 +18,17 @@ tag), ``tags()`` and ``timings()`` are its provenance for the run record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from bayesx.native.calls import NUTSTransition, Trajectory
 
 PYTORCH = "pytorch"
 
 
 class FastPath(Protocol):
-    """A native evaluation of one density (bayesx.kernels.backend's NativeForm and Compiled)."""
+    """A native evaluation of one density (bayesx.kernels.backend's NativeForm and Compiled); its trajectories and
+    NUTS transitions return the native calls' Trajectory and NUTSTransition (named tuples)."""
 
     name: str
 
@@ -40,10 +38,10 @@ class FastPath(Protocol):
     def logp_and_grad(self, position: Tensor) -> tuple[Tensor, Tensor]: ...
 
     def trajectory(self, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
-                   grad: Tensor | None, log_prob: Tensor | None) -> Trajectory: ...
+                   grad: Tensor | None, log_prob: Tensor | None) -> tuple: ...
 
     def nuts(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor, step_size: float,
-             inv_mass: Tensor, max_depth: int, gen: torch.Generator) -> NUTSTransition:
+             inv_mass: Tensor, max_depth: int, gen: torch.Generator) -> tuple:
         """Each chain's tree in C, its uniforms from a seed per chain drawn from ``gen``."""
 
 
@@ -89,7 +87,7 @@ class Density:
         return _PreparedLogProb.apply(q, self)
 
     def _trajectory(self, position: Tensor, momentum: Tensor, step_size, num_steps: int, inv_mass: Tensor,
-                    grad: Tensor | None = None, log_prob: Tensor | None = None) -> Trajectory | None:
+                    grad: Tensor | None = None, log_prob: Tensor | None = None) -> tuple | None:
         """``num_steps`` leapfrog steps of every chain in one native call (velocity M^-1 p, inv_mass dense or
         diagonal), with H = -log pi + p^T M^-1 p / 2 at both ends; None where the fast path does not run for
         these chains (the caller then runs PyTorch's loop)."""
@@ -100,7 +98,7 @@ class Density:
 
     def _nuts_transition(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor,
                          step_size: float, inv_mass: Tensor, max_depth: int,
-                         gen: torch.Generator) -> NUTSTransition | None:
+                         gen: torch.Generator) -> tuple | None:
         """One NUTS transition of every chain in one native call, each chain's tree on its own (its uniforms
         from a seed per chain drawn from ``gen``); None where the fast path does not run for these chains."""
         fast = self._fast_for(position)
