@@ -30,7 +30,7 @@ GB = 1024.0**3
 LIBRARY_HEADROOM = 0.3 * GB  # what a run imports after the check (ArviZ, matplotlib, h5netcdf) and its allocator keeps
 STATE_COPIES = 40  # (chains, dim) arrays alive at once: a NUTS tree's stack, an L-BFGS history of 20 pairs, momenta
 HESSIAN_COPIES = 7  # the Laplace fit's dim x dim arrays at once: H, its symmetrized copy, I, H + jitter I, the
-# Cholesky factor, the covariance and its symmetrized copy (bayesx.optimize.fit_laplace)
+# Cholesky factor, the covariance and its symmetrized copy (bayesx.methods.common.optimize.fit_laplace)
 DESIGN_COPIES = 6  # (points, rows) arrays of a logistic density and its gradient: logits, log-sigmoids, residuals
 
 

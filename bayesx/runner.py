@@ -2,7 +2,7 @@
 
 run_job(cfg):  validate -> build data, target, method -> seed -> (the reference posterior, its own run)
                -> open the run (with its data as dataset inputs) -> method.infer -> the family's metrics
-               + target.evaluate -> one RunRecord (with its description, bayesx.run_note) -> the tracker
+               + target.evaluate -> one RunRecord (with its description, bayesx.store.run_note) -> the tracker
                stores it -> summary.
 """
 
@@ -31,24 +31,24 @@ import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 import torch._dynamo  # noqa: F401
 from omegaconf import DictConfig, OmegaConf
 
-from bayesx.checkpoint import FOLDER as CHECKPOINT
-from bayesx.checkpoint import WALL_TIME, Resume, RunCheckpoint, load_resume, patient_interrupts, recording
+from bayesx.store.checkpoint import FOLDER as CHECKPOINT
+from bayesx.store.checkpoint import WALL_TIME, Resume, RunCheckpoint, load_resume, patient_interrupts, recording
 from bayesx.diagnostics import convergence, plots
 from bayesx.diagnostics.summary import posterior_summary, summary_lines, write_summary
 from bayesx.errors import BayesxError, InterruptKept, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.memory import check_room, dtype_name
 from bayesx.methods.base import Method, RunInputs, check_fits
-from bayesx.provenance import data_inputs, provenance_tags
-from bayesx.record import Artifact, RunRecord, RunStart, Summary
-from bayesx.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, posterior_error
-from bayesx.reference import remark as reference_remark
-from bayesx.run_note import describe_run
+from bayesx.store.provenance import data_inputs, provenance_tags
+from bayesx.store.record import Artifact, RunRecord, RunStart, Summary
+from bayesx.store.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, posterior_error
+from bayesx.store.reference import remark as reference_remark
+from bayesx.store.run_note import describe_run
 from bayesx.result import Result
 from bayesx.run_settings import DeviceSettings, ReferenceSettings, RunSettings, TrackingSettings, options_of, run_settings
 from bayesx.settings import InvalidSetting, Settings, configure
 from bayesx.targets.base import Capabilities, Evaluation
-from bayesx.tracking import Tracker, check_store
+from bayesx.store.tracking import Tracker, check_store
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -145,7 +145,7 @@ def apply_data_default(cfg: DictConfig, choices: dict[str, str], task_overrides:
     applies when the data group was left at the global default by both the command line and the experiment."""
     from omegaconf import open_dict
 
-    from bayesx.config import conf_dir
+    from bayesx.cli.config import conf_dir
 
     name = capabilities_of(cfg.model).default_data
     keys = [o.split("=")[0].lstrip("+~") for o in task_overrides]
@@ -214,7 +214,7 @@ def wants_reference(run: RunSettings, method: Method, target, comparing: Callabl
     return method.approximate_draws or comparing()
 
 
-SWEEP_OVERRIDES_TAG = "sweep_overrides"  # bayesx.sweep's parent run: the sweep's command-line overrides
+SWEEP_OVERRIDES_TAG = "sweep_overrides"  # bayesx.cli.sweep's parent run: the sweep's command-line overrides
 
 
 def sweeps_methods(overrides: str | None) -> bool:

@@ -1,5 +1,5 @@
 """A run's plots by family (bayesx.diagnostics.plots) and a sweep's comparison on its parent run
-(bayesx.sweep_summary): which files each family gets, which coordinates they show, and what the parent's
+(bayesx.reports.sweep_summary): which files each family gets, which coordinates they show, and what the parent's
 description says won."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from bayesx.diagnostics import plots
-from bayesx.record import RunRecord, RunStart, Summary
-from bayesx.sweep_summary import BEGIN, END, NOTE_TAG, unique_labels, winners
-from bayesx.tracking import Tracker
+from bayesx.store.record import RunRecord, RunStart, Summary
+from bayesx.reports.sweep_summary import BEGIN, END, NOTE_TAG, unique_labels, winners
+from bayesx.store.tracking import Tracker
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

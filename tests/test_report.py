@@ -16,8 +16,8 @@ import yaml
 from cli_helpers import all_runs, call, error_line, isolated_store
 
 import bayesx
-from bayesx.config import compose
-from bayesx.report import format_number, load_published, preset_name
+from bayesx.cli.config import compose
+from bayesx.reports.report import format_number, load_published, preset_name
 
 REPO = Path(bayesx.__file__).resolve().parent.parent
 PRESETS = sorted((REPO / "conf" / "experiment").glob("*.yaml"))
@@ -181,7 +181,7 @@ def test_a_peer_run_sits_beside_the_bayesx_runs_of_its_sweep(sweep):
 
     import numpy as np
 
-    from bayesx.tracking import Tracker
+    from bayesx.store.tracking import Tracker
 
     root, uri, runs = sweep
     spec = importlib.util.spec_from_file_location("experiment_peers", REPO / "experiments" / "peers.py")
@@ -206,10 +206,10 @@ def test_a_peer_run_sits_beside_the_bayesx_runs_of_its_sweep(sweep):
 
 
 def test_a_reference_posterior_made_in_a_sweep_is_named_not_tabulated():
-    """The NUTS reference (bayesx.reference) is a child of the sweep like its jobs, but not a row of it."""
+    """The NUTS reference (bayesx.store.reference) is a child of the sweep like its jobs, but not a row of it."""
     import pandas as pd
 
-    from bayesx.report import reference_lines, select_sweep
+    from bayesx.reports.report import reference_lines, select_sweep
 
     df = pd.DataFrame({
         "run_id": ["p" * 32, "a" * 32, "r" * 32], "start_time": pd.to_datetime([1, 3, 2], unit="s"),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from bayesx.record import RunStart
-from bayesx.tracking import Tracker
+from bayesx.store.record import RunStart
+from bayesx.store.tracking import Tracker
 
 
 def test_a_sweep_whose_killed_job_is_resumed_to_the_end_ends_finished(tmp_path):

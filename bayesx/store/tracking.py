@@ -56,7 +56,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from bayesx.errors import BayesxError, RunInterrupted
-from bayesx.record import DataInput, RunRecord, RunStart
+from bayesx.store.record import DataInput, RunRecord, RunStart
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # "Creating initial MLflow database tables...", and a traceback logged with every SQLAlchemy error (a full disk's
@@ -106,7 +106,7 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     except (OSError, ValueError) as exc:
         raise BayesxError(f"cannot reach the MLflow tracking server at {uri} ({exc.strerror or exc}); "
                           "start it (mlflow server) or set tracking.uri / MLFLOW_TRACKING_URI") from None
-    from bayesx.server_auth import check_credentials
+    from bayesx.serve.auth import check_credentials
 
     check_credentials(uri)  # a wrong password is one line here, not a failure after the run
 
@@ -373,7 +373,7 @@ class TrackedRun:
         retry_locked(self.client.log_text, self.run_id, text, name)
 
     def store(self, record: RunRecord) -> None:
-        """Store the run's record (bayesx.record): its metrics, the steps of its series not logged yet,
+        """Store the run's record (bayesx.store.record): its metrics, the steps of its series not logged yet,
         its tags with the summary's (the compared metrics, warnings, remarks, the error), its files;
         the folders it discards are removed. The run then ends with the record's status."""
         stepped = {name for name, points in record.series.items() if points}  # their last step is the final value
@@ -857,7 +857,7 @@ class Tracker:
         statuses = {c.info.status for c in children}
         # a killed child explains a sweep that stopped on an error (Slurm's scancel: submitit's UncompletedJobError)
         status = "FAILED" if jobs else "KILLED" if "KILLED" in statuses else "FAILED" if failed else "FINISHED"
-        from bayesx.sweep_summary import record_sweep_comparison  # the sweep's table, plots and winners
+        from bayesx.reports.sweep_summary import record_sweep_comparison  # the sweep's table, plots and winners
 
         record_sweep_comparison(self.client, self.uri, run_id, status)
         retry_locked(self.client.set_terminated, run_id, status)

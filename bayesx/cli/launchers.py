@@ -3,7 +3,7 @@
 A sweep (``bayesx run -m ...``) runs its jobs through a Hydra launcher: the basic one (one after
 another, in-process), ``joblib`` (parallel processes on this machine), ``submitit_local`` /
 ``submitit_slurm`` (one process per job, locally or on a Slurm cluster) or ``ray`` (tasks on a Ray
-cluster, local or remote); ``hydra/sweeper=optuna`` picks the values itself (bayesx.sweep returns
+cluster, local or remote); ``hydra/sweeper=optuna`` picks the values itself (bayesx.cli.sweep returns
 each job's objective). Each plugin is a separate package, in the project's optional extras.
 
 Parallel jobs on one machine must not each start one BLAS/OpenMP thread per core: unless
