@@ -19,7 +19,6 @@ import textwrap
 import time
 from pathlib import Path
 
-from bayesx.store import outputs as run_output
 from bayesx.errors import (
     EXIT_BAD_INPUT,
     EXIT_CODES_HELP,
@@ -30,7 +29,9 @@ from bayesx.errors import (
     InterruptKept,
     RecordedFailure,
     RunInterrupted,
+    fail,
 )
+from bayesx.store import outputs as run_output
 
 COMMANDS = {
     "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2); --json for scripts",
@@ -41,11 +42,6 @@ COMMANDS = {
     "runs": "runs clean: mark RUNNING runs whose process is gone (or heartbeat stale) KILLED; a sweep with a failed job FAILED",
     "data": "list the data sets (data list) or download one (data fetch NAME)",
 }
-
-
-def fail(message: str) -> None:
-    print(f"bayesx: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_BAD_INPUT)
 
 
 # --- bayesx run -----------------------------------------------------------------------------------

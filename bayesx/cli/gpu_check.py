@@ -264,12 +264,10 @@ def run_cli(case: Case, device: str, seed: int, store: Path, timeout_s: float, t
 
 def load_run(record: CaseRun, uri: str, scratch: Path, run_name: str | None = None) -> CaseRun:
     """Fill the record from the store: the run (by its name), its metrics and its draws (draws.nc)."""
-    from mlflow.tracking import MlflowClient
+    from bayesx.store.tracking import experiment_runs, run_artifact
 
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(EXPERIMENT)
     name = run_name or f"{record.case}-{record.device}-seed{seed_of(record.command)}"
-    runs = client.search_runs([experiment.experiment_id], f"tags.mlflow.runName = '{name}'") if experiment else []
+    runs = experiment_runs(uri, EXPERIMENT, f"tags.mlflow.runName = '{name}'")
     if not runs:
         record.error = f"no run named {name} in the store"
         return record
@@ -279,9 +277,9 @@ def load_run(record: CaseRun, uri: str, scratch: Path, run_name: str | None = No
         return record
     record.run_id = run.info.run_id
     record.metrics = dict(run.data.metrics)
-    names = [a.path for a in client.list_artifacts(run.info.run_id)]
-    if "draws.nc" in names:
-        record.draws = read_draws(client.download_artifacts(run.info.run_id, "draws.nc", str(_mkdir(scratch))))
+    draws = run_artifact(uri, run.info.run_id, "draws.nc", _mkdir(scratch))
+    if draws is not None:
+        record.draws = read_draws(str(draws))
     return record
 
 

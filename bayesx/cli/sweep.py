@@ -41,7 +41,7 @@ class SweepParentRun(Callback):
                                                                       "sweep": "parent",
                                                                       "sweep_dir": str(config.hydra.sweep.dir)})
         except BayesxError as exc:  # a store that cannot record the sweep: no job runs (Hydra would only warn
-            from bayesx.cli.commands import fail  # of an Exception here and launch every job into the same error)
+            from bayesx.errors import fail  # of an Exception here and launch every job into the same error)
 
             fail(str(exc))
         os.environ[PARENT_ENV] = run_id
@@ -55,7 +55,9 @@ class SweepParentRun(Callback):
 
 
 def _end_parent(config: DictConfig, failed: bool) -> None:
-    """End the open parent with its jobs' outcomes (``failed``: the sweep failed whatever they say)."""
+    """End the open parent with its jobs' outcomes (``failed``: the sweep failed whatever they say), then record
+    the sweep's comparison on it."""
+    from bayesx.reports.sweep_summary import end_sweep
     from bayesx.store.tracking import FailedJob
 
     run_id = os.environ.pop(PARENT_ENV, None)
@@ -68,7 +70,7 @@ def _end_parent(config: DictConfig, failed: bool) -> None:
                             or f"job {job.get('job')}", REJECTED, str(job.get("error") or "no error recorded"))
                   for job in jobs if job["status"] == REJECTED]
     tracker = _tracker(config)
-    outcome["status"] = tracker.end_parent(run_id, unrecorded, failed)
+    outcome["status"] = end_sweep(tracker, run_id, unrecorded, failed)
     print_answer(tracker.uri, run_id)
 
 

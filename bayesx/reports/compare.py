@@ -214,7 +214,7 @@ def render(table, fmt: str, wide: bool = False, sort: str | None = None) -> str:
     if fmt == "csv":
         return table.to_csv(index=False).rstrip("\n")
     if fmt == "markdown":
-        from bayesx.reports.report import markdown_table
+        from bayesx.reports.markdown import markdown_table
 
         return markdown_table(table)
     if wide:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bayesx.errors import BayesxError
+from bayesx.reports.markdown import format_number, markdown_table
 
 RUN_COLUMNS = ("method", "model", "data", "seed")  # always shown, from the run's tags
 ID_CHARS = 8  # run ids are shown (and may be given) by their first 8 characters, as `bayesx compare` does
@@ -343,26 +344,6 @@ def seed_means(table, metrics: list[str]):
 
 
 # --- writing ----------------------------------------------------------------------------------------
-def format_number(value) -> str:
-    """Four significant digits, integers as integers, absent as '-'."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, str):
-        return value
-    value = float(value)
-    if value.is_integer() and abs(value) < 1e7:
-        return str(int(value))
-    return f"{value:.4g}"
-
-
-def markdown_table(table) -> str:
-    header = "| " + " | ".join(map(str, table.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(format_number(v) if v is not None else "-" for v in row) + " |"
-            for row in table.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
-
-
 def machine_line(sweep: Sweep) -> str:
     """Where the runs ran, from their provenance tags (the first run's; others that differ are named)."""
     def tag(name: str) -> str:

@@ -1,7 +1,8 @@
 """A sweep's answer (which method, at what error, at what cost, and whether to trust it): at the end of the sweep on
 the terminal, and on its parent run as files the MLflow UI shows and a description.
 
-When a sweep ends (:meth:`bayesx.store.tracking.Tracker.end_parent`) its parent run gets, under ``comparison/``:
+When a sweep's parent run has ended (:func:`end_sweep`, from the sweep's Hydra callback in bayesx.cli.sweep; or
+again when a resumed job settles it, through the runner's :func:`parent_ended`) it gets, under ``comparison/``:
 
     report.md           the ``bayesx report`` table of the sweep's runs (their key metrics, rounded)
     table.csv           the same table, unrounded (MLflow shows it as a table)
@@ -73,7 +74,7 @@ def winners(table, labels: list[str], verdicts: list[str] | None = None) -> list
     a tie where several runs share the best value as printed (all of them: "all N runs tie"). ``verdicts`` (per run,
     :func:`bayesx.reports.compare.check`) mark an unreliable run among the best as such, and the best reliable run is named
     beside it."""
-    from bayesx.reports.report import format_number
+    from bayesx.reports.markdown import format_number
 
     verdicts = verdicts or [""] * len(labels)
 
@@ -238,7 +239,7 @@ def answer_text(table, width: int = TERMINAL_WIDTH) -> str:
     """The answer table aligned for a terminal in at most ``width`` characters (long labels and reasons cut, values
     to 4 significant digits, absent ones '-')."""
     from bayesx.reports.compare import _text
-    from bayesx.reports.report import format_number
+    from bayesx.reports.markdown import format_number
 
     shown = table.copy()
     for column in shown.columns:
@@ -284,7 +285,8 @@ def parent_metrics(answer) -> dict[str, float]:
 def describe(sweep, scores, labels: list[str], verdicts: list[str], status: str | None, files: str, plotted: bool) -> str:
     """The description's comparison part (markdown between :data:`BEGIN` and :data:`END`): the answer table, the
     plot (MLflow serves it at ``get-artifact``), the winners, the runs' warnings, the reference runs, the files."""
-    from bayesx.reports.report import ID_CHARS, markdown_table, reference_lines
+    from bayesx.reports.markdown import markdown_table
+    from bayesx.reports.report import ID_CHARS, reference_lines
 
     answer = answer_table(sweep, labels, verdicts)
     more = len(answer) - DESCRIBED_RUNS
@@ -401,3 +403,16 @@ def record_sweep_comparison(client, uri: str, parent_run_id: str, status: str | 
     except Exception as exc:  # noqa: BLE001 - a courtesy, never the sweep's outcome
         print(f"bayesx: warning: the sweep's comparison was not recorded ({type(exc).__name__}: {exc})",
               file=sys.stderr)
+
+
+def end_sweep(tracker, parent_run_id: str, unrecorded=(), failed: bool = False) -> str:
+    """End a sweep's parent run (the store's :meth:`~bayesx.store.tracking.Tracker.end_parent`: its status from
+    its jobs') and then record its comparison on it; the parent's status."""
+    status = tracker.end_parent(parent_run_id, unrecorded, failed)
+    parent_ended(tracker, parent_run_id, status)
+    return status
+
+
+def parent_ended(tracker, parent_run_id: str, status: str) -> None:
+    """A sweep's parent has ended (its sweep, or a resumed job that settled it): its comparison, recorded again."""
+    record_sweep_comparison(tracker.client, tracker.uri, parent_run_id, status)
