@@ -108,6 +108,10 @@ def test_an_install_without_bayesx_app_is_one_line(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])
     with pytest.raises(BayesxError, match="MLflow does not know bayesx's app 'bayesx-auth'.*install bayesx again"):
         require_auth_app()
+    stale = importlib.metadata.EntryPoint("bayesx-auth", "bayesx.server_app:create_app", "mlflow.app")  # pre-move
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [stale])
+    with pytest.raises(BayesxError, match="before its modules moved"):
+        require_auth_app()
 
 
 def test_pg_hba_lines_other_than_scram_are_found():

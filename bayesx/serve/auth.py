@@ -109,9 +109,11 @@ def require_auth_app() -> None:
     if importlib.util.find_spec("flask_wtf") is None:
         raise BayesxError("MLflow's basic-auth app needs Flask-WTF, which is not installed: "
                           "pip install 'bayesx[server]' (or pip install Flask-WTF)")
-    if not any(point.name == APP_NAME for point in entry_points(group="mlflow.app")):
-        raise BayesxError(f"MLflow does not know bayesx's app '{APP_NAME}' (an install of bayesx older than it): "
-                          "install bayesx again, e.g. pip install -e . in its folder (make install does it)")
+    points = [point for point in entry_points(group="mlflow.app") if point.name == APP_NAME]
+    if not any(importlib.util.find_spec(point.module) is not None for point in points):
+        raise BayesxError(f"MLflow does not know bayesx's app '{APP_NAME}' (an install of bayesx older than it, or "
+                          "made before its modules moved): install bayesx again, e.g. pip install -e . in its folder "
+                          "(make install does it)")
 
 
 def admin_password(file: str | None) -> str:
