@@ -1,5 +1,5 @@
 """A run's memory, estimated before anything is allocated, and the one-line refusal of a run the
-machine cannot hold.
+machine cannot hold; and the CPUs this process may use (:func:`usable_cores`).
 
 The runner asks the method what its run will hold at its peak (``Method.memory_needs(target,
 n_chains)``), as :class:`Need` parts: the draws (chains x draws x dim), the chains' working state
@@ -25,6 +25,15 @@ from pathlib import Path
 import torch
 
 from bayesx.errors import BayesxError
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask: a Slurm step, taskset or a container's cpuset
+    gives fewer than the machine has), at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
 
 GB = 1024.0**3
 LIBRARY_HEADROOM = 0.3 * GB  # what a run imports after the check (ArviZ, matplotlib, h5netcdf) and its allocator keeps

@@ -17,7 +17,8 @@ from cli_helpers import all_runs, call, error_line, isolated_store
 
 import bayesx
 from bayesx.cli.config import compose
-from bayesx.reports.report import format_number, load_published, preset_name
+from bayesx.reports.report import load_published, preset_name
+from bayesx.reports.markdown import format_number
 
 REPO = Path(bayesx.__file__).resolve().parent.parent
 PRESETS = sorted((REPO / "conf" / "experiment").glob("*.yaml"))

@@ -108,7 +108,8 @@ def test_an_install_without_bayesx_app_is_one_line(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])
     with pytest.raises(BayesxError, match="MLflow does not know bayesx's app 'bayesx-auth'.*install bayesx again"):
         require_auth_app()
-    stale = importlib.metadata.EntryPoint("bayesx-auth", "bayesx.server_app:create_app", "mlflow.app")  # pre-move
+    before_the_move = "bayesx." + "server_app:create_app"  # split: /work/move_packages.py rewrites the whole name
+    stale = importlib.metadata.EntryPoint("bayesx-auth", before_the_move, "mlflow.app")
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [stale])
     with pytest.raises(BayesxError, match="before its modules moved"):
         require_auth_app()

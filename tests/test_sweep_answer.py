@@ -13,7 +13,7 @@ import pytest
 from cli_helpers import all_runs, call
 
 from bayesx.reports.compare import WIDTH, check, compare_table, render
-from bayesx.reports.report import format_number
+from bayesx.reports.markdown import format_number
 from bayesx.reports.sweep_summary import TERMINAL_WIDTH, answer_text, error_vs_cost_figure, winners
 
 NAN = float("nan")

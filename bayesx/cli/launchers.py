@@ -13,9 +13,10 @@ Parallel jobs on one machine must not each start one BLAS/OpenMP thread per core
 from __future__ import annotations
 
 import importlib.util
-import os
 
 from omegaconf import DictConfig, OmegaConf
+
+from bayesx.memory import usable_cores
 
 JOBLIB = ("hydra_plugins.hydra_joblib_launcher", "hydra-joblib-launcher", "parallel")
 SUBMITIT = ("hydra_plugins.hydra_submitit_launcher", "hydra-submitit-launcher", "parallel")
@@ -42,15 +43,6 @@ def missing_plugin(group: str, choice: str) -> str | None:
         return None
     return (f"{group}={choice} needs the Hydra plugin {package}, which is not installed; "
             f"pip install 'bayesx[{extra}]' (or pip install {package})")
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity mask: a Slurm step, taskset or a container's cpuset
-    gives fewer than the machine has), at least one."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def threads_per_job(launcher: DictConfig) -> int | None:

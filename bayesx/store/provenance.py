@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bayesx.cli.launchers import usable_cores
+from bayesx.memory import usable_cores
 from bayesx.native import build as native_build
 from bayesx.store.record import DataInput
 
