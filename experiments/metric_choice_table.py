@@ -18,19 +18,18 @@ import math
 import statistics
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
+from bayesx.store.tracking import experiment_runs
 
 FORMS = ("diag", "dense", "lowrank")
 
 
 def measurements(uri: str, experiment: str) -> dict[str, dict[str, dict]]:
     """{posterior: {mass: {grads_per_ess, rhat, ref_err, dim}}} of the FINISHED NUTS runs."""
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise SystemExit(f"no experiment '{experiment}' in {uri}; run the sweep in this module's docstring first")
+    runs = experiment_runs(uri, experiment)
+    if not runs:
+        raise SystemExit(f"no runs of experiment '{experiment}' in {uri}; run the sweep in this module's docstring first")
     table: dict[str, dict[str, dict]] = {}
-    for run in client.search_runs([found.experiment_id], max_results=10000):
+    for run in runs:
         name, mass = run.data.params.get("model.name"), run.data.params.get("method.mass")
         metrics = run.data.metrics
         if run.info.status != "FINISHED" or mass not in FORMS or "ess_bulk_min" not in metrics:
