@@ -21,7 +21,7 @@ from bayesx.kernels.metric import identity_metric, make_metric
 from bayesx.methods.mcmc.hmc import HMC
 from bayesx.methods.mcmc.nuts import NUTS
 from bayesx.kernels import backend
-from bayesx.optimize import fit_laplace
+from bayesx.methods.common.optimize import fit_laplace
 from bayesx.targets.gaussian import Gaussian
 
 

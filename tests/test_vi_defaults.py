@@ -131,7 +131,7 @@ def test_a_mode_search_that_ends_in_a_funnels_neck_starts_from_the_initial_point
 
 
 def find_neck(target, initial):
-    from bayesx.optimize import find_mode
+    from bayesx.methods.common.optimize import find_mode
 
     from method_helpers import prepared
 
