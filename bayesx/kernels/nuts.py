@@ -31,7 +31,7 @@ chain's tree on its own thread slot, none waiting for another.
 
 The two are one algorithm decision for decision, and tests/test_nuts_agreement.py checks them draw for
 draw: both take the momentum from the caller and one 64-bit seed per chain (drawn from ``gen`` after the
-momentum, :func:`bayesx.native.calls.chain_seeds`), and read every uniform from a counter-based
+momentum, :func:`bayesx.kernels.backend.chain_seeds`), and read every uniform from a counter-based
 generator, uniform number n of a chain being the n-th output of splitmix64 started from its seed
 (Steele, Lea and Flood 2014), :func:`tree_uniforms` here and common.h's splitmix64_at there. Uniform
 number :func:`uniform_index` (d, j) is subtree d's direction (j = 0), its merge (j = 1) and the
@@ -58,7 +58,6 @@ from bayesx.kernels.common import (
 from bayesx.kernels.hmc import HMCState, init, log_density  # noqa: F401  (NUTS shares HMC's state)
 from bayesx.kernels.integrators import PhaseState, leapfrog
 from bayesx.kernels.metric import Metric, kinetic_energy, sample_momentum, velocity
-from bayesx.native.calls import chain_seeds
 
 
 class NUTSInfo(NamedTuple):
@@ -272,7 +271,7 @@ def step(state: HMCState, target, params: NUTSParams, gen: torch.Generator) -> t
         return HMCState(native.position, native.log_prob, native.grad), NUTSInfo(
             native.accept_prob, native.moved, native.energy, native.divergent, native.n_leaves, native.depth,
             DensityFaults(native.nan_leaves, native.posinf_leaves, native.fault_position))
-    return transition(state, p0, chain_seeds(q.shape[0], gen).to(q.device), target, params)
+    return transition(state, p0, backend.chain_seeds(q.shape[0], gen).to(q.device), target, params)
 
 
 def transition(state: HMCState, p0: Tensor, seeds: Tensor, target, params: NUTSParams) -> tuple[HMCState, NUTSInfo]:
@@ -306,6 +305,7 @@ def transition(state: HMCState, p0: Tensor, seeds: Tensor, target, params: NUTSP
         log_u = torch.log(tree_uniforms(seeds, uniform_index(d, 2), 2**d, h0.dtype))
         signed_step = (torch.where(forward, 1.0, -1.0).to(h0.dtype) * params.step_size).unsqueeze(-1)
         start = select(forward, right, left)
+        far_momentum = where_rows(forward, left.momentum, right.momentum)
         start_velocity = where_rows(forward, right_velocity, left_velocity)
         far_velocity = where_rows(forward, left_velocity, right_velocity)
         sub = _build_subtree(start, signed_step, 2**d, h0, active, metric, target, log_u, faults)
@@ -327,9 +327,9 @@ def transition(state: HMCState, p0: Tensor, seeds: Tensor, target, params: NUTSP
         draw = select(take, sub.draw, draw)
         moved = moved | take
         log_weight = torch.where(merge, torch.logaddexp(log_weight, sub.log_weight), log_weight)
-        # the trajectory so far (far end ... start) and the subtree (its first leaf ... its edge)
-        old = _Node(rho, None, far_velocity, start.momentum, start_velocity)
-        new = _Node(sub.rho, sub.first_momentum, sub.first_velocity, None, sub.edge_velocity)
+        # the trajectory so far (far end ... start) merged with the subtree (its first leaf ... its edge)
+        old = _Node(rho, far_momentum, far_velocity, start.momentum, start_velocity)
+        new = _Node(sub.rho, sub.first_momentum, sub.first_velocity, sub.edge.momentum, sub.edge_velocity)
         turned = merge_turns(old, new)
         rho = where_rows(merge, rho + sub.rho, rho)
         done = done | (active & (~merge | turned))
