@@ -13,8 +13,8 @@
  * divergence (H - H0 > 1000, or not finite) inside is discarded and the transition ends. Per chain: a
  * chain whose tree stops early frees its thread for the next chain (dynamic schedule) instead of waiting
  * in lock-step. The momentum comes from the caller; the uniforms from the chain's seed (common.h's
- * splitmix64_at): number uniform_index(d, 0) picks subtree d's direction, uniform_index(d, 1) decides
- * its merge and uniform_index(d, 2 + i) the progressive sampling at its leaf i. */
+ * splitmix64_at): number nuts_uniform_index(d, 0) picks subtree d's direction, (d, 1) decides
+ * its merge and (d, 2 + i) the progressive sampling at its leaf i. */
 
 #define NUTS_DIVERGENCE ((REAL)1000)
 #define NUTS_BIG ((REAL)1e30)  /* an energy error that is not finite: divergent, weight exp(-1e30) = 0 */
