@@ -225,3 +225,34 @@ def test_a_u_turn_rule_without_the_checks_across_halves_is_told_apart(monkeypatc
         earlier.rho + later.rho, earlier.first_velocity, later.last_velocity))
     disagreements, _ = run_both(gaussian_case(False), 12)
     assert any("n_leaves" in keys for keys in disagreements), disagreements
+
+
+def test_a_chain_is_the_same_whichever_backend_builds_its_trees(monkeypatch):
+    """nuts.step draws the momentum and then the chains' seeds from the run's generator whichever backend
+    builds the trees, so a chain of 20 transitions is the same with the C trees and with the PyTorch trees
+    (forced by a backend that offers no native transition). Negative control: another generator seed."""
+    target = gaussian_case(False).target
+    params = nuts.NUTSParams(0.3, make_metric(torch.linspace(0.5, 1.5, 5, dtype=torch.float64)), 8)
+
+    def chain(seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
+        state = nuts.init(torch.randn(CHAINS, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64),
+                          target)
+        positions = []
+        for _ in range(20):
+            state, _ = nuts.step(state, target, params, g)
+            positions.append(state.position)
+        return torch.stack(positions)
+
+    native_transition, native_calls = nuts.backend.nuts_transition, []
+
+    def counted(*args, **kwargs):
+        out = native_transition(*args, **kwargs)
+        native_calls.append(out is not None)
+        return out
+    monkeypatch.setattr(nuts.backend, "nuts_transition", counted)
+    with_c = chain(5)
+    assert native_calls and all(native_calls)  # the C trees ran
+    monkeypatch.setattr(nuts.backend, "nuts_transition", lambda *args, **kwargs: None)
+    torch.testing.assert_close(chain(5), with_c, **TOL)
+    assert not torch.isclose(chain(6), with_c, **TOL).all()
