@@ -157,10 +157,13 @@ def is_turning(rho: Tensor, velocity_a: Tensor, velocity_b: Tensor) -> Tensor:
 
 def merge_turns(earlier: _Node, later: _Node) -> Tensor:
     """Whether the trajectory of two adjacent halves has turned: the criterion on the whole, and (Stan's
-    checks across the halves) on each half extended by the adjacent leaf of the other."""
-    return (is_turning(earlier.rho + later.rho, earlier.first_velocity, later.last_velocity)
-            | is_turning(earlier.rho + later.first_momentum, earlier.first_velocity, later.first_velocity)
-            | is_turning(later.rho + earlier.last_momentum, earlier.last_velocity, later.last_velocity))
+    checks across the halves) on each half extended by the adjacent leaf of the other. The three criteria's
+    six inner products are taken in one batched product (a third of the small tensor operations of three
+    :func:`is_turning` calls, which dominate a PyTorch leaf's cost on small densities)."""
+    rho = torch.stack((earlier.rho + later.rho, earlier.rho + later.first_momentum, later.rho + earlier.last_momentum))
+    ends = torch.stack((earlier.first_velocity, earlier.first_velocity, earlier.last_velocity,
+                        later.last_velocity, later.first_velocity, later.last_velocity)).view(2, *rho.shape)
+    return ((rho * ends).sum(-1) <= 0).flatten(0, 1).any(0)
 
 
 def _energy_error(h: Tensor, h0: Tensor) -> Tensor:
