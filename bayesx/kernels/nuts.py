@@ -168,8 +168,8 @@ def merge_turns(earlier: _Node, later: _Node) -> Tensor:
 
 def _energy_error(h: Tensor, h0: Tensor) -> Tensor:
     """H - H0, with NON_FINITE_ENERGY_ERROR where it is not finite or larger (nuts.h's NUTS_BIG)."""
-    delta = h - h0
-    return torch.where(torch.isfinite(delta) & (delta < NON_FINITE_ENERGY_ERROR), delta, NON_FINITE_ENERGY_ERROR)
+    big = NON_FINITE_ENERGY_ERROR
+    return torch.nan_to_num(h - h0, nan=big, posinf=big, neginf=big).clamp(max=big)
 
 
 def _build_subtree(
@@ -303,9 +303,8 @@ def transition(state: HMCState, p0: Tensor, seeds: Tensor, target, params: NUTSP
         active = ~done
         if not bool(active.any()):
             break
-        forward = tree_uniforms(seeds, uniform_index(d, 0), 1, h0.dtype)[0] < 0.5
-        merge_u = tree_uniforms(seeds, uniform_index(d, 1), 1, h0.dtype)[0]
-        log_u = torch.log(tree_uniforms(seeds, uniform_index(d, 2), 2**d, h0.dtype))
+        u = tree_uniforms(seeds, uniform_index(d, 0), 2**d + 2, h0.dtype)  # the subtree's block, in one call
+        forward, merge_u, log_u = u[0] < 0.5, u[1], torch.log(u[2:])
         signed_step = (torch.where(forward, 1.0, -1.0).to(h0.dtype) * params.step_size).unsqueeze(-1)
         start = select(forward, right, left)
         far_momentum = where_rows(forward, left.momentum, right.momentum)
