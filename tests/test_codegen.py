@@ -164,7 +164,7 @@ def test_buffers_are_reused_once_their_last_reader_has_run():
 
 
 def test_chains_split_over_threads_give_the_same_draws_as_one_thread(monkeypatch):
-    from bayesx.native.calls import chain_seeds
+    from bayesx.kernels.nuts import chain_seeds
 
     log_prob, dim = OPERATOR_FAMILIES["index and index_put"]
     density = compiled.compiled_density(log_prob, dim, torch.float64)

@@ -244,8 +244,8 @@ def test_latent_trajectory_equals_pytorch(digits, monkeypatch):
 @needs_native
 def test_hmc_gives_the_same_chains_with_and_without_native_kernels(digits, monkeypatch):
     """With a fixed step size: adaptation feeds rounding-level differences in the acceptance back
-    into the step size, and the chaotic early trajectories amplify them. (Native NUTS draws its tree's
-    uniforms from its own generator: it is checked in distribution below.)"""
+    into the step size, and the chaotic early trajectories amplify them. (NUTS is checked draw for draw
+    in tests/test_nuts_agreement.py, and in distribution below.)"""
     fixed = {"num_warmup": 0, "num_draws": 20, "step_size": 0.01, "adapt_step_size": False}
 
     def run():

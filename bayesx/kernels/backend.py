@@ -35,7 +35,7 @@ from bayesx.errors import BayesxError
 from bayesx.kernels.density import PYTORCH, Density
 from bayesx.native import compiled as compiler
 from bayesx.native import logistic as native
-from bayesx.native.calls import NUTSTransition, Trajectory, chain_seeds
+from bayesx.native.calls import NUTSTransition, Trajectory
 
 if TYPE_CHECKING:
     from bayesx.targets.forms import LogisticForm
@@ -112,9 +112,8 @@ class NativeForm:
     def trajectory(self, position, momentum, step_size, num_steps, inv_mass, grad, log_prob) -> Trajectory:
         return native.trajectory(self.form, position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
 
-    def nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, gen) -> NUTSTransition:
-        return native.nuts(self.form, position, momentum, log_prob, grad, step_size, inv_mass, max_depth,
-                           chain_seeds(position.shape[0], gen))
+    def nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds) -> NUTSTransition:
+        return native.nuts(self.form, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
 
 
 class Compiled:
@@ -136,9 +135,8 @@ class Compiled:
     def trajectory(self, position, momentum, step_size, num_steps, inv_mass, grad, log_prob) -> Trajectory:
         return self.density.trajectory(position, momentum, step_size, num_steps, inv_mass, grad, log_prob)
 
-    def nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, gen) -> NUTSTransition:
-        return self.density.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth,
-                                 chain_seeds(position.shape[0], gen))
+    def nuts(self, position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds) -> NUTSTransition:
+        return self.density.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
 
 
 def on_pytorch(target) -> Density:

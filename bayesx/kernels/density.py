@@ -98,13 +98,14 @@ class Density:
 
     def _nuts_transition(self, position: Tensor, momentum: Tensor, log_prob: Tensor, grad: Tensor,
                          step_size: float, inv_mass: Tensor, max_depth: int,
-                         gen: torch.Generator) -> tuple | None:
+                         seeds: Tensor) -> tuple | None:
         """One NUTS transition of every chain in one native call, each chain's tree on its own (its uniforms
-        from a seed per chain drawn from ``gen``); None where the fast path does not run for these chains."""
+        from its 64-bit seed in ``seeds``, as bayesx.kernels.nuts draws them); None where the fast path does not
+        run for these chains."""
         fast = self._fast_for(position)
         if fast is None:
             return None
-        return fast.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth, gen)
+        return fast.nuts(position, momentum, log_prob, grad, step_size, inv_mass, max_depth, seeds)
 
     def tags(self) -> dict[str, str]:
         """What the preparation did, for the run's tags (``compiled_density``, ``density_compiler``)."""

@@ -110,6 +110,3 @@ def leapfrog(run: Callable, position: Tensor, momentum: Tensor, step_size, num_s
     return Trajectory(u, p, g, out[1], out[0], out[2], out[3])
 
 
-def chain_seeds(n_chains: int, gen: torch.Generator) -> Tensor:
-    """One 64-bit seed per chain for the kernel's own uniforms, drawn from the run's generator."""
-    return torch.randint(-(2**63), 2**63 - 1, (n_chains,), generator=gen, dtype=torch.int64, device=gen.device).cpu()

@@ -17,31 +17,24 @@
 #define THREAD_ID 0   /* built without OpenMP: the pragmas are ignored and one thread runs */
 #endif
 
-/* The uniforms of one chain's NUTS tree: xoshiro256+ (Blackman and Vigna 2018) seeded through
- * splitmix64 from one 64-bit seed per chain and transition, drawn by the caller from its generator. */
-typedef struct { uint64_t s[4]; } nuts_rng;
-
-static inline uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+/* The uniforms of one chain's NUTS tree, counter-based: uniform number n of a chain's transition is the
+ * n-th output of splitmix64 (Steele, Lea and Flood 2014, "Fast splittable pseudorandom number generators")
+ * started from the chain's 64-bit seed, which the caller draws from its generator once per chain and
+ * transition. Being a function of (seed, n) alone, the same number is had in whatever order a tree
+ * consumes them: bayesx/kernels/nuts.py computes the same function in PyTorch (tree_uniforms), so the C
+ * and PyTorch trees take the same decisions (nuts.h says which n each decision reads). */
+static inline uint64_t splitmix64_at(uint64_t seed, uint64_t n) {
+    uint64_t z = seed + (n + 1) * 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
-static inline void nuts_rng_seed(nuts_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
-}
-
-/* uniform on [0, 1) with 53 random bits */
-static inline double nuts_uniform(nuts_rng *r) {
-    const uint64_t out = r->s[0] + r->s[3], t = r->s[1] << 17;
-    r->s[2] ^= r->s[0];
-    r->s[3] ^= r->s[1];
-    r->s[1] ^= r->s[2];
-    r->s[0] ^= r->s[3];
-    r->s[2] ^= t;
-    r->s[3] = (r->s[3] << 45) | (r->s[3] >> 19);
-    return (double)(out >> 11) * 0x1.0p-53;
+/* The top `bits` bits of splitmix64_at as a uniform on the open interval (0, 1), (m + 1/2) 2^-bits, exact
+ * in a real of bits + 1 significant bits (52 for double, 23 for float): never 0 or 1 after rounding. */
+static inline double nuts_uniform_bits(uint64_t seed, uint64_t n, int bits) {
+    const uint64_t m = splitmix64_at(seed, n) >> (64 - bits);
+    return ((double)m + 0.5) * ldexp(1.0, -bits);
 }
 
 /* Whether x is finite, read from its bits: -ffast-math lets the compiler assume that isnan and

@@ -2,11 +2,19 @@
  * (a DENSITY, density.h). Included once per precision by kernels.c (REAL, SUFFIX, EXP, LOG as there),
  * after density.h and before the densities that use it (logistic_form.h).
  *
- * The algorithm of bayesx/kernels/nuts.py (multinomial sampling, Betancourt's generalized U-turn
- * criterion checked on the whole trajectory after each doubling and on every balanced sub-subtree,
- * a subtree with a U-turn or a divergence discarded), but per chain: a chain whose tree stops early
- * frees its thread for the next chain (dynamic schedule) instead of waiting in lock-step. The
- * momentum comes from the caller; the uniforms (direction, progressive sampling) from nuts_rng. */
+ * The same algorithm as bayesx/kernels/nuts.py, decision for decision (tests/test_nuts_agreement.py
+ * checks the two draw for draw): the No-U-Turn sampler of Hoffman and Gelman (2014, "The No-U-Turn
+ * sampler", JMLR 15) in the multinomial variant of Betancourt (2017, "A conceptual introduction to
+ * Hamiltonian Monte Carlo", arXiv:1701.02434, appendix A) as Stan runs it: leaves weighted by
+ * exp(H0 - H), uniform progressive sampling inside a subtree and biased progressive sampling when a
+ * subtree joins the trajectory; the generalized U-turn criterion on every merge of two balanced subtrees
+ * and of the trajectory with its new subtree, with Stan's two extra checks across the merged halves
+ * (each half with the adjacent leaf of the other; stan-dev/stan#2800); a subtree with a U-turn or a
+ * divergence (H - H0 > 1000, or not finite) inside is discarded and the transition ends. Per chain: a
+ * chain whose tree stops early frees its thread for the next chain (dynamic schedule) instead of waiting
+ * in lock-step. The momentum comes from the caller; the uniforms from the chain's seed (common.h's
+ * splitmix64_at): number nuts_uniform_index(d, 0) picks subtree d's direction, (d, 1) decides
+ * its merge and (d, 2 + i) the progressive sampling at its leaf i. */
 
 #define NUTS_DIVERGENCE ((REAL)1000)
 #define NUTS_BIG ((REAL)1e30)  /* an energy error that is not finite: divergent, weight exp(-1e30) = 0 */
@@ -33,6 +41,13 @@ static inline int CAT(turning, SUFFIX)(int k, const REAL *rho, const REAL *va, c
     return CAT(dot, SUFFIX)(k, rho, va) <= 0 || CAT(dot, SUFFIX)(k, rho, vb) <= 0;
 }
 
+/* the criterion on (a + b) with end velocities va, vb; sum: k numbers of scratch */
+static inline int CAT(turning_sum, SUFFIX)(int k, const REAL *a, const REAL *b, const REAL *va, const REAL *vb,
+                                           REAL *sum) {
+    for (int j = 0; j < k; j++) sum[j] = a[j] + b[j];
+    return CAT(turning, SUFFIX)(k, sum, va, vb);
+}
+
 /* log(e^a + e^b) for a weight sum that may be empty (has_a = 0) */
 static inline REAL CAT(log_add, SUFFIX)(int has_a, REAL a, REAL b) {
     if (!has_a) return b;
@@ -40,28 +55,48 @@ static inline REAL CAT(log_add, SUFFIX)(int has_a, REAL a, REAL b) {
     return hi + LOG((REAL)1 + EXP(lo - hi));
 }
 
-/* Numbers one chain's tree needs: the density's scratch and 19 + 2 (max_depth + 1) vectors. */
+/* The index of the uniform that decision j of subtree `depth` reads (0: direction, 1: merge, 2 + i:
+ * leaf i): the subtrees' blocks of 2^d + 2 numbers one after another. */
+#ifndef NUTS_UNIFORM_INDEX
+#define NUTS_UNIFORM_INDEX
+static inline uint64_t nuts_uniform_index(int depth, long j) {
+    return ((uint64_t)1 << depth) - 1 + 2 * (uint64_t)depth + (uint64_t)j;
+}
+#endif
+
+/* uniform number n of the chain with this seed, in the kernel's precision */
+static inline REAL CAT(nuts_uniform, SUFFIX)(uint64_t seed, uint64_t n) {
+    return (REAL)nuts_uniform_bits(seed, n, sizeof(REAL) == sizeof(double) ? 52 : 23);
+}
+
+#define NUTS_STACK_VECTORS 5  /* per level of the stack: rho, first p, first v, last p, last v */
+
+/* Numbers one chain's tree needs: the density's scratch and 20 + 5 (max_depth + 1) vectors. */
 static size_t CAT(nuts_size, SUFFIX)(size_t scratch, int k, int max_depth) {
-    return scratch + (size_t)k * (19 + 2 * ((size_t)max_depth + 1));
+    return scratch + (size_t)k * (20 + NUTS_STACK_VECTORS * ((size_t)max_depth + 1));
 }
 
 /* One chain's transition as a state machine that halts before every gradient evaluation, so that one
  * thread can grow two chains' trees in lock-step and evaluate their gradients together
- * (log_prob_grad2). The fields are the variables of the recursive algorithm's iterative form. */
+ * (log_prob_grad2). The fields are the variables of the recursive algorithm's iterative form: the stack
+ * holds the complete balanced subtrees of the subtree being built (a binary counter), each with its
+ * summed momentum and its first and last leaves' momentum and velocity. */
 typedef struct {
     const REAL *inv_mass;
     int k, mass_dense, max_depth;
     REAL eps;
     PHASE left, right, cur, *edge;
-    REAL *draw_q, *draw_g, *sub_q, *sub_g, *rho, *sub_rho, *node_rho, *node_first;  /* stacks of (rho, first velocity) */
+    REAL *draw_q, *draw_g, *sub_q, *sub_g, *rho, *sub_rho, *sum;
+    REAL *node_rho, *node_first_p, *node_first_v, *node_last_p, *node_last_v;  /* the stack, level by level */
     REAL *fault_q;  /* the last leaf whose log pi or gradient is NaN or whose log pi is +inf */
     long n_nan, n_posinf;  /* leaves with a NaN log pi or gradient; with log pi = +inf */
     REAL h0, draw_lp, draw_h, sub_lp, sub_h, log_w, accept_sum, sub_log_w, e;
     long n_leaves, leaf;  /* leaves so far; this leaf's index in its subtree */
     int depth, divergent, moved, has_weight, broken, top;
-    nuts_rng rng;
+    uint64_t seed;
 } CAT(tree, SUFFIX);
 #define TREE CAT(tree, SUFFIX)
+#define STACK(t, field, level) ((t)->field + (size_t)(level) * (t)->k)
 
 /* The first half of a leapfrog step from cur: p += e/2 grad; q += e M^-1 p. Then cur.q needs its gradient. */
 static void CAT(tree_half_step, SUFFIX)(TREE *t) {
@@ -75,7 +110,7 @@ static void CAT(tree_half_step, SUFFIX)(TREE *t) {
  * 0 when the tree has reached max_depth (the transition is over). */
 static int CAT(tree_start_subtree, SUFFIX)(TREE *t) {
     if (t->depth >= t->max_depth) return 0;
-    const int forward = nuts_uniform(&t->rng) < 0.5;
+    const int forward = CAT(nuts_uniform, SUFFIX)(t->seed, nuts_uniform_index(t->depth, 0)) < (REAL)0.5;
     t->e = forward ? t->eps : -t->eps;
     t->edge = forward ? &t->right : &t->left;
     CAT(copy_phase, SUFFIX)(t->k, &t->cur, t->edge);
@@ -92,14 +127,16 @@ static int CAT(tree_start_subtree, SUFFIX)(TREE *t) {
 static int CAT(tree_begin, SUFFIX)(TREE *t, REAL *vecs, int k, const REAL *inv_mass, int mass_dense, REAL eps,
                                    int max_depth, uint64_t seed, const REAL *q0, const REAL *p0, const REAL *g0, REAL lp0) {
     #define VECTOR(i) (vecs + (size_t)(i) * k)
+    #define LEVELS(i) VECTOR(20 + (size_t)(i) * (max_depth + 1))
     *t = (TREE){.inv_mass = inv_mass, .k = k, .mass_dense = mass_dense, .max_depth = max_depth, .eps = eps,
                 .left = {VECTOR(0), VECTOR(1), VECTOR(2), VECTOR(3), 0}, .right = {VECTOR(4), VECTOR(5), VECTOR(6), VECTOR(7), 0},
                 .cur = {VECTOR(8), VECTOR(9), VECTOR(10), VECTOR(11), 0},
                 .draw_q = VECTOR(12), .draw_g = VECTOR(13), .sub_q = VECTOR(14), .sub_g = VECTOR(15),
-                .rho = VECTOR(16), .sub_rho = VECTOR(17), .node_rho = VECTOR(18), .node_first = VECTOR(18 + max_depth + 1),
-                .fault_q = VECTOR(18 + 2 * (max_depth + 1))};
+                .rho = VECTOR(16), .sub_rho = VECTOR(17), .sum = VECTOR(18), .fault_q = VECTOR(19),
+                .node_rho = LEVELS(0), .node_first_p = LEVELS(1), .node_first_v = LEVELS(2),
+                .node_last_p = LEVELS(3), .node_last_v = LEVELS(4), .seed = seed};
+    #undef LEVELS
     #undef VECTOR
-    nuts_rng_seed(&t->rng, seed);
     memcpy(t->left.q, q0, sizeof(REAL) * k);
     memcpy(t->left.p, p0, sizeof(REAL) * k);
     memcpy(t->left.g, g0, sizeof(REAL) * k);
@@ -128,6 +165,35 @@ static void CAT(tree_check_leaf, SUFFIX)(TREE *t) {
     memcpy(t->fault_q, c->q, sizeof(REAL) * t->k);
 }
 
+/* The U-turn checks of the balanced subtrees this leaf (cur) completes: on each merge of the stack's top
+ * (the earlier half L) with the node ending at this leaf (R), the criterion on L + R and on each half with
+ * the adjacent leaf of the other. Returns whether one of them turned. */
+static int CAT(tree_stack_push, SUFFIX)(TREE *t) {
+    const int k = t->k;
+    const PHASE *c = &t->cur;
+    int turned = 0;
+    memcpy(STACK(t, node_rho, t->top), c->p, sizeof(REAL) * k);
+    memcpy(STACK(t, node_first_p, t->top), c->p, sizeof(REAL) * k);
+    memcpy(STACK(t, node_first_v, t->top), c->v, sizeof(REAL) * k);
+    for (long bits = t->leaf; bits & 1; bits >>= 1) {
+        const int l = t->top - 1, r = t->top;
+        turned |= CAT(turning_sum, SUFFIX)(k, STACK(t, node_rho, l), STACK(t, node_rho, r), STACK(t, node_first_v, l),
+                                           c->v, t->sum);
+        turned |= CAT(turning_sum, SUFFIX)(k, STACK(t, node_rho, l), STACK(t, node_first_p, r),
+                                           STACK(t, node_first_v, l), STACK(t, node_first_v, r), t->sum);
+        turned |= CAT(turning_sum, SUFFIX)(k, STACK(t, node_rho, r), STACK(t, node_last_p, l),
+                                           STACK(t, node_last_v, l), c->v, t->sum);
+        REAL *rho_l = STACK(t, node_rho, l);
+        const REAL *rho_r = STACK(t, node_rho, r);
+        for (int j = 0; j < k; j++) rho_l[j] += rho_r[j];
+        t->top--;
+    }
+    memcpy(STACK(t, node_last_p, t->top), c->p, sizeof(REAL) * k);
+    memcpy(STACK(t, node_last_v, t->top), c->v, sizeof(REAL) * k);
+    t->top++;
+    return turned;
+}
+
 /* With cur's gradient and log pi in place: the leaf's second half step, its weight, the progressive
  * sampling and the U-turn checks; then the next leaf's first half step (returns 1: it needs a gradient),
  * or the end of the transition (returns 0). */
@@ -145,7 +211,8 @@ static int CAT(tree_leaf_done, SUFFIX)(TREE *t) {
     for (int j = 0; j < k; j++) t->sub_rho[j] += c->p[j];
     /* uniform progressive sampling among the subtree's leaves */
     const REAL new_log_w = CAT(log_add, SUFFIX)(t->has_weight, t->sub_log_w, -delta);
-    if (LOG((REAL)nuts_uniform(&t->rng)) < -delta - new_log_w) {
+    const REAL u_leaf = CAT(nuts_uniform, SUFFIX)(t->seed, nuts_uniform_index(t->depth, 2 + t->leaf));
+    if (LOG(u_leaf) < -delta - new_log_w) {
         memcpy(t->sub_q, c->q, sizeof(REAL) * k);
         memcpy(t->sub_g, c->g, sizeof(REAL) * k);
         t->sub_lp = c->lp;
@@ -155,27 +222,20 @@ static int CAT(tree_leaf_done, SUFFIX)(TREE *t) {
     t->has_weight = 1;
     int stop = delta > NUTS_DIVERGENCE;
     t->divergent |= stop;
-    /* U-turn checks of the balanced sub-subtrees this leaf completes */
-    memcpy(t->node_rho + (size_t)t->top * k, c->p, sizeof(REAL) * k);
-    memcpy(t->node_first + (size_t)t->top * k, c->v, sizeof(REAL) * k);
-    for (long bits = t->leaf; bits & 1; bits >>= 1) {
-        REAL *below = t->node_rho + (size_t)(t->top - 1) * k, *mine = t->node_rho + (size_t)t->top * k;
-        for (int j = 0; j < k; j++) below[j] += mine[j];
-        t->top--;
-        stop |= CAT(turning, SUFFIX)(k, below, t->node_first + (size_t)t->top * k, c->v);
-    }
-    t->top++;
+    stop |= CAT(tree_stack_push, SUFFIX)(t);
     t->broken = stop;
     if (!stop && ++t->leaf < (1L << t->depth)) {
         CAT(tree_half_step, SUFFIX)(t);
         return 1;
     }
     /* the subtree is complete, or has a U-turn or a divergence inside (then it is discarded) */
-    CAT(copy_phase, SUFFIX)(k, t->edge, c);
-    t->depth++;
-    if (t->broken) return 0;
+    const int depth = t->depth++;
+    if (t->broken) {
+        CAT(copy_phase, SUFFIX)(k, t->edge, c);
+        return 0;
+    }
     /* biased progressive sampling: the new subtree's draw with probability min(1, W_new / W_old) */
-    if (LOG((REAL)nuts_uniform(&t->rng)) < t->sub_log_w - t->log_w) {
+    if (LOG(CAT(nuts_uniform, SUFFIX)(t->seed, nuts_uniform_index(depth, 1))) < t->sub_log_w - t->log_w) {
         memcpy(t->draw_q, t->sub_q, sizeof(REAL) * k);
         memcpy(t->draw_g, t->sub_g, sizeof(REAL) * k);
         t->draw_lp = t->sub_lp;
@@ -183,8 +243,16 @@ static int CAT(tree_leaf_done, SUFFIX)(TREE *t) {
         t->moved = 1;
     }
     t->log_w = CAT(log_add, SUFFIX)(1, t->log_w, t->sub_log_w);
+    /* the U-turn checks of the trajectory (old part O, its edge E next to the subtree S, its far end F)
+     * with the subtree: O + S's first leaf, S + E, then O + S as a whole */
+    const PHASE *far = t->edge == &t->right ? &t->left : &t->right;
+    int turned = CAT(turning_sum, SUFFIX)(k, t->rho, STACK(t, node_first_p, 0), far->v, STACK(t, node_first_v, 0),
+                                          t->sum);
+    turned |= CAT(turning_sum, SUFFIX)(k, t->sub_rho, t->edge->p, t->edge->v, c->v, t->sum);
     for (int j = 0; j < k; j++) t->rho[j] += t->sub_rho[j];
-    if (CAT(turning, SUFFIX)(k, t->rho, t->left.v, t->right.v)) return 0;
+    turned |= CAT(turning, SUFFIX)(k, t->rho, far->v, c->v);
+    CAT(copy_phase, SUFFIX)(k, t->edge, c);
+    if (turned) return 0;
     return CAT(tree_start_subtree, SUFFIX)(t);
 }
 
