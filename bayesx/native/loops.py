@@ -53,13 +53,16 @@ class Folded:
 
     loops: tuple[tuple[int, int], ...]
     segments: int
+    nested: int = 0  # loops with a loop inside their block
 
     def describe(self) -> str:
         if not self.loops:
             return f"{self.segments} operations, no repeated block"
         steps = ", ".join(f"{k} x {p}" for k, p in self.loops)
         covered = sum(k * p for k, p in self.loops)
-        return f"{covered} of {self.segments} operations folded into {len(self.loops)} loop(s) ({steps} operations)"
+        inside = f", {self.nested} with a nested loop" if self.nested else ""
+        return (f"{covered} of {self.segments} operations folded into {len(self.loops)} loop(s) ({steps} operations"
+                f"{inside})")
 
 
 @dataclass
@@ -126,6 +129,11 @@ def _best_run(keys: np.ndarray, lo: int, hi: int) -> tuple[int, int, int] | None
     return best
 
 
+def _inner_run(block: np.ndarray) -> tuple[int, int, int] | None:
+    """The repetition inside one block of a loop (written as a nested loop), or None."""
+    return _best_run(block, 0, len(block)) if len(block) >= 2 * MIN_STEPS else None
+
+
 def _find_runs(keys: np.ndarray, lo: int, hi: int, found: list[tuple[int, int, int]]) -> None:
     run = _best_run(keys, lo, hi)
     if run is None:
@@ -145,6 +153,7 @@ class _Emitter:
         self.tables: list[str] = []
         self.lines: list[str] = []
         self.loops = 0
+        self.nested = 0
 
     def declare(self, name: str) -> None:
         """A workspace buffer's pointer, at function scope, before its first use outside a loop."""
@@ -160,73 +169,89 @@ class _Emitter:
                 self.declare(value)
         self.lines.append(segment.text)
 
-    def loop(self, segments: list[_Segment], period: int, reps: int) -> None:
-        """``reps`` repetitions of the block of ``period`` segments (segments[k*period + j]) as one C loop."""
+    def loop(self, segments: list[_Segment], period: int, reps: int,
+             inner: tuple[int, int, int] | None = None) -> None:
+        """``reps`` repetitions of the block of ``period`` segments (segments[k*period + j]) as one C loop; ``inner``
+        (start, period, repetitions within the block): a repetition inside every block, written as a nested loop."""
         self.loops += 1
-        counter = f"bx_t{self.loops}"
-        pointers: dict[tuple, str] = {}  # a buffer's offsets over the repetitions -> the loop's local pointer
-        head, body = [], []
-        for j in range(period):
-            block = [segments[k * period + j] for k in range(reps)]
-            parts = block[0].structure.split("\0")
-            out = [parts[0]]
-            for h in range(len(block[0].holes)):
-                kind = block[0].holes[h][0]
-                values = [s.holes[h][1] for s in block]
-                if kind == "buffer":
-                    c_type = self.addresses[values[0]][0]
-                    offsets = [self.addresses[v][1] for v in values]
-                    key = (c_type, tuple(offsets))
-                    if key not in pointers:
-                        pointers[key] = f"bx_p{self.loops}_{len(pointers)}"
-                        head.append(f"{c_type} *{pointers[key]} = ({c_type} *)(w + "
-                                    f"{self._integer(offsets, counter, 'int64_t')});")
-                    out.append(pointers[key])
-                elif kind == "constant":
-                    out.append(self._constant(values, counter, parts[2 * h + 1]))
-                elif kind == "int":
-                    out.append(self._integer_text(values, counter))
+        outer = f"bx_t{self.loops}"
+        head: list[str] = []
+        first, inner_end = (inner[0], inner[0] + inner[1] * inner[2]) if inner else (period, period)
+
+        def instances(positions):
+            return [self._instance([segments[k * period + j] for k in range(reps)], (reps,), (outer,), head)
+                    for j in positions]
+
+        before, after = instances(range(first)), instances(range(inner_end, period))
+        nested: list[str] = []
+        if inner:
+            self.nested += 1
+            start, p, r = inner
+            counter = f"bx_u{self.loops}"
+            nested_head, nested_body = [], []
+            for j in range(p):
+                block = [segments[k * period + start + i * p + j] for k in range(reps) for i in range(r)]
+                nested_body.append(self._instance(block, (reps, r), (outer, counter), nested_head))
+            nested = [f"for (int64_t {counter} = 0; {counter} < {r}; {counter}++) {{", *nested_head, *nested_body, "}"]
+        self.lines.extend([f"for (int64_t {outer} = 0; {outer} < {reps}; {outer}++) {{", *head, *before, *nested,
+                           *after, "}"])
+
+    def _instance(self, block: list[_Segment], shape: tuple[int, ...], counters: tuple[str, ...],
+                  head: list[str]) -> str:
+        """One segment's text in a loop: ``block`` its instances (shape: the loops' repetitions, C order), each
+        hole replaced by the expression of its values over the loop counters; new buffer pointers go to ``head``."""
+        parts = block[0].structure.split("\0")
+        out = [parts[0]]
+        for h in range(len(block[0].holes)):
+            kind = block[0].holes[h][0]
+            values = [s.holes[h][1] for s in block]
+            if kind == "buffer":
+                c_type = self.addresses[values[0]][0]
+                offsets = [self.addresses[v][1] for v in values]
+                expression = self._integer(offsets, shape, counters, "int64_t")
+                declaration = f"({c_type} *)(w + {expression})"
+                name = next((line.split(" = ")[0].split("*")[-1] for line in head
+                             if line.endswith(f" = {declaration};")), None)
+                if name is None:
+                    name = f"bx_p{self.loops}_{len(counters)}_{len(head)}"
+                    head.append(f"{c_type} *{name} = {declaration};")
+                out.append(name)
+            elif kind == "constant":
+                out.append(values[0] if all(v == values[0] for v in values) else
+                           self._table(f"{parts[2 * h + 1].split(':', 1)[1]} *", values, shape, counters, True))
+            elif kind == "int":
+                if all(v == values[0] for v in values):
+                    out.append(values[0])
                 else:
-                    out.append(self._real(values, counter))
-                out.append(parts[2 * h + 2])
-            body.append("".join(out))
-        self.lines.append(f"for (int64_t {counter} = 0; {counter} < {reps}; {counter}++) {{")
-        self.lines.extend(head)
-        self.lines.extend(body)
-        self.lines.append("}")
+                    out.append(self._integer([int(v.removesuffix("LL")) for v in values], shape, counters, "int64_t"))
+            else:
+                out.append(values[0] if all(v == values[0] for v in values) else
+                           self._table("float" if values[0].endswith("f") else "double", values, shape, counters))
+            out.append(parts[2 * h + 2])
+        return "".join(out)
 
-    def _integer(self, values: list[int], counter: str, c_type: str) -> str:
-        """``values[t]`` as C: a literal, ``a + b*t``, or a table lookup."""
-        first = values[0]
-        stride = values[1] - values[0] if len(values) > 1 else 0
-        if all(v == first + k * stride for k, v in enumerate(values)):
-            if stride == 0:
-                return str(first)
-            return f"({first}LL + {stride}LL*{counter})" if abs(first) > 2**31 - 1 else f"({first} + {stride}*{counter})"
-        return self._table(c_type, [str(v) for v in values], counter)
+    def _integer(self, values: list[int], shape: tuple[int, ...], counters: tuple[str, ...], c_type: str) -> str:
+        """``values`` (over the loops, C order) as C: a literal, ``a + b*t (+ c*u)``, or a table lookup."""
+        grid = np.asarray(values, dtype=object).reshape(shape)
+        first = int(grid.flat[0])
+        strides = [int(grid[(1,) + (0,) * (len(shape) - 1)] - first) if shape[0] > 1 else 0]
+        if len(shape) == 2:
+            strides.append(int(grid[0, 1] - first) if shape[1] > 1 else 0)
+        index = np.indices(shape)
+        affine = first + sum(stride * index[d] for d, stride in enumerate(strides))
+        if np.array_equal(affine.astype(object), grid):
+            terms = [f"{stride}*{counter}" for stride, counter in zip(strides, counters) if stride]
+            literal = f"{first}LL" if abs(first) > 2**31 - 1 else str(first)
+            return f"({' + '.join([literal, *terms])})" if terms else literal
+        return self._table(c_type, [str(v) for v in values], shape, counters)
 
-    def _integer_text(self, values: list[str], counter: str) -> str:
-        if all(v == values[0] for v in values):
-            return values[0]
-        return self._integer([int(v.removesuffix("LL")) for v in values], counter, "int64_t")
-
-    def _real(self, values: list[str], counter: str) -> str:
-        if all(v == values[0] for v in values):
-            return values[0]
-        c_type = "float" if values[0].endswith("f") else "double"
-        return self._table(c_type, values, counter)
-
-    def _constant(self, names: list[str], counter: str, hole: str) -> str:
-        if all(n == names[0] for n in names):
-            return names[0]
-        c_type = hole.split(":", 1)[1]
-        return self._table(f"{c_type} *", names, counter, pointer=True)
-
-    def _table(self, c_type: str, values: list[str], counter: str, pointer: bool = False) -> str:
+    def _table(self, c_type: str, values: list[str], shape: tuple[int, ...], counters: tuple[str, ...],
+               pointer: bool = False) -> str:
         name = f"bx_table{len(self.tables)}"
         qualifier = f"const {c_type}const" if pointer else f"const {c_type}"
         self.tables.append(f"static {qualifier} {name}[{len(values)}] = {{{','.join(values)}}};")
-        return f"{name}[{counter}]"
+        index = counters[0] if len(shape) == 1 else f"{counters[0]}*{shape[1]} + {counters[1]}"
+        return f"{name}[{index}]"
 
 
 def fold(segments: list[list[str]], addresses: dict[str, tuple[str, int]],
@@ -244,8 +269,8 @@ def fold(segments: list[list[str]], addresses: dict[str, tuple[str, int]],
     for start, period, reps in runs:
         for segment in split[position:start]:
             emitter.straight(segment)
-        emitter.loop(split[start:start + period * reps], period, reps)
+        emitter.loop(split[start:start + period * reps], period, reps, _inner_run(keys[start:start + period]))
         position = start + period * reps
     for segment in split[position:]:
         emitter.straight(segment)
-    return emitter.lines, emitter.tables, Folded(tuple((r, p) for _, p, r in runs), len(split))
+    return emitter.lines, emitter.tables, Folded(tuple((r, p) for _, p, r in runs), len(split), emitter.nested)
