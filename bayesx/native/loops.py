@@ -37,14 +37,14 @@ MIN_STEPS = 4
 MAX_PERIOD = 4000
 """Longest block (segments) searched for; a longer body would gain little over the unrolled code."""
 
-_TOKEN = re.compile(r"(?P<name>[A-Za-z_][A-Za-z_0-9]*)"
+_TOKEN = re.compile(r"(?<![A-Za-z_0-9.])(?:(?P<name>[ixbc]\d+)"
                     r"|(?P<real>(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)f?)"
-                    r"|(?P<int>\d+(?:LL)?)")
+                    r"|(?P<int>\d+(?:LL)?))(?![A-Za-z_0-9.])")
+"""The tokens a segment's parameters are: generated names (loop variables and index temporaries i/x, buffers b,
+constants c, each a letter and a number) and numeric literals, none of them part of a longer name (log1p,
+int64_t) or number."""
 _DECLARATION = re.compile(r"^(?P<type>[A-Za-z_][A-Za-z_0-9]*) \*restrict (?P<name>b\d+) = "
                           r"\((?P=type) \*\)\(w \+ (?P<offset>\d+)\);$")
-_LOCAL = re.compile(r"^[ix]\d+$")
-_BUFFER = re.compile(r"^b\d+$")
-_CONSTANT = re.compile(r"^c\d+$")
 
 
 @dataclass(frozen=True)
@@ -92,14 +92,13 @@ def split_segment(lines: list[str], types: dict[str, str]) -> _Segment:
         token = match.group()
         kind = match.lastgroup
         if kind == "name":
-            if _LOCAL.match(token):
+            if token[0] in "ix":
                 pieces.append(local_names.setdefault(token, f"bx_l{len(local_names)}"))
-                continue
-            if _BUFFER.match(token) or (_CONSTANT.match(token) and token in types):
+            elif token in types:
                 pieces.append(f"\0{'buffer' if token[0] == 'b' else 'constant'}:{types[token]}\0")
                 holes.append(("buffer" if token[0] == "b" else "constant", token))
-                continue
-            pieces.append(token)
+            else:
+                pieces.append(token)
             continue
         pieces.append(f"\0{kind}\0")
         holes.append((kind, token))

@@ -23,7 +23,7 @@ import operator
 
 import torch
 from torch import Tensor
-from torch.fx._lazy_graph_module import _use_lazy_graph_module
+from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bayesx.native.codegen import VIEWS
@@ -167,6 +167,20 @@ def record(log_prob, dim: int, dtype: torch.dtype, decompositions: dict) -> torc
         if grad is None:
             grad = torch.zeros_like(point)
     mode.graph.output((mode.node_of(value), mode.node_of(grad)))
-    mode.graph.eliminate_dead_code()
+    _eliminate_dead_code(mode.graph)
     with _use_lazy_graph_module(True):  # its Python code is written where it is read (AOTInductor), not here
-        return torch.fx.GraphModule(mode.root, mode.graph)
+        return _make_graph_module(mode.root, mode.graph)
+
+
+def _eliminate_dead_code(graph: torch.fx.Graph) -> None:
+    """Remove the operations nothing reads (what autograd computed and did not use), in reverse order; in-place
+    and random operations stay (fx's own pass, with the impurity looked up once per operator)."""
+    kept: dict = {}
+    for node in reversed(graph.nodes):
+        if node.op != "call_function" or node.users:
+            continue
+        target = node.target
+        if target not in kept:
+            kept[target] = target is not operator.getitem and impure(target)
+        if not kept[target]:
+            graph.erase_node(node)
