@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from bayesx.native.codegen import VIEWS
+from bayesx.native.codegen import HANDLERS, VALUE_FREE, VIEWS
 
 aten = torch.ops.aten
 
@@ -88,7 +88,10 @@ class _Recording(TorchDispatchMode):
         kwargs = kwargs or {}
         decomposition = self.expansions.get(func, False)
         if decomposition is False:
-            decomposition = self.decompositions.get(func) or (func.decompose if _composite(func) else None)
+            if func in HANDLERS or func in VIEWS or func in VALUE_FREE:
+                decomposition = None  # written as C as it is: its decomposition (torch._refs) costs ms a call
+            else:
+                decomposition = self.decompositions.get(func) or (func.decompose if _composite(func) else None)
             self.expansions[func] = decomposition
         if decomposition is not None:
             with self:
