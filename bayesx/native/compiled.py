@@ -4,10 +4,11 @@ The PyTorch NUTS tree returns to Python at every leaf and dispatches a dozen sma
 300 us per gradient on a 26-parameter regression where NumPyro's compiled tree spends 7 us. This module
 takes a target's ``log_prob`` (any torch code without data-dependent Python control flow) out of Python:
 
-1. trace: ``make_fx`` of ``torch.func.grad_and_value(log_prob)`` at one point (dim,) records the forward
-   and backward pass as one graph of ATen operations, the data as constants; Cholesky factorizations and
-   triangular solves are traced unrolled (bayesx.native.unrolled_linalg), and operations on constants alone
-   are evaluated once (folded);
+1. trace: eager autograd at one point (dim,), recorded operation by operation (bayesx.native.recorder; ``make_fx``
+   of ``torch.func.grad_and_value(log_prob)`` where that fails, 10-20x slower) gives the forward and backward pass
+   as one graph of ATen operations, the data as constants; Cholesky factorizations and triangular solves are
+   traced unrolled (bayesx.native.unrolled_linalg), and operations on constants alone are evaluated once (folded);
+   a Python loop's repeated block is written as one C loop (bayesx.native.loops);
 2. compile: bayesx.native.codegen writes the graph as one plain C function (the system C compiler builds it
    in 0.1-1.4 s for the posteriordb suite); where it has no C for an operator, ``torch.export`` and
    AOTInductor (``torch._inductor.aoti_compile_and_package``) turn the graph into C++ and a shared library
