@@ -27,7 +27,7 @@ from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
 from bayesx.kernels.metric import make_metric
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.nuts import NUTS
-from bayesx.native import compiled
+from bayesx.native import codegen, compiled
 from bayesx.native import logistic as native
 from bayesx.targets.base import TargetBase
 
@@ -289,8 +289,10 @@ def test_operations_on_constants_are_folded_at_trace_time_and_compile(cache):
     constants = {n for n in graph.graph.nodes if n.op == "get_attr"}
     folded = [n for n in graph.graph.nodes if n.op == "call_function" and n.all_input_nodes
               and set(n.all_input_nodes) <= constants]
-    # only the broadcast and a view (a transpose: folded, a second copy of the data to read) stay
-    assert sorted(str(n.target) for n in folded) == ["aten.expand.default", "aten.permute.default"], folded
+    # only views stay (a transpose: folded, a second copy of the data to read; permute or t); the broadcast's sum is
+    # folded where the trace is recorded (bayesx.native.recorder: its result is no larger than the data)
+    assert folded and all(n.target in codegen.VIEWS for n in folded), folded
+    assert any(n.target in (torch.ops.aten.t.default, torch.ops.aten.permute.default) for n in folded), folded
     density = for_sampler(target, 10**6)
     assert density.name == backend.COMPILED, density.record.reason
     q = torch.randn(5, 3, generator=torch.Generator().manual_seed(6), dtype=torch.float64)

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from bayesx.native import loops
+
 aten = torch.ops.aten
 
 C_TYPES = {torch.float64: "double", torch.float32: "float", torch.int64: "int64_t", torch.int32: "int32_t",
@@ -104,6 +106,7 @@ class Generated:
     operations: int
     allocated_bytes: int  # what the buffers would take without reuse
     checks: list[str] = field(default_factory=list)  # the operator of each bounds check, by its number
+    folded: loops.Folded | None = None  # the repeated blocks written as C loops (None: not folded)
 
 
 @dataclass
@@ -144,12 +147,14 @@ def _c_type(dtype: torch.dtype) -> str:
 class _Writer:
     """The interpreter and C writer of one graph (module docstring)."""
 
-    def __init__(self, graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype):
+    def __init__(self, graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fold_loops: bool = True):
         self.graph, self.dim, self.dtype = graph, dim, dtype
+        self.fold_loops = fold_loops
         self.real = _c_type(dtype)
         self.buffers: dict[int, _Buffer] = {}  # storage address -> buffer
         self.storages: dict[int, object] = {}  # storage address -> storage (kept alive: addresses stay unique)
         self.constants: list[str] = []
+        self.constant_names: dict[str, str] = {}  # a constant's type, size and numbers -> its array's name
         self.body: list[str] = []
         self.env: dict[torch.fx.Node, object] = {}
         self.dynamic: set[torch.fx.Node] = set()
@@ -161,6 +166,9 @@ class _Writer:
         self.operations = 0
         self.last_reader: dict[torch.fx.Node, int] = {}  # node -> position of its last reader (run)
         self.lifetimes: dict[int, int] = {}  # workspace storage -> position of its last reader (views included)
+        self.expiring: dict[int, list[int]] = {}  # position -> storages whose lifetime may end there
+        self.addresses: dict[str, tuple[str, int]] = {}  # workspace buffer -> (C type, byte offset), kept
+        self.segments: list[list[str]] = []  # the body's lines, one list per graph node (loops.fold's input)
         self.position = 0  # of the node being written
         self.target = ""  # the operator being written (what a failed bounds check names)
         self.checks: list[str] = []  # the operator of each bounds check (its number: the position here)
@@ -186,9 +194,12 @@ class _Writer:
         c_type = _c_type(t.dtype)
         flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (numbers,), (1,))
         values = flat.tolist()
-        name = self._name("c")
         text = ",".join(_literal(v, c_type) if c_type in ("double", "float") else str(int(v)) for v in values)
-        self.constants.append(f"static const {c_type} {name}[{max(numbers, 1)}] = {{{text or '0'}}};")
+        declaration = f"{c_type} [{max(numbers, 1)}] = {{{text or '0'}}};"
+        name = self.constant_names.get(declaration)  # the same numbers (a loop's step's 0 or 1) once
+        if name is None:
+            name = self.constant_names[declaration] = self._name("c")
+            self.constants.append(f"static const {c_type} {name}[{max(numbers, 1)}] = {{{text or '0'}}};")
         self.buffers[key] = _Buffer(name, c_type, numbers, constant=True)
         self.storages[key] = storage
 
@@ -206,6 +217,7 @@ class _Writer:
             offset, self.work_bytes = self.work_bytes, self.work_bytes + size
         name = self._name("b")
         self.offsets[name] = (offset, size)
+        self.addresses[name] = (c_type, offset)
         self.body.append(f"{c_type} *restrict {name} = ({c_type} *)(w + {offset});")
         key = self._storage_key(fresh)
         self.buffers[key] = _Buffer(name, c_type, fresh.numel())
@@ -311,6 +323,7 @@ class _Writer:
         output_node = None
         for position, node in enumerate(nodes):
             self.position = position
+            start = len(self.body)
             if node.op == "placeholder":
                 point = torch.zeros(self.dim, dtype=self.dtype)
                 key = self._storage_key(point)
@@ -330,11 +343,19 @@ class _Writer:
                 output_node = node
             else:
                 raise Unsupported(f"graph node of kind {node.op}")
-            for key, last in list(self.lifetimes.items()):
-                if last <= position:
+            self.segments.append(self.body[start:])
+            for key in self.expiring.pop(position, ()):
+                if self.lifetimes.get(key) == position:
                     self._release(key)
                     del self.lifetimes[key]
         return self._finish(output_node)
+
+    def _live_until(self, key: int, last: int) -> None:
+        """The workspace storage ``key`` is released after position ``last`` (or later, where it already lives
+        longer); a lifetime that ended before the current position ends with it."""
+        last = max(self.lifetimes.get(key, -1), last, self.position)
+        self.lifetimes[key] = last
+        self.expiring.setdefault(last, []).append(key)
 
     def _note_lifetime(self, node: torch.fx.Node) -> None:
         """The buffer under ``node``'s value lives at least until the node's last reader."""
@@ -342,7 +363,7 @@ class _Writer:
         if isinstance(value, Tensor):
             key = self._storage_key(value)
             if key in self.buffers and not self.buffers[key].constant:
-                self.lifetimes[key] = max(self.lifetimes.get(key, -1), self.last_reader[node])
+                self._live_until(key, self.last_reader[node])
 
     def _call(self, node: torch.fx.Node) -> None:
         args = torch.fx.node.map_arg(node.args, self.env.__getitem__)
@@ -407,7 +428,7 @@ class _Writer:
             functional = _functional(target)
             source = self._allocate(functional(*args, **kwargs))
             HANDLERS[functional](self, source, *args, **kwargs)
-            self.lifetimes[self._storage_key(source)] = self.position
+            self._live_until(self._storage_key(source), self.position)
         value = target(*args, **kwargs)
         shape = tuple(destination.shape)
         self.loops(shape, lambda index: f"{buffer.name}[{self.flat(shape, index, destination.stride(), destination.storage_offset())}]"
@@ -431,15 +452,19 @@ class _Writer:
                   "#ifndef NAN", "#define NAN (0.0 / 0.0)", "#endif", "", DIGAMMA, "", TRIGAMMA, "", FAIL, ""]
         work = max(self.work_bytes, ALIGN)
         names = ", ".join('"' + name.replace('"', "") + '"' for name in self.checks) or '""'
-        code = "\n".join([*header, *self.constants, "",
+        body, tables, folded = self.body, [], None
+        if self.fold_loops:
+            types = {buffer.name: buffer.c_type for buffer in self.buffers.values()}
+            body, tables, folded = loops.fold(self.segments, self.addresses, types)
+        code = "\n".join([*header, *self.constants, *tables, "",
                           f"const size_t bayesx_density_work = {work};",
                           f"static const char *const bx_checks[] = {{{names}}};",
                           "const char *bayesx_density_check(int64_t check) {",
                           f"    return check >= 0 && check < {len(self.checks)} ? bx_checks[check] : \"\";", "}", "",
                           f"int bayesx_density(const {self.real} *restrict u, {self.real} *restrict g, "
                           f"{self.real} *restrict lp, void *restrict work, int64_t *restrict fault) {{",
-                          "char *restrict w = (char *)work;", *self.body, *tail, "}", ""])
-        return Generated(code, work, self.operations, self.allocated_bytes, list(self.checks))
+                          "char *restrict w = (char *)work;", *body, *tail, "}", ""])
+        return Generated(code, work, self.operations, self.allocated_bytes, list(self.checks), folded)
 
 
 def _functional(target):
@@ -1111,8 +1136,9 @@ VALUE_FREE = {aten.full_like.default, aten.zeros_like.default, aten.ones_like.de
 """Operators whose numbers do not depend on their inputs' numbers (only on shapes): constants."""
 
 
-def generate(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype) -> Generated:
-    """The C source of ``graph`` (one input (dim,), outputs (log pi, grad)) in ``dtype`` (module docstring);
+def generate(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fold_loops: bool = True) -> Generated:
+    """The C source of ``graph`` (one input (dim,), outputs (log pi, grad)) in ``dtype`` (module docstring), its
+    repeated blocks written as C loops (bayesx.native.loops; ``fold_loops=False``: every operation written out);
     raises Unsupported with the reason where an operation has no C here."""
     with torch.no_grad():
-        return _Writer(graph, dim, dtype).run()
+        return _Writer(graph, dim, dtype, fold_loops).run()

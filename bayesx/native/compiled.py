@@ -4,10 +4,11 @@ The PyTorch NUTS tree returns to Python at every leaf and dispatches a dozen sma
 300 us per gradient on a 26-parameter regression where NumPyro's compiled tree spends 7 us. This module
 takes a target's ``log_prob`` (any torch code without data-dependent Python control flow) out of Python:
 
-1. trace: ``make_fx`` of ``torch.func.grad_and_value(log_prob)`` at one point (dim,) records the forward
-   and backward pass as one graph of ATen operations, the data as constants; Cholesky factorizations and
-   triangular solves are traced unrolled (bayesx.native.unrolled_linalg), and operations on constants alone
-   are evaluated once (folded);
+1. trace: eager autograd at one point (dim,), recorded operation by operation (bayesx.native.recorder; ``make_fx``
+   of ``torch.func.grad_and_value(log_prob)`` where that fails, 10-20x slower) gives the forward and backward pass
+   as one graph of ATen operations, the data as constants; Cholesky factorizations and triangular solves are
+   traced unrolled (bayesx.native.unrolled_linalg), and operations on constants alone are evaluated once (folded);
+   a Python loop's repeated block is written as one C loop (bayesx.native.loops);
 2. compile: bayesx.native.codegen writes the graph as one plain C function (the system C compiler builds it
    in 0.1-1.4 s for the posteriordb suite); where it has no C for an operator, ``torch.export`` and
    AOTInductor (``torch._inductor.aoti_compile_and_package``) turn the graph into C++ and a shared library
@@ -60,7 +61,7 @@ from bayesx.errors import DensityError
 from bayesx.native.build import _compiler, _cpu_signature, build, cache_dir, enabled, load
 from bayesx.native.logistic import kernel_threads
 from bayesx.native.calls import NUTSTransition, Trajectory, evaluate, leapfrog, ptr, transition
-from bayesx.native import codegen, unrolled_linalg
+from bayesx.native import codegen, recorder, unrolled_linalg
 from bayesx.native.entry_points import bind
 
 SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
@@ -403,6 +404,16 @@ GENERATED_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-fopenmp-simd", "
 drop the infinities and NaNs a log density uses (-inf outside the support); ``omp simd`` pragmas (no OpenMP
 runtime) let a matrix product's sums vectorize. -O2 compiled the largest suite density (hmm_example, 1,450
 lines) in 1.4 s."""
+OPTIMIZATION_LIMITS = ((4_000, "-O2"), (20_000, "-O1"))
+"""The C compiler's time bounded: a generated source above 4,000 lines (what is left of a graph after its loops are
+folded, bayesx.native.loops) is compiled at -O1, above 20,000 at -O0 (GCC's time grows faster than linearly with
+a function's size at -O2: an unrolled 416-step HMM, 48,000 lines, did not finish in 120 s); the run's log says so."""
+_log = logging.getLogger(__name__)
+
+
+def _optimization(lines: int) -> str:
+    """The optimization level for a generated source of ``lines`` lines (OPTIMIZATION_LIMITS)."""
+    return next((level for limit, level in OPTIMIZATION_LIMITS if lines <= limit), "-O0")
 
 
 def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, folder: Path) -> tuple[Path, bool]:
@@ -413,8 +424,15 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
     compiler = _compiler()
     if compiler is None:
         raise codegen.Unsupported("no C compiler (install gcc or set CC)")
+    lines = generated.source.count("\n")
+    level = _optimization(lines)
+    flags = tuple(level if flag == "-O2" else flag for flag in GENERATED_FLAGS)
+    folded = generated.folded.describe() if generated.folded is not None else "not folded"
+    say = _log.warning if level != "-O2" else _log.info
+    say("bayesx: the density's plain C: %s; %d lines, compiled at %s%s", folded, lines, level,
+        f" (above {OPTIMIZATION_LIMITS[0][0]:,} lines: the compiler's time bounded)" if level != "-O2" else "")
     digest = hashlib.sha256()
-    for part in (generated.source, compiler, " ".join(GENERATED_FLAGS), *_environment(dtype)):
+    for part in (generated.source, compiler, " ".join(flags), *_environment(dtype)):
         digest.update(part.encode())
     path = folder / f"generated-{digest.hexdigest()[:20]}.so"
     if path.exists() and _sealed(path):
@@ -426,7 +444,7 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
             source = Path(tmp) / "density.c"
             source.write_text(generated.source)
             try:
-                build(compiler, source, path, compile_flags=GENERATED_FLAGS)
+                build(compiler, source, path, compile_flags=flags)
             except (OSError, subprocess.SubprocessError) as exc:
                 unwritable = _unwritable(folder, exc)
                 if unwritable is not None:
@@ -519,20 +537,30 @@ def _trace(log_prob, dim: int, dtype: torch.dtype) -> torch.fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     point = torch.zeros(dim, dtype=dtype)
-    try:
-        with warnings.catch_warnings(), _distributions_unvalidated():
-            warnings.simplefilter("ignore")
-            graph = make_fx(_grad_and_value(log_prob), decomposition_table=_decompositions())(point)
-    except Exception as exc:  # whatever the user's code raises under tracing: the reason is the message
-        raise NotCompiled(f"its log density could not be traced ({type(exc).__name__}: "
-                          f"{_first_line(exc)}); {_untraceable_because(exc)}") from None
-    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != 1:
-        raise NotCompiled("its log density has inputs besides the parameters")
-    try:
-        _fold_constants(graph)
-    except Exception as exc:  # an operation on constants that fails when evaluated eagerly
-        raise NotCompiled(f"its constants could not be folded ({type(exc).__name__}: {_first_line(exc)})") from None
+    graph = None
+    if os.environ.get("BAYESX_RECORDER", "1") != "0":
+        try:  # eager autograd recorded (bayesx.native.recorder): 10-20x faster than make_fx, constants folded
+            with warnings.catch_warnings(), _distributions_unvalidated():
+                warnings.simplefilter("ignore")
+                graph = recorder.record(log_prob, dim, dtype, _decompositions())
+        except Exception:  # noqa: BLE001 - make_fx traces it, or says why it cannot, in its own words
+            graph = None
+    if graph is None:
+        try:
+            with warnings.catch_warnings(), _distributions_unvalidated():
+                warnings.simplefilter("ignore")
+                graph = make_fx(_grad_and_value(log_prob), decomposition_table=_decompositions())(point)
+        except Exception as exc:  # whatever the user's code raises under tracing: the reason is the message
+            raise NotCompiled(f"its log density could not be traced ({type(exc).__name__}: "
+                              f"{_first_line(exc)}); {_untraceable_because(exc)}") from None
+        placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != 1:
+            raise NotCompiled("its log density has inputs besides the parameters")
+        try:
+            _fold_constants(graph)
+        except Exception as exc:  # an operation on constants that fails when evaluated eagerly
+            raise NotCompiled(f"its constants could not be folded ({type(exc).__name__}: {_first_line(exc)})") \
+                from None
     shaped = _data_dependent_shape(graph)
     if shaped is not None:
         raise NotCompiled(f"it uses {shaped}, whose output shape depends on the parameters")
@@ -637,10 +665,7 @@ def _fold_constants(graph: torch.fx.GraphModule) -> None:
 def _impure(node: torch.fx.Node) -> bool:
     """Whether evaluating the node once at trace time would change what it computes: a random draw or an
     in-place update."""
-    target = node.target
-    tags = getattr(target, "tags", ())
-    schema = getattr(target, "_schema", None)
-    return torch.Tag.nondeterministic_seeded in tags or bool(schema is not None and schema.is_mutable)
+    return recorder.impure(node.target)
 
 
 def _first_line(exc: Exception) -> str:
