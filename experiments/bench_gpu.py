@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,9 @@ def bayesx_cell(overrides: list[str], method: str, chains: int, args, uri: str) 
     from mlflow.tracking import MlflowClient
 
     lengths = [f"method.num_warmup={args.warmup}", f"method.num_draws={args.draws}"]
+    name = f"bench_gpu-{method}-{chains}-{uuid.uuid4().hex[:8]}"  # finds this run in the store
     command = [sys.executable, "-m", "bayesx", "run", *overrides, f"method={method}", f"n_chains={chains}",
+               f"run_name={name}",
                f"device={args.device}", *lengths, f"experiment_name={EXPERIMENT}", f"tracking.uri={uri}",
                "save_draws=false", "progress=false", "plots.n_coords=0", f"seed={args.seed}"]
     if method in ("nuts", "mams"):  # their run-length rules could draw on; the bench compares fixed lengths
@@ -94,7 +97,7 @@ def bayesx_cell(overrides: list[str], method: str, chains: int, args, uri: str) 
         return Cell(reason=f"bayesx failed: {last[:100]}")
     client = MlflowClient(tracking_uri=uri)
     run = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id],
-                             order_by=["attributes.start_time DESC"], max_results=1)[0]
+                             filter_string=f"tags.mlflow.runName = '{name}'")[0]
     metrics = run.data.metrics
     grads = metrics.get("n_grad_evals", 0.0) + metrics.get("n_grad_evals_warmup", 0.0)
     rate, cost = per_ess(metrics.get("ess_bulk_min"), metrics.get("wall_time_s"), grads)
