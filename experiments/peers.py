@@ -345,7 +345,7 @@ def blackjax_mams(post: Posterior, args, ess_length: bool = False) -> PeerRun:
     jit included.
 
     The installed BlackJAX (1.7.1) ends that function by setting L = 2 eps (its
-    ``target_num_integration_steps=2``, "avg-preserving calibration"), so its MAMS makes 1 to 4 integrator
+    ``target_num_integration_steps=2``, "avg-preserving calibration"), so its MAMS makes about 2 integrator
     steps a transition whatever the ESS-based L was. ``ess_length``: the paper's recipe instead, from the same
     BlackJAX stages without that pin (mams_paper_tuning)."""
     import blackjax
