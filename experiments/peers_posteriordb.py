@@ -220,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
     args.jax_dtype, args.mcmc_lengths = "float64", False  # what peers.py's samplers and sweep read
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
     from bayesx.errors import BayesxError
-    from bayesx.tracking import Tracker, search_runs
+    from bayesx.store.tracking import Tracker, search_runs
 
     tmp = Path(tempfile.mkdtemp(prefix="peers_pdb_"))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -74,7 +74,7 @@ def test_suite_driver_logs_the_peers_and_writes_every_column(experiments, tmp_pa
     the run's cell a number, the others the reason they are empty."""
     pytest.importorskip("blackjax")
     driver = experiments("peers_posteriordb")
-    from bayesx.tracking import search_runs
+    from bayesx.store.tracking import search_runs
 
     out, uri = tmp_path / "suite.md", f"sqlite:///{tmp_path}/mlflow.db"
     argv = ["--posteriors", "kidscore_momiq", "--peers", "blackjax-nuts", "--bayesx", "", "--chains", "2",
