@@ -79,7 +79,7 @@ def per_ess(ess: float | None, wall: float | None, grads: float) -> tuple[float 
 
 def bayesx_cell(overrides: list[str], method: str, chains: int, args, uri: str) -> Cell:
     """One ``bayesx run`` in a subprocess on ``args.device``; its numbers from the store."""
-    from mlflow.tracking import MlflowClient
+    from bayesx.store.tracking import experiment_runs
 
     lengths = [f"method.num_warmup={args.warmup}", f"method.num_draws={args.draws}"]
     name = f"bench_gpu-{method}-{chains}-{uuid.uuid4().hex[:8]}"  # finds this run in the store
@@ -95,9 +95,7 @@ def bayesx_cell(overrides: list[str], method: str, chains: int, args, uri: str) 
         last = (done.stderr.strip().splitlines() or ["?"])[-1]
         print(done.stderr[-3000:], file=sys.stderr)
         return Cell(reason=f"bayesx failed: {last[:100]}")
-    client = MlflowClient(tracking_uri=uri)
-    run = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id],
-                             filter_string=f"tags.mlflow.runName = '{name}'")[0]
+    run = experiment_runs(uri, EXPERIMENT, f"tags.mlflow.runName = '{name}'")[0]
     metrics = run.data.metrics
     grads = metrics.get("n_grad_evals", 0.0) + metrics.get("n_grad_evals_warmup", 0.0)
     rate, cost = per_ess(metrics.get("ess_bulk_min"), metrics.get("wall_time_s"), grads)
