@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: install run test test-slow test-all test-ray bench bench-gradient busy-machine check-gpu ui-screenshots clean
+.PHONY: install run test test-slow test-all test-ray bench bench-gpu bench-gradient busy-machine check-gpu ui-screenshots clean
 
 install: $(STAMP)
 
@@ -72,6 +72,12 @@ ui-screenshots: $(STAMP)
 # within Monte Carlo error, into results/gpu_check.md (bayesx/cli/gpu_check.py); without a GPU: one line, exit 0
 check-gpu: $(STAMP)
 	$(BIN)/python -m bayesx.cli.gpu_check
+
+# many-chain ChEES and MAMS (1,024 and 4,096 chains) and NUTS against BlackJAX on the same GPU, a 500-d logistic
+# regression and a real-data one, into results/bench_gpu_samplers.md (experiments/bench_gpu.py; run it after
+# check-gpu; BlackJAX needs jax[cuda] there). Without a GPU it writes the table's rows with empty cells and says why
+bench-gpu: $(STAMP)
+	$(BIN)/python experiments/bench_gpu.py --device cuda --out results/bench_gpu_samplers.md
 
 clean:
 	rm -rf $(VENV) $(RAY_VENV) outputs multirun mlflow.db mlartifacts .pytest_cache

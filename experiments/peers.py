@@ -38,9 +38,9 @@ import numpy as np
 from bayesx.store.record import RunRecord, RunStart, Summary
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLER_METRICS = ("ess_bulk_min", "ess_bulk_min_per_s", "ess_bulk_min_per_grad", "rhat_max", "n_grad_evals",
-                   "n_divergent", "tree_depth_mean", "test_accuracy", "ref_mean_err_max", "ref_sd_err_max",
-                   "ref_w1_mean", "wall_time_s")
+SAMPLER_METRICS = ("ess_bulk_min", "ess_bulk_min_per_s", "ess_bulk_min_per_grad", "grads_per_ess", "rhat_max",
+                   "n_grad_evals", "n_grad_evals_warmup", "n_divergent", "tree_depth_mean", "test_accuracy",
+                   "ref_mean_err_max", "ref_sd_err_max", "ref_w1_mean", "wall_time_s")
 SVI_METRICS = ("elbo_final", "n_steps", "wall_time_s")
 
 
@@ -136,6 +136,7 @@ class PeerRun:
     elbo_final: float | None = None
     n_steps: int | None = None
     note: str = ""
+    grads_warmup: float | None = None  # the warm-up's gradients (the sampling's are ``grads``)
 
 
 def jax_logdensity(post: Posterior):
@@ -148,12 +149,10 @@ def jax_logdensity(post: Posterior):
         def logdensity(theta):
             logits = x @ theta
             return jnp.sum(y * logits - jnp.logaddexp(0.0, logits)) - 0.5 * jnp.sum(theta**2) / scale**2
-    elif post.posteriordb:  # the suite's xp transcription, written for numpy and jax.numpy alike
-        suite = post.suite
-        data = {k: jnp.asarray(v) for k, v in suite.data.items()}
+    elif post.posteriordb:  # the suite's xp transcription (the recursions as lax.scan), as NumPyro samples it
+        from bench_posteriordb import jax_log_density
 
-        def logdensity(theta):
-            return suite.log_density(jnp, theta, data)
+        logdensity = jax_log_density(post.posteriordb)
     elif post.cov is not None:
         precision = jnp.asarray(np.linalg.inv(post.cov))
 
@@ -176,66 +175,251 @@ def numpyro_nuts(post: Posterior, args) -> PeerRun:
                 num_chains=args.chains, chain_method="sequential", progress_bar=False)
     init = np.random.default_rng(args.seed).uniform(-2, 2, (args.chains, post.dim))
     start = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(args.seed), init_params=init, extra_fields=("num_steps", "diverging"))
+    mcmc.warmup(jax.random.PRNGKey(args.seed), init_params=init, extra_fields=("num_steps",), collect_warmup=True)
+    warmup_steps = float(np.sum(mcmc.get_extra_fields()["num_steps"]))
+    mcmc.run(mcmc.post_warmup_state.rng_key, extra_fields=("num_steps", "diverging"))
     wall = time.perf_counter() - start
     extra = mcmc.get_extra_fields(group_by_chain=True)
     steps = np.asarray(extra["num_steps"])
     return PeerRun(wall, np.asarray(mcmc.get_samples(group_by_chain=True), np.float64), float(steps.sum()),
-                   float(np.log2(steps + 1).mean()), float(np.sum(extra["diverging"])),
-                   note=f"defaults (diag mass, target 0.8), {args.jax_dtype}; gradients of sampling only")
+                   float(np.log2(steps + 1).mean()), float(np.sum(extra["diverging"])), grads_warmup=warmup_steps,
+                   note=f"defaults (diag mass, target 0.8), {args.jax_dtype}, chains one after the other")
 
 
-def nutpie_sampler(post: Posterior, args) -> PeerRun:
-    """nutpie on a PyMC model of the posterior (posteriordb: experiments/pymc_models.py), compile included."""
+def nutpie_sampler(post: Posterior, args, low_rank: bool = False) -> PeerRun:
+    """nutpie (its Rust NUTS, adapting its metric from draws and gradients), compile included; ``low_rank``:
+    its low-rank modified mass matrix (Seyboldt, Carlson and Carpenter 2026: the diagonal metric times a
+    correction in the few directions where the draws' and the gradients' covariances disagree most, both
+    adapted by minimizing a Fisher divergence), otherwise its default diagonal metric. The density is the PyMC
+    model (numba backend, experiments/pymc_models.py) where PyMC is installed, else the JAX density the other
+    JAX peers sample, through nutpie's Python-function front end (as its own ``backend="jax"`` does)."""
+    options = {"low_rank_modified_mass_matrix": True} if low_rank else {}
+    if not getattr(args, "nutpie_defaults", False):  # the harness's lengths; else nutpie's own (0.16.8: 400 +
+        # 1000 transitions with the diagonal metric, 800 + 1000 with the low-rank one)
+        options.update(draws=args.draws, tune=args.warmup)
+    metric = "low-rank modified" if low_rank else "default diagonal"
+    start = time.perf_counter()
+    try:
+        model, front = pymc_model(post), "numba-compiled PyMC model"
+    except ImportError:
+        model, front = nutpie_jax_model(post), "JAX density (jit'd value_and_grad) via nutpie.from_pyfunc"
+    from pymc_models import nutpie_run
+
+    out = nutpie_run(model, ["v", "x"] if post.funnel_dim and front.startswith("numba") else ["theta"],
+                     args.chains, args.seed, cores=args.chains, **options)
+    built = time.perf_counter() - start - out.wall  # the JAX front end compiles here
+    return PeerRun(out.wall + max(built, 0.0), out.draws, out.grads_sampling, out.depth, out.divergent,
+                   grads_warmup=out.grads_warmup,
+                   note=f"{metric} mass matrix, {front}, float64, chains in parallel threads, compile included")
+
+
+def pymc_model(post: Posterior):
+    """The posterior as a PyMC model (ImportError without PyMC)."""
     import pymc as pm
-    from pymc_models import nutpie_run, posteriordb_model
+    from pymc_models import posteriordb_model
 
     if post.posteriordb:
-        model = posteriordb_model(post.suite)
-    else:
-        with pm.Model() as model:
-            if post.logistic is not None:
-                x, y = post.logistic[:2]
-                beta = pm.Normal("theta", 0.0, post.prior_scale, shape=x.shape[1])
-                pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
-            elif post.cov is not None:
-                pm.MvNormal("theta", mu=np.zeros(post.dim), cov=post.cov)
-            else:
-                v = pm.Normal("v", 0.0, 3.0)
-                pm.Normal("x", 0.0, pm.math.exp(v / 2), shape=post.dim - 1)
-    out = nutpie_run(model, ["v", "x"] if post.funnel_dim else ["theta"], args.chains, args.seed, draws=args.draws,
-                     tune=args.warmup, cores=args.chains)
-    return PeerRun(out.wall, out.draws, out.grads_sampling, out.depth, out.divergent,
-                   note="numba-compiled PyMC model, float64, compile included")
+        return posteriordb_model(post.suite)
+    with pm.Model() as model:
+        if post.logistic is not None:
+            x, y = post.logistic[:2]
+            beta = pm.Normal("theta", 0.0, post.prior_scale, shape=x.shape[1])
+            pm.Bernoulli("y", logit_p=pm.math.dot(x, beta), observed=y)
+        elif post.cov is not None:
+            pm.MvNormal("theta", mu=np.zeros(post.dim), cov=post.cov)
+        else:
+            v = pm.Normal("v", 0.0, 3.0)
+            pm.Normal("x", 0.0, pm.math.exp(v / 2), shape=post.dim - 1)
+    return model
+
+
+def nutpie_jax_model(post: Posterior):
+    """A nutpie model of the JAX density (jax_logdensity): one jit-compiled value_and_grad called from nutpie's
+    Rust sampler for each gradient, the one variable ``theta`` the unconstrained vector, chains started
+    uniformly in (-2, 2) as the other peers."""
+    import jax
+    from nutpie.compiled_pyfunc import from_pyfunc
+
+    jax.config.update("jax_enable_x64", True)
+    value_and_grad = jax.jit(jax.value_and_grad(jax_logdensity(post)))
+    value_and_grad(np.zeros(post.dim)).__getitem__(0).block_until_ready()  # compile now, inside the wall time
+
+    def make_logp():
+        def logp(x):
+            value, grad = value_and_grad(x)
+            return float(value), np.asarray(grad, dtype=np.float64, order="C")
+        return logp
+
+    def make_expand(seed1, seed2, chain):
+        return lambda x: {"theta": np.asarray(x, dtype=np.float64)}
+
+    return from_pyfunc(post.dim, make_logp, make_expand, [np.dtype("float64")], [(post.dim,)], ["theta"],
+                       make_initial_point_fn=lambda seed: np.random.default_rng(seed).uniform(-2.0, 2.0, post.dim))
 
 
 def blackjax_nuts(post: Posterior, args) -> PeerRun:
     import blackjax
     import jax
 
-    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_x64", getattr(args, "jax_dtype", "float64") == "float64")
     logdensity = jax_logdensity(post)
 
     def one_chain(key):
         init_key, warm_key, sample_key = jax.random.split(key, 3)
         position = jax.random.uniform(init_key, (post.dim,), minval=-2.0, maxval=2.0)
-        (state, params), _ = blackjax.window_adaptation(blackjax.nuts, logdensity).run(warm_key, position,
-                                                                                       num_steps=args.warmup)
+        (state, params), warm = blackjax.window_adaptation(blackjax.nuts, logdensity).run(warm_key, position,
+                                                                                          num_steps=args.warmup)
         kernel = blackjax.nuts(logdensity, **params).step
 
         def body(state, key):
             state, info = kernel(key, state)
             return state, (state.position, info.num_integration_steps, info.is_divergent)
-        return jax.lax.scan(body, state, jax.random.split(sample_key, args.draws))[1]
+        draws = jax.lax.scan(body, state, jax.random.split(sample_key, args.draws))[1]
+        return (*draws, warm.info.num_integration_steps.sum())
 
     start = time.perf_counter()
-    positions, steps, divergent = jax.jit(jax.vmap(one_chain))(jax.random.split(jax.random.PRNGKey(args.seed),
-                                                                                 args.chains))
+    positions, steps, divergent, warmup_steps = jax.jit(jax.vmap(one_chain))(
+        jax.random.split(jax.random.PRNGKey(args.seed), args.chains))
     positions.block_until_ready()
     steps = np.asarray(steps)
     return PeerRun(time.perf_counter() - start, np.asarray(positions, np.float64), float(steps.sum()),
                    float(np.log2(steps + 1).mean()), float(np.asarray(divergent).sum()),
-                   note="window adaptation, chains vmapped, float64, jit included; gradients of sampling only")
+                   grads_warmup=float(np.asarray(warmup_steps).sum()),
+                   note=f"window adaptation (diag mass, target 0.8), chains vmapped, {args.jax_dtype}, jit included")
+
+
+CHEES_LEARNING_RATE = 0.025  # Adam's step on the log trajectory length, as in BlackJAX's ChEES example
+CHEES_INITIAL_STEP = 0.1
+
+
+def blackjax_chees(post: Posterior, args) -> PeerRun:
+    """ChEES-HMC (Hoffman, Radul and Sountsov 2021) as BlackJAX runs it, for many chains in lock-step:
+    ``chees_adaptation`` (the step size by dual averaging to a harmonic-mean acceptance of 0.651, the
+    trajectory length by Adam on the ChEES criterion across chains, a diagonal metric from the chains'
+    positions in the last half of warm-up: ``mass_matrix_estimation="diagonal"``, as bayesx's ChEES adapts one),
+    then ``dynamic_hmc`` with the jittered number of leapfrog steps. JIT included."""
+    import blackjax
+    import jax
+    import optax
+
+    jax.config.update("jax_enable_x64", getattr(args, "jax_dtype", "float64") == "float64")
+    logdensity = jax_logdensity(post)
+
+    def run(key):
+        init_key, warm_key, sample_key = jax.random.split(key, 3)
+        positions = jax.random.uniform(init_key, (args.chains, post.dim), minval=-2.0, maxval=2.0)
+        warmup = blackjax.chees_adaptation(logdensity, args.chains, mass_matrix_estimation="diagonal")
+        (states, params), warm = warmup.run(warm_key, positions, CHEES_INITIAL_STEP, optax.adam(CHEES_LEARNING_RATE),
+                                            num_steps=args.warmup, max_sampling_steps=args.draws)
+        step = jax.vmap(blackjax.dynamic_hmc(logdensity, **params).step)
+
+        def body(states, key):
+            states, info = step(jax.random.split(key, args.chains), states)
+            return states, (states.position, info.num_integration_steps, info.is_divergent)
+        _, (draws, steps, divergent) = jax.lax.scan(body, states, jax.random.split(sample_key, args.draws))
+        return draws.swapaxes(0, 1), steps, divergent, warm.info.num_integration_steps.sum()
+
+    start = time.perf_counter()
+    positions, steps, divergent, warmup_steps = jax.jit(run)(jax.random.PRNGKey(args.seed))
+    positions.block_until_ready()
+    steps = np.asarray(steps)
+    return PeerRun(time.perf_counter() - start, np.asarray(positions, np.float64), float(steps.sum()),
+                   float(np.log2(steps + 1).mean()), float(np.asarray(divergent).sum()),
+                   grads_warmup=float(warmup_steps),
+                   note=f"chees_adaptation (diag metric, Adam {CHEES_LEARNING_RATE}, initial step "
+                        f"{CHEES_INITIAL_STEP}), dynamic_hmc, {args.chains} chains in lock-step, {args.jax_dtype}, "
+                        "jit included")
+
+
+MAMS_TARGET_ACCEPT = 0.9  # Robnik, Cohn-Gordon and Seljak (2025) and BlackJAX's MAMS recipe
+MAMS_TUNING = (0.1, 0.1, 0.1)  # BlackJAX's recipe: fractions of the draws spent on step size/L, L from ESS, again
+
+
+def blackjax_mams(post: Posterior, args, ess_length: bool = False) -> PeerRun:
+    """MAMS, the Metropolis-adjusted microcanonical sampler (Robnik, Cohn-Gordon and Seljak 2025), as BlackJAX
+    runs it: ``adjusted_mclmc_dynamic`` (isokinetic McLachlan integrator, 2 gradients a step, a uniformly
+    jittered number of steps with mean L / eps, a fresh unit velocity and a Metropolis test on the energy error
+    each transition) tuned per chain by ``adjusted_mclmc_find_L_and_step_size`` (dual averaging of eps to
+    acceptance 0.9, a diagonal preconditioner from the draws, L from their ESS), given ``num_steps`` such that
+    the tuning takes the warm-up's transitions (sum(MAMS_TUNING) x num_steps = warmup). Chains vmapped,
+    jit included.
+
+    The installed BlackJAX (1.7.1) ends that function by setting L = 2 eps (its
+    ``target_num_integration_steps=2``, "avg-preserving calibration"), so its MAMS makes about 2 integrator
+    steps a transition whatever the ESS-based L was. ``ess_length``: the paper's recipe instead, from the same
+    BlackJAX stages without that pin (mams_paper_tuning)."""
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+    from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_fn
+
+    jax.config.update("jax_enable_x64", getattr(args, "jax_dtype", "float64") == "float64")
+    logdensity = jax_logdensity(post)
+    steps_fn = make_random_trajectory_length_fn(True)  # ceil(u * 2 avg) steps, u ~ U(0, 1)
+    tuning_kernel = blackjax.mcmc.adjusted_mclmc_dynamic.build_kernel(integration_steps_fn=steps_fn)
+    frac1, frac2, frac3 = MAMS_TUNING
+    num_steps = max(1, round(args.warmup / sum(MAMS_TUNING)))
+
+    def one_chain(key):
+        init_key, rng_key, tune_key, sample_key = jax.random.split(key, 4)
+        position = jax.random.uniform(init_key, (post.dim,), minval=-2.0, maxval=2.0)
+        state = blackjax.mcmc.adjusted_mclmc_dynamic.init(position, logdensity, rng_key)
+        if ess_length:
+            state, params, tuning_steps = mams_paper_tuning(tuning_kernel, logdensity, num_steps, state, tune_key)
+        else:
+            state, params, tuning_steps = blackjax.adjusted_mclmc_find_L_and_step_size(
+                mclmc_kernel=tuning_kernel, logdensity_fn=logdensity, num_steps=num_steps, state=state,
+                rng_key=tune_key, target=MAMS_TARGET_ACCEPT, frac_tune1=frac1, frac_tune2=frac2,
+                frac_tune3=frac3, diagonal_preconditioning=True)
+        sampler = blackjax.adjusted_mclmc_dynamic(
+            logdensity, params.step_size, inverse_mass_matrix=params.inverse_mass_matrix,
+            integration_steps_fn=steps_fn, integration_steps_params=(params.L / params.step_size,))
+
+        def body(state, key):
+            state, info = sampler.step(key, state)
+            return state, (state.position, info.num_integration_steps, info.is_divergent)
+        draws = jax.lax.scan(body, state, jax.random.split(sample_key, args.draws))[1]
+        return (*draws, jnp.asarray(tuning_steps, jnp.float64), params.L / params.step_size)
+
+    start = time.perf_counter()
+    positions, steps, divergent, tuning_steps, mean_steps = jax.jit(jax.vmap(one_chain))(
+        jax.random.split(jax.random.PRNGKey(args.seed), args.chains))
+    positions.block_until_ready()
+    steps = np.asarray(steps)
+    recipe = ("the paper's recipe from BlackJAX's stages (L from the ESS, no pin)" if ess_length else
+              "adjusted_mclmc_find_L_and_step_size as shipped (L pinned to 2 eps)")
+    return PeerRun(time.perf_counter() - start, np.asarray(positions, np.float64), 2.0 * float(steps.sum()),
+                   float(np.log2(steps + 1).mean()), float(np.asarray(divergent).sum()),
+                   grads_warmup=2.0 * float(np.asarray(tuning_steps).sum()),
+                   note=f"{recipe}, target {MAMS_TARGET_ACCEPT}, fractions {MAMS_TUNING}, diag preconditioning; "
+                        f"L/eps ended at {float(np.mean(mean_steps)):.3g} steps; chains vmapped, {args.jax_dtype}, "
+                        "jit included")
+
+
+def mams_paper_tuning(kernel, logdensity, num_steps: int, state, key):
+    """MAMS's tuning as Robnik, Cohn-Gordon and Seljak (2025) describe it, composed from BlackJAX's own stages
+    (blackjax.adaptation.adjusted_mclmc_adaptation) without the installed version's L = 2 eps pin: from
+    L = sqrt(d), eps = sqrt(d) / 4, (1) dual averaging of eps to acceptance 0.9 while L follows, then the
+    diagonal preconditioner and L = sqrt(sum of the draws' variances) from a second stretch; (2) L = 0.5 L /
+    (ESS per draw) from a third; (3) eps again with L held. Returns (state, params, integrator steps)."""
+    import jax
+    import jax.numpy as jnp
+    from blackjax.adaptation import adjusted_mclmc_adaptation as stages
+    from blackjax.adaptation.mclmc_adaptation import MCLMCAdaptationState
+
+    dim = state.position.shape[0]
+    frac1, frac2, frac3 = MAMS_TUNING
+    params = MCLMCAdaptationState(jnp.sqrt(dim), jnp.sqrt(dim) * 0.25, inverse_mass_matrix=jnp.ones(dim))
+    key1, key2, key3 = jax.random.split(key, 3)
+    state, params, _, steps1 = stages.adjusted_mclmc_make_L_step_size_adaptation(
+        kernel, logdensity, dim, frac1, frac2, MAMS_TARGET_ACCEPT, diagonal_preconditioning=True, tuning_factor=1.3)(
+        state, params, num_steps, key1)
+    state, params, steps2 = stages.adjusted_mclmc_make_adaptation_L(kernel, logdensity, frac3, 0.5)(
+        state, params, num_steps, key2)
+    state, params, _, steps3 = stages.adjusted_mclmc_make_L_step_size_adaptation(
+        kernel, logdensity, dim, frac1, 0.0, MAMS_TARGET_ACCEPT, diagonal_preconditioning=True,
+        fix_L_first_da=True)(state, params, num_steps, key3)
+    return state, params, steps1 + steps2 + steps3
 
 
 def windowed_elbo(step: Callable[[], float], steps: int) -> tuple[float, int]:
@@ -306,7 +490,11 @@ def pyro_svi(guide: str):
 PEERS: dict[str, Callable[[Posterior, argparse.Namespace], PeerRun]] = {
     "numpyro-nuts": numpyro_nuts,
     "nutpie": nutpie_sampler,
+    "nutpie-lowrank": lambda post, args: nutpie_sampler(post, args, low_rank=True),
     "blackjax-nuts": blackjax_nuts,
+    "blackjax-chees": blackjax_chees,
+    "blackjax-mams": blackjax_mams,
+    "blackjax-mams-esslength": lambda post, args: blackjax_mams(post, args, ess_length=True),
     "numpyro-svi-meanfield": numpyro_svi("AutoNormal"),
     "numpyro-svi-fullrank": numpyro_svi("AutoMultivariateNormal"),
     "pyro-svi-meanfield": pyro_svi("AutoNormal"),
@@ -316,8 +504,10 @@ PEERS: dict[str, Callable[[Posterior, argparse.Namespace], PeerRun]] = {
 
 # --- measuring and logging ------------------------------------------------------------------------
 def peer_metrics(post: Posterior, out: PeerRun) -> dict[str, float]:
-    """A peer's metrics under bayesx's names: min bulk ESS and its rate per second and per gradient, R-hat,
-    counters, test accuracy for samplers; the final ELBO for SVI."""
+    """A peer's metrics under bayesx's names: min bulk ESS and its rate per second of total wall time (compile
+    included) and per sampling gradient, R-hat, counters (``grads_per_ess``: all gradients, warm-up included,
+    per unit of min bulk ESS), test accuracy and posteriordb's reference errors for samplers; the final ELBO
+    for SVI."""
     from bayesx.diagnostics.convergence import summarize
 
     metrics: dict[str, float | None] = {"wall_time_s": out.wall, "elbo_final": out.elbo_final, "n_steps": out.n_steps}
@@ -327,9 +517,16 @@ def peer_metrics(post: Posterior, out: PeerRun) -> dict[str, float]:
         metrics.update(summary)
         metrics.update({"ess_bulk_min_per_s": ess / out.wall if ess is not None else None,
                         "ess_bulk_min_per_grad": ess / out.grads if ess is not None and out.grads else None,
-                        "n_grad_evals": out.grads, "n_divergent": out.divergent, "tree_depth_mean": out.depth,
+                        "grads_per_ess": total_grads(out.grads, out.grads_warmup) / ess if ess else None,
+                        "n_grad_evals": out.grads, "n_grad_evals_warmup": out.grads_warmup,
+                        "n_divergent": out.divergent, "tree_depth_mean": out.depth,
                         "test_accuracy": post.test_accuracy(out.draws), **post.reference_errors(out.draws)})
     return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+def total_grads(sampling: float | None, warmup: float | None) -> float:
+    """Gradient evaluations of a whole run, warm-up included (0 where not counted)."""
+    return (sampling or 0.0) + (warmup or 0.0)
 
 
 def log_peer(tracker, parent_id: str, name: str, post: Posterior, out: PeerRun, settings: dict[str, object]) -> str:
@@ -338,7 +535,8 @@ def log_peer(tracker, parent_id: str, name: str, post: Posterior, out: PeerRun, 
     keys = SAMPLER_METRICS if out.draws is not None else SVI_METRICS
     tags = {"peer": name, "method": name, "model": post.model, "data": post.data, "seed": str(settings["seed"]),
             "n_chains": str(settings["chains"]), "family": "peer", "peer_note": out.note}
-    params = {"posterior": " ".join(post.overrides), **settings}
+    params = {"posterior": " ".join(post.overrides), **settings,
+              **({"model.name": post.posteriordb} if post.posteriordb else {})}
     start = RunStart(f"{name}-{post.model}-{post.data}-seed{settings['seed']}", tags, params,
                      "".join(f"{k}: {v}\n" for k, v in params.items()), parent_id)
     with tracker.run(start) as run:
@@ -346,17 +544,18 @@ def log_peer(tracker, parent_id: str, name: str, post: Posterior, out: PeerRun, 
         return run.run_id
 
 
-def bayesx_sweep(post: Posterior, bayesx: list[str], args) -> str:
-    """Run bayesx's contenders as one sweep through the runner; returns the sweep's parent run id."""
+def bayesx_sweep(posterior: list[str], bayesx: list[str], args, env: dict[str, str] | None = None) -> str:
+    """Run bayesx's contenders on the ``posterior`` overrides as one sweep through the runner (in the
+    environment ``env``); returns the sweep's parent run id."""
     from bayesx.reports.report import select_sweep
     from bayesx.store.tracking import search_runs
 
     mcmc = [f"++method.num_warmup={args.warmup}", f"++method.num_draws={args.draws}"] if args.mcmc_lengths else []
-    command = [sys.executable, "-m", "bayesx", "run", "-m", *post.overrides, *bayesx, *mcmc, f"seed={args.seed}",
+    command = [sys.executable, "-m", "bayesx", "run", "-m", *posterior, *bayesx, *mcmc, f"seed={args.seed}",
                f"n_chains={args.chains}", f"experiment_name={args.experiment}", f"tracking.uri={args.tracking_uri}",
-               "save_draws=false"]
+               "save_draws=false", "progress=false", "plots.n_coords=0"]
     print("$ " + shlex.join(command[2:]), flush=True)
-    subprocess.run(command, check=True, cwd=ROOT)
+    subprocess.run(command, check=True, cwd=ROOT, env=env)
     return select_sweep(search_runs(args.tracking_uri, args.experiment), args.tracking_uri).parent_id
 
 
@@ -389,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         tracker = Tracker(args.tracking_uri, args.experiment)
         bayesx = shlex.split(args.bayesx)
         if bayesx:
-            parent = bayesx_sweep(post, bayesx, args)
+            parent = bayesx_sweep(post.overrides, bayesx, args)
         else:
             parent = tracker.start_parent(f"peers {args.posterior}", {"sweep": "parent", "sweep_overrides": args.posterior})
         settings = {"chains": args.chains, "warmup": args.warmup, "draws": args.draws, "seed": args.seed}

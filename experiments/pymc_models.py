@@ -81,7 +81,7 @@ def nutpie_run(model, var_names: list[str], chains: int, seed: int, **sample_opt
     import nutpie
 
     start = time.perf_counter()
-    compiled = nutpie.compile_pymc_model(model)
+    compiled = nutpie.compile_pymc_model(model) if hasattr(model, "free_RVs") else model  # else compiled already
     compiled_at = time.perf_counter()
     trace = nutpie.sample(compiled, chains=chains, seed=seed, progress_bar=False, **sample_options)
     wall = time.perf_counter() - start

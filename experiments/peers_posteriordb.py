@@ -1,0 +1,253 @@
+"""The posteriordb suite against the best peers, in one run and one MLflow store: bayesx NUTS and MAMS beside
+NumPyro NUTS, nutpie (default and low-rank metric), BlackJAX NUTS and BlackJAX MAMS.
+
+For the chosen posteriors of ``model=posteriordb`` (bayesx/targets/posteriordb), one command
+
+    python experiments/peers_posteriordb.py --posteriors kidscore_momiq earn_height arK \\
+        --out results/posteriordb_peers.md
+
+1. runs bayesx's contenders as one sweep through the runner (``bayesx run -m model=posteriordb
+   model.name=<a>,<b>,.. method=nuts,mams``, their defaults: 4 chains, float64, the run-length rules), on a
+   cold compiled-density cache (every density compiles inside its first run's wall time; --warm keeps it);
+2. runs every peer (experiments/peers.py: each with its own defaults and tuning, 4 chains, float64, started
+   uniformly in (-2, 2), on the suite's jax.numpy transcription, the recursions as ``lax.scan``) on each
+   posterior and logs it as a child run of that sweep's parent, tagged ``peer=<name>`` and with the param
+   ``model.name``, so ``bayesx report --experiment posteriordb_peers`` lists bayesx and the peers together;
+3. reads every run of that parent back from the store and writes the suite table (--out): per posterior and
+   contender the min bulk ESS per second of **total** wall time (compile or JIT included), R-hat, gradients
+   per unit of min-ESS (warm-up included) and the worst error of the posterior means against posteriordb's
+   reference draws (in reference sds), and the goals' ratios: bayesx NUTS and bayesx's best over the best
+   converged peer (R-hat <= 1.01).
+
+The peers: numpyro-nuts (defaults, 1000 + 1000), nutpie and nutpie-lowrank (nutpie 0.16.8's defaults: 400 +
+1000, and with ``low_rank_modified_mass_matrix=True`` 800 + 1000), blackjax-nuts (window adaptation, 1000 + 1000), blackjax-mams
+(``adjusted_mclmc_dynamic`` tuned by ``adjusted_mclmc_find_L_and_step_size`` over 1000 transitions, 1000
+draws) and blackjax-mams-esslength (the same with the paper's ESS-based L; see peers.blackjax_mams).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (experiments/ is not a package)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = "posteriordb_peers"
+RHAT_GOAL = 1.01  # the issue's bar for a converged run
+# the suite table's columns: (heading, how the run is told apart: bayesx's method tag or the peer's name)
+BAYESX = {"bayesx NUTS": "nuts", "bayesx MAMS": "mams"}
+PEER_COLUMNS = {"NumPyro": "numpyro-nuts", "nutpie default": "nutpie", "nutpie low-rank": "nutpie-lowrank",
+                "BlackJAX NUTS": "blackjax-nuts", "BlackJAX MAMS": "blackjax-mams",
+                "BlackJAX MAMS (ESS-based L)": "blackjax-mams-esslength"}
+NUTPIE_OWN_LENGTHS = {"nutpie", "nutpie-lowrank"}  # nutpie 0.16.8's defaults as its users run it: 400 + 1000
+# transitions with the diagonal metric, 800 + 1000 with the low-rank one
+
+
+def cold_environment(tmp: Path, warm: bool) -> dict[str, str]:
+    """The environment of bayesx's runs: compiling on (BAYESX_COMPILE=auto) and, unless ``warm``, an empty
+    compiled-density cache (the C kernels built at install time copied in), so every density compiles inside
+    its run."""
+    env = {**os.environ, "BAYESX_COMPILE": "auto"}
+    if not warm:
+        env["BAYESX_CACHE_DIR"] = str(tmp / "cache")
+        native = Path(os.environ.get("BAYESX_CACHE_DIR", Path.home() / ".cache" / "bayesx")) / "native"
+        if native.exists():
+            shutil.copytree(native, tmp / "cache" / "native")
+    return env
+
+
+def run_peers(names: list[str], posterior: str, parent: str, tracker, args) -> dict[tuple[str, str], str]:
+    """Each peer on one posterior, logged under ``parent``; returns why a (posterior, peer) was not logged."""
+    missing: dict[tuple[str, str], str] = {}
+    settings = {"chains": args.chains, "warmup": args.warmup, "draws": args.draws, "seed": args.seed}
+    post = peers.posterior_from(["model=posteriordb", f"model.name={posterior}"])
+    for name in names:
+        args.nutpie_defaults = name in NUTPIE_OWN_LENGTHS
+        try:
+            out = peers.PEERS[name](post, args)
+        except ImportError as exc:
+            missing[(posterior, name)] = f"not installed ({exc.name})"
+            print(f"{posterior} {name}: skipped, {exc}", flush=True)
+            continue
+        except Exception as exc:  # a peer that fails on one posterior is a result, not the end of the run
+            traceback.print_exc()
+            missing[(posterior, name)] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+            continue
+        own = {"warmup": "nutpie's own", "draws": "nutpie's own"} if args.nutpie_defaults else {}
+        peers.log_peer(tracker, parent, name, post, out, {**settings, **own})
+        print(f"{posterior} {name}: {out.wall:.1f} s", flush=True)
+    return missing
+
+
+# --- the table, from the store ----------------------------------------------------------------------
+def contender(run) -> str | None:
+    """A run's column heading: a peer by its tag, a bayesx run by its method."""
+    peer = run.get("tags.peer")
+    if isinstance(peer, str) and peer:
+        return next((h for h, n in PEER_COLUMNS.items() if n == peer), None)
+    return next((h for h, m in BAYESX.items() if m == run.get("tags.method")), None)
+
+
+def cell_values(run) -> dict[str, float | None]:
+    """min-ESS per second of total wall time, R-hat, gradients per min-ESS (warm-up included), ref error."""
+    def metric(name):
+        value = run.get(f"metrics.{name}")
+        return None if value is None or not np.isfinite(value) else float(value)
+    ess, wall = metric("ess_bulk_min"), metric("wall_time_s")
+    grads = (metric("n_grad_evals") or 0.0) + (metric("n_grad_evals_warmup") or 0.0)
+    return {"rate": ess / wall if ess and wall else None, "rhat": metric("rhat_max"),
+            "grads_per_ess": grads / ess if ess and grads else None, "ref": metric("ref_mean_err_max"),
+            "wall": wall}
+
+
+def suite_cells(runs, posteriors: list[str]) -> dict[tuple[str, str], dict]:
+    """(posterior, column heading) -> cell_values, for the runs of one parent."""
+    cells = {}
+    for _, run in runs.iterrows():
+        heading, name = contender(run), run.get("params.model.name")
+        if heading and name in posteriors and run.get("status") == "FINISHED":
+            cells[(name, heading)] = cell_values(run)
+    return cells
+
+
+def converged(cell: dict | None) -> bool:
+    return bool(cell) and cell["rhat"] is not None and cell["rhat"] <= RHAT_GOAL
+
+
+def best(cells: dict, posterior: str, headings) -> tuple[str | None, float | None]:
+    """The heading with the highest min-ESS/s among the converged runs of ``headings``, and that rate."""
+    found = [(cells[(posterior, h)]["rate"], h) for h in headings
+             if converged(cells.get((posterior, h))) and cells[(posterior, h)]["rate"]]
+    if not found:
+        return None, None
+    rate, heading = max(found)
+    return heading, rate
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def suite_table(cells: dict, posteriors: list[str], dims: dict[str, int], why_empty: dict[str, str]) -> list[str]:
+    """The suite table: one row per posterior; for each contender 'min-ESS/s (R-hat, grads/ESS, ref err)'."""
+    headings = [*PEER_COLUMNS, *BAYESX]
+    lines = ["| posterior | dim | " + " | ".join(headings) + " | best peer | bayesx NUTS / best peer | "
+             "bayesx best / best peer |", "|" + "---|" * (len(headings) + 5)]
+    for posterior in posteriors:
+        row = [posterior, str(dims[posterior])]
+        for heading in headings:
+            cell = cells.get((posterior, heading))
+            if cell is None:
+                row.append(f"not run: {why_empty.get(f'{posterior}/{heading}', why_empty.get(heading, '?'))}")
+                continue
+            flag = "" if converged(cell) else " **R-hat > 1.01**"
+            row.append(f"{fmt(cell['rate'])} ({fmt(cell['rhat'])}, {fmt(cell['grads_per_ess'])}, "
+                       f"{fmt(cell['ref'], 2)}){flag}")
+        peer, peer_rate = best(cells, posterior, PEER_COLUMNS)
+        mine, mine_rate = best(cells, posterior, BAYESX)
+        nuts = cells.get((posterior, "bayesx NUTS"))
+        nuts_rate = nuts["rate"] if converged(nuts) else None
+        row += [peer or "none converged", fmt(nuts_rate / peer_rate if nuts_rate and peer_rate else None),
+                fmt(mine_rate / peer_rate if mine_rate and peer_rate else None) + (f" ({mine})" if mine else "")]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def write_table(args, parent: str, started: str, missing: dict, posteriors: list[str], search_runs) -> None:
+    """The suite table of ``posteriors`` from the runs of ``parent`` in the store, printed and written to --out
+    (after each posterior, so that a run cut short leaves the table of what it finished)."""
+    from bayesx.targets.posteriordb import SUITE
+
+    runs = search_runs(args.tracking_uri, args.experiment)
+    runs = runs[runs["tags.mlflow.parentRunId"] == parent]
+    why = {f"{p}/{h}": reason for (p, n), reason in missing.items() for h, m in PEER_COLUMNS.items() if m == n}
+    why.update({h: "not in --peers" for h, n in PEER_COLUMNS.items() if n not in args.peers})
+    why.update({h: "not in --bayesx" for h, m in BAYESX.items() if m not in args.bayesx})
+    why.update({h: "the bayesx run failed (see its run in the store)" for h in BAYESX if h not in why})
+    lines = [
+        "# The posteriordb suite against the best peers",
+        "",
+        f"Command: `python experiments/peers_posteriordb.py {' '.join(args.argv)}`",
+        "",
+        f"Run {started}; machine: {platform.machine()}, {os.cpu_count()} cores; one run each, seed {args.seed}, "
+        f"{args.chains} chains, every contender one after the other; MLflow store `{args.tracking_uri}`, "
+        f"experiment `{args.experiment}`, sweep parent `{parent[:8]}` "
+        f"(`bayesx report --uri {args.tracking_uri} --parent {parent[:8]}`). {args.note}",
+        "",
+        "Each cell: **min-ESS/s** (min bulk ESS over the unconstrained coordinates per second of total wall time: "
+        "bayesx's wall_time_s with the density compiled on a cold cache, the JAX peers' JIT and nutpie's "
+        "compile included) (R-hat, gradients per min-ESS with the warm-up's, worst |mean error| against "
+        "posteriordb's reference draws in reference sds). A run with R-hat > 1.01 is flagged and does not count "
+        "as best. Ratios: bayesx NUTS (defaults) and bayesx's best sampler over the best converged peer by "
+        "min-ESS/s. Peers' notes (tuning, front end) are the runs' `peer_note` tags.",
+        "",
+        *suite_table(suite_cells(runs, posteriors), posteriors, {p: SUITE[p].dim for p in posteriors}, why),
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text, flush=True)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bayesx.targets.posteriordb import NAMES
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--posteriors", nargs="+", required=True, choices=list(NAMES), metavar="NAME")
+    parser.add_argument("--peers", nargs="*", default=list(PEER_COLUMNS.values()), choices=list(peers.PEERS))
+    parser.add_argument("--bayesx", default="method=nuts,mams", help="bayesx's contenders: sweep overrides, '' for none")
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=1000, help="the peers' warm-up (nutpie: its own)")
+    parser.add_argument("--draws", type=int, default=1000, help="the peers' draws per chain (nutpie: its own 1000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warm", action="store_true", help="keep bayesx's compiled-density cache")
+    parser.add_argument("--experiment", default=EXPERIMENT, help="MLflow experiment")
+    parser.add_argument("--tracking-uri", help="default: the tracking config / MLFLOW_TRACKING_URI")
+    parser.add_argument("--note", default="", help="a line for the table's header (e.g. how busy the machine was)")
+    parser.add_argument("--out", help="the suite table (markdown)")
+    args = parser.parse_args(argv)
+    args.argv = argv if argv is not None else sys.argv[1:]
+    args.jax_dtype, args.mcmc_lengths = "float64", False  # what peers.py's samplers and sweep read
+    from bayesx.cli.config import compose
+    from bayesx.errors import BayesxError
+    from bayesx.store.tracking import Tracker, search_runs
+
+    tmp = Path(tempfile.mkdtemp(prefix="peers_pdb_"))
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    try:
+        args.tracking_uri = args.tracking_uri or str(compose([]).tracking.uri)
+        tracker = Tracker(args.tracking_uri, args.experiment)
+        overrides = ["model=posteriordb", f"model.name={','.join(args.posteriors)}"]
+        if args.bayesx.strip():
+            parent = peers.bayesx_sweep(overrides, args.bayesx.split(), args, cold_environment(tmp, args.warm))
+        else:
+            parent = tracker.start_parent(f"peers {' '.join(overrides)}", {"sweep": "parent",
+                                                                           "sweep_overrides": " ".join(overrides)})
+        import jax  # noqa: F401  (imported once, before any peer's clock starts: its import is no peer's cost)
+
+        missing: dict[tuple[str, str], str] = {}
+        for done, posterior in enumerate(args.posteriors, 1):
+            missing.update(run_peers(args.peers, posterior, parent, tracker, args))
+            write_table(args, parent, started, missing, args.posteriors[:done], search_runs)
+        if not args.bayesx.strip():
+            tracker.terminate(parent, "FINISHED")
+    except BayesxError as exc:
+        print(f"peers_posteriordb.py: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
