@@ -58,7 +58,8 @@ DEFAULT_BEST = ["method=nuts n_chains=8", "method=nuts method.mass=diag_grad",
 
 
 def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: dict) -> dict:
-    """One ``bayesx run --json`` in a subprocess; its metrics and tags from the run it printed (experiments/_runs.py)."""
+    """One ``bayesx run --json`` in a subprocess; its metrics and tags from the run it printed
+    (experiments/_runs.py)."""
     from _runs import bayesx_run as launch
 
     launched = launch(["model=posteriordb", f"model.name={name}", *overrides, f"experiment_name={experiment}",

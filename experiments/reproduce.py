@@ -62,8 +62,9 @@ def command_lines(name: str, uri: str | None, parent: str = "PARENT") -> tuple[l
     """The two commands of one reproduction: the sweep, and the report of that sweep into results/NAME.md."""
     store = [f"tracking.uri={uri}"] if uri else []
     run = [f"experiment={name}", "progress=false", *store]
-    report = ["report", "--parent", parent, "--out", f"results/{name}.md",
-              "--note", f"remade by `make results ONLY={name}` (experiments/reproduce.py)", *(["--uri", uri] if uri else [])]
+    note = f"remade by `make results ONLY={name}` (experiments/reproduce.py)"
+    report = ["report", "--parent", parent, "--out", f"results/{name}.md", "--note", note,
+              *(["--uri", uri] if uri else [])]
     return run, report
 
 

@@ -84,15 +84,17 @@ def deep_mcmc_row(uri: str, row: str, data: str):
 
 def test_deep_mcmc_table1_synthetic_speed_up_at_least_the_papers(store):
     """Deep MCMC Table 1, synthetic (D = 500 -> d = 50): AE-HMC's sampling stage is at least the paper's 3.2 times
-    faster than HMC's for the same iterations (results/README.md: 5.1-7.0 on this machine), at HMC's test accuracy
-    (AE-HMC minus HMC averaged -0.2 points, sd 1.8, over 12 runs; 4 points is 6 of 150 test points). Both run on the
-    same loaded machine one after the other, so the load cancels in the ratio. Control: on digits (64 -> 6), where an
-    HMC leapfrog step costs only 3-4 latent ones, the same ratio stays below the paper's 5.9 (1.4-2.5 here)."""
+    faster than HMC's for the same iterations (5.1-7.0 in results/archive/, two threads on an idle machine; 4.9 in
+    this test's runs, one thread at load 15, 2026-11-28), at HMC's test accuracy
+    (AE-HMC minus HMC averaged -0.2 percentage points, sd 1.8, over 12 runs: 6 points, 9 of 150 test points, is 3.3 sd).
+    Both run on one thread one after the other, so a load steady over the two cancels in the ratio. Control: on
+    digits (64 -> 6), where an HMC leapfrog step costs only 3-4 latent ones, the same ratio stays below the paper's
+    5.9 (1.4-2.5 in the archived tables, 2.4 in this test's run)."""
     _, uri = store
     hmc, ae = deep_mcmc_row(uri, "hmc", "synthetic"), deep_mcmc_row(uri, "aehmc", "synthetic")
     speed_up = hmc.data.metrics["sampling_time_s"] / ae.data.metrics["sampling_time_s"]
     assert speed_up >= 3.2, (hmc.data.metrics["sampling_time_s"], ae.data.metrics["sampling_time_s"])
-    assert abs(ae.data.metrics["test_accuracy"] - hmc.data.metrics["test_accuracy"]) <= 0.04
+    assert abs(ae.data.metrics["test_accuracy"] - hmc.data.metrics["test_accuracy"]) <= 0.06
     assert ae.data.metrics["latent_dim"] == 50
     hmc, ae = deep_mcmc_row(uri, "hmc", "digits"), deep_mcmc_row(uri, "aehmc", "digits")
     assert hmc.data.metrics["sampling_time_s"] / ae.data.metrics["sampling_time_s"] < 5.9

@@ -34,14 +34,15 @@ def missing_commands(text: str) -> list[str]:
     gone = [s for s in SCRIPT.findall(text) if not (ROOT / s).is_file()]
     gone += [m for m in MODULE.findall(text) if importlib.util.find_spec(m) is None]
     gone += [f"make {t}" for t in MAKE.findall(text) if t not in make_targets()]
-    gone += [f"experiment={p}" for p in PRESET.findall(text) if not (ROOT / "conf" / "experiment" / f"{p}.yaml").is_file()]
+    presets = ROOT / "conf" / "experiment"
+    gone += [f"experiment={p}" for p in PRESET.findall(text) if not (presets / f"{p}.yaml").is_file()]
     return gone
 
 
 def missing_files(text: str, here: Path) -> list[str]:
     """The files ``text`` cites (in backticks, or as relative markdown links) that exist neither beside ``here``
-    nor from the repository's root (a script may be named alone: ``bench_native.py``); paths in code written for another machine (absolute, $OUT, <placeholders>) are
-    not citations of this tree."""
+    nor from the repository's root (a script may be named alone: ``bench_native.py``); paths in code written for
+    another machine (absolute, $OUT, <placeholders>) are not citations of this tree."""
     cited = FILE_TOKEN.findall(text) + [link for link in LINK.findall(text) if "://" not in link]
     return [c for c in cited if not c.startswith(("/", "$")) and not any(ch in c for ch in "*<")
             and not any((base / c).exists() for base in (here, ROOT, ROOT / "experiments"))]
@@ -114,7 +115,8 @@ def test_make_results_covers_every_preset_with_published_numbers():
 
 def test_the_checks_catch_a_missing_file_a_removed_script_and_a_table_without_its_command():
     page = ("| `gone_table.md` | x | `python experiments/no_such_script.py --out results/x.md` |\n"
-            "see [the notes](archive/no_such_notes.md); `make no-such-target`; `bayesx run experiment=no_such_preset`\n")
+            "see [the notes](archive/no_such_notes.md); `make no-such-target`;\n"
+            "`bayesx run experiment=no_such_preset`\n")
     assert missing_files(page, RESULTS) == ["gone_table.md", "archive/no_such_notes.md"]
     assert missing_commands(page) == ["experiments/no_such_script.py", "make no-such-target",
                                       "experiment=no_such_preset"]
