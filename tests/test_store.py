@@ -10,7 +10,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from bayesx.tracking import retry_locked
+from bayesx.store.tracking import retry_locked
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def test_a_dataset_insert_race_is_retried():
                                "datasets.name, datasets.digest")
         return "linked"
 
-    from bayesx.tracking import is_dataset_race
+    from bayesx.store.tracking import is_dataset_race
 
     assert retry_locked(racing, also=is_dataset_race) == "linked" and len(calls) == 2
     calls.clear()

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from bayesx.tracking import not_a_store
+from bayesx.store.tracking import not_a_store
 
 # another process's attempt to leave WAL mode: SQLite needs every other connection gone for it
 LEAVE_WAL = ("import sqlite3, sys\n"
