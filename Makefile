@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: install run test test-slow test-all test-ray bench bench-gpu bench-gradient busy-machine check-gpu ui-screenshots clean
+.PHONY: install run test test-slow test-all test-ray bench bench-gpu bench-gradient busy-machine results check-gpu ui-screenshots clean
 
 install: $(STAMP)
 
@@ -62,6 +62,14 @@ bench-gradient: $(STAMP)
 # the default job alone, then two at once (results/busy_machine.md)
 busy-machine: $(STAMP)
 	$(BIN)/python experiments/busy_machine.py --out results/busy_machine.md
+
+# the published tables again through the one path: each preset (conf/experiment/NAME.yaml) as `bayesx run --json
+# experiment=NAME`, then `bayesx report --parent <its sweep> --out results/NAME.md` (experiments/reproduce.py);
+# all of them, shortest first (hours on 2 cores), or ONLY="ais_toy svgd_mixture"; `python experiments/reproduce.py
+# --list` gives each one's cost (results/README.md)
+ONLY ?=
+results: $(STAMP)
+	$(BIN)/python experiments/reproduce.py $(ONLY)
 
 # the README's screenshots of the MLflow UI (the run table, a sweep's comparison plot), taken by the browser test
 # (tests/test_browser_ui.py: headless Chromium on a nuts,vi,pathfinder sweep) into results/ui/

@@ -58,19 +58,18 @@ DEFAULT_BEST = ["method=nuts n_chains=8", "method=nuts method.mass=diag_grad",
 
 
 def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: dict) -> dict:
-    """One ``bayesx run`` in a subprocess; its metrics and tags from the store."""
-    from bayesx.store.tracking import experiment_runs
+    """One ``bayesx run --json`` in a subprocess; its metrics and tags from the run it printed
+    (experiments/_runs.py)."""
+    from _runs import bayesx_run as launch
 
-    command = [sys.executable, "-m", "bayesx", "run", "model=posteriordb", f"model.name={name}", *overrides,
-               f"experiment_name={experiment}", f"tracking.uri={uri}", "save_draws=false", "progress=false",
-               "plots.n_coords=0", "seed=0"]
-    print("$ " + shlex.join(command[3:]), flush=True)
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        print(done.stderr[-2000:], file=sys.stderr)
+    launched = launch(["model=posteriordb", f"model.name={name}", *overrides, f"experiment_name={experiment}",
+                       f"tracking.uri={uri}", "save_draws=false", "progress=false", "plots.n_coords=0", "seed=0"],
+                      env=env)
+    if not launched.ok:
+        print(launched.failure(), file=sys.stderr)
         return {"failed": True}
-    run = experiment_runs(uri, experiment)[0]  # the newest
-    metrics, tags = dict(run.data.metrics), dict(run.data.tags)
+    run = launched.run
+    metrics, tags = {k: v for k, v in run["metrics"].items() if v is not None}, dict(run["tags"])
     grads = metrics.get("n_grad_evals", 0.0) + metrics.get("n_grad_evals_warmup", 0.0)
     wall = metrics["wall_time_s"]
     return {"label": " ".join(overrides), "ess": metrics.get("ess_bulk_min"), "wall": wall,

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,23 +23,21 @@ from bayesx.diagnostics.stein import stein_checks, stein_warnings
 from bayesx.targets.posteriordb import NAMES
 from bayesx.targets.posteriordb.target import PosteriorDB
 
-ROOT = Path(__file__).resolve().parents[1]
 SUBSETS, SUBSET_SIZE = 50, 100
 EXPERIMENT = "svgd_stein_study"
 
 
 def svgd_run(name: str, uri: str) -> dict[str, float]:
-    """One ``bayesx run method=svgd`` in a subprocess; its metrics from the store."""
-    from bayesx.store.tracking import experiment_runs
+    """One ``bayesx run --json method=svgd`` in a subprocess; its metrics from the run it printed
+    (experiments/_runs.py)."""
+    from _runs import bayesx_run
 
-    command = [sys.executable, "-m", "bayesx", "run", "method=svgd", "model=posteriordb", f"model.name={name}",
-               "seed=0", f"experiment_name={EXPERIMENT}", f"tracking.uri={uri}", "save_draws=false",
-               "progress=false", "plots.n_coords=0"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"svgd_stein_study: the SVGD run on {name} failed: {done.stderr.strip()[-500:]}")
-    run = experiment_runs(uri, EXPERIMENT)[0]  # the newest
-    return dict(run.data.metrics)
+    launched = bayesx_run(["method=svgd", "model=posteriordb", f"model.name={name}", "seed=0",
+                           f"experiment_name={EXPERIMENT}", f"tracking.uri={uri}", "save_draws=false",
+                           "progress=false", "plots.n_coords=0"], echo=False)
+    if not launched.ok:
+        raise SystemExit(f"svgd_stein_study: the SVGD run on {name} failed: {launched.failure(500)}")
+    return {k: v for k, v in launched.run["metrics"].items() if v is not None}
 
 
 def exact_draws_control(name: str) -> dict[str, float]:
