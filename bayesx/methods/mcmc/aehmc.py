@@ -20,6 +20,7 @@ from bayesx.diagnostics import plots
 from bayesx.kernels import latent_hmc as latent
 from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
 from bayesx.methods.mcmc.hmc import HMC, HMCSettings
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod
 from bayesx.settings import AtLeast
 
@@ -34,7 +35,10 @@ class LatentSampler(MCMCMethod):
                  settings: LatentSamplerSettings | None = None, **options):
         super().__init__(settings, **options)
         self.space, self.kernel_params = space, kernel_params
-        self.kernel = latent.make_kernel(space)
+
+    def make_kernel(self) -> TransitionKernel:
+        return TransitionKernel(latent.make_kernel(self.space), lambda step_size, metric=None: self.kernel_params._replace(
+            step_size=step_size), gradients=self.kernel_params.num_steps)
 
     def kernel_name(self, target, position: torch.Tensor) -> str:
         z = torch.zeros(position.shape[0], self.space.latent_dim, dtype=position.dtype, device=position.device)
@@ -44,12 +48,6 @@ class LatentSampler(MCMCMethod):
         """The target restricted to the decoder's affine image, which the latent trajectories evaluate; none for
         a nonlinear decoder, whose Jacobians PyTorch computes."""
         return None if self.space.ae.nonlinear else self.space.restricted
-
-    def density_calls_per_transition(self) -> int:
-        return self.kernel_params.num_steps
-
-    def make_params(self, step_size, metric=None):
-        return self.kernel_params._replace(step_size=step_size)
 
     def search_step_size(self, state, target, metric, gen, guess):
         def one_step_accept(eps: float) -> float:
