@@ -37,8 +37,12 @@ class LatentSampler(MCMCMethod):
         self.space, self.kernel_params = space, kernel_params
 
     def make_kernel(self) -> TransitionKernel:
-        return TransitionKernel(latent.make_kernel(self.space), lambda step_size, metric=None: self.kernel_params._replace(
-            step_size=step_size), gradients=self.kernel_params.num_steps)
+        steps = self.kernel_params.num_steps
+        return TransitionKernel(latent.make_kernel(self.space), self.latent_params, gradients=steps)
+
+    def latent_params(self, step_size, metric=None) -> latent.LatentParams:
+        """The kernel's params at ``step_size`` (the latent space is standardized: no metric)."""
+        return self.kernel_params._replace(step_size=step_size)
 
     def kernel_name(self, target, position: torch.Tensor) -> str:
         z = torch.zeros(position.shape[0], self.space.latent_dim, dtype=position.dtype, device=position.device)

@@ -1,8 +1,10 @@
-"""The sampling stage's two record keepers, apart from the loop that moves the chains: the kept draws (thinned,
-with their per-draw statistics) and the checkpoint that saves them as they gather."""
+"""The sampling stage's record keepers, apart from the loop that moves the chains: the kept draws (thinned, with
+their per-draw statistics), the checkpoint that saves them as they gather, and the clock that splits the stage's
+time between sampling and warm-up."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -77,3 +79,19 @@ class SamplingCheckpoint:
     def update(self, kept: KeptDraws, state: Callable[[], dict]) -> None:
         if self.checkpoint is not None:
             self.checkpoint.update(kept.positions, kept.stats, state)
+
+
+class SamplingClock:
+    """The sampling stage's time: a resumed run's sampling before it was killed (``earlier``) and this process's
+    since the last re-tune; a re-tune and the probe it drops are warm-up (added to ``warmup["warmup_time_s"]``)."""
+
+    def __init__(self, earlier: float, warmup: dict):
+        self.earlier, self.warmup, self.start = earlier, warmup, time.perf_counter()
+
+    def retuned(self) -> None:
+        """The time since the last start was warm-up: a dropped probe and its re-tune."""
+        self.warmup["warmup_time_s"] += time.perf_counter() - self.start
+        self.start = time.perf_counter()
+
+    def sampling_s(self) -> float:
+        return self.earlier + time.perf_counter() - self.start

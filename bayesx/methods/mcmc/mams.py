@@ -74,7 +74,8 @@ class MAMS(MCMCMethod):
 
     def make_kernel(self) -> TransitionKernel:
         # gradients: as NUTS's 8 leaves, at the integrator's gradients per step
-        return TransitionKernel(mams, self.integration_params, gradients=8 * mams.grads_per_step(self.settings.integrator))
+        gradients = 8 * mams.grads_per_step(self.settings.integrator)
+        return TransitionKernel(mams, self.integration_params, gradients=gradients)
 
     def integration_params(self, step_size, metric) -> mams.MAMSParams:
         """The kernel's params, with L from warm-up (before: the setting, or INITIAL_STEPS steps)."""

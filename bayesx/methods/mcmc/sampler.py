@@ -38,11 +38,19 @@ from bayesx.errors import BayesxError, DensityError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import RunInputs
-from bayesx.methods.mcmc.collect import KeptDraws, SamplingCheckpoint
+from bayesx.methods.mcmc.collect import KeptDraws, SamplingCheckpoint, SamplingClock
 from bayesx.methods.mcmc.family import Draws, Sampler
 from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
 from bayesx.methods.mcmc.kernel import Kernel
-from bayesx.methods.mcmc.run_length import RETUNE_ITERATIONS, SAMPLING, Phase, ProbeCount, RunLength, Stage
+from bayesx.methods.mcmc.run_length import (
+    RETUNE_ITERATIONS,
+    SAMPLING,
+    Convergence,
+    Phase,
+    ProbeCount,
+    RunLength,
+    Stage,
+)
 from bayesx.optimize import NoMode, laplace_start
 from bayesx.pathfinder import pathfinder_start
 from bayesx.progress import ChainProgress
@@ -312,8 +320,7 @@ class MCMCMethod(Sampler):
         bar = bar or ChainProgress(stage.planned * cfg.thin, self.name, progress)
         bar.stage("sampling")
         params = self.kernel.parameters(step_size, metric)
-        sampling_start = time.perf_counter()
-        earlier = float(saved.get("sampling_time_s", 0.0))  # a resumed run's sampling before it was killed
+        clock = SamplingClock(float(saved.get("sampling_time_s", 0.0)), warmup)  # a resumed run's earlier sampling
         it = int(saved["iteration"])
         faults = FaultWatch()
         extensions: list[str] = []  # why the chains drew on, one reason per batch
@@ -331,8 +338,7 @@ class MCMCMethod(Sampler):
                                                                        target, gen, bar)
                     bar.stage("sampling")
                     warmup["n_grad_evals_warmup"] += dropped + retune_grad_evals
-                    warmup["warmup_time_s"] += time.perf_counter() - sampling_start
-                    sampling_start = time.perf_counter()
+                    clock.retuned()
                     params, it = self.kernel.parameters(step_size, metric), 0
                 while stage.phase in SAMPLING and it < stage.until * cfg.thin:
                     state, info = self.kernel.step(state, target, params, gen)
@@ -344,8 +350,7 @@ class MCMCMethod(Sampler):
                                 "position": state.position.detach().cpu(), "step_size": step_size,
                                 "inv_mass": metric.inv_mass.detach().cpu(), "gen_state": gen.get_state(),
                                 "iteration": it + 1, "warmup": warmup, "planned_draws": stage.planned,
-                                "target_accept": stage.target_accept,
-                                "sampling_time_s": earlier + time.perf_counter() - sampling_start})
+                                "target_accept": stage.target_accept, "sampling_time_s": clock.sampling_s()})
                     bar.tick(info, step_size, it)
                     it += 1
                 before = stage
@@ -365,13 +370,20 @@ class MCMCMethod(Sampler):
             shown = extensions if len(extensions) <= 3 else [extensions[0], "...", extensions[-1]]
             out.tags["extended"] = f"{len(extensions)} times: " + "; ".join(shown)
         out.timings.update({k: v for k, v in warmup.items() if k != "n_grad_evals_warmup"})
-        out.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
+        out.timings["sampling_time_s"] = clock.sampling_s()
+        return self._report(out, kept, faults, step_size, metric, stage, warmup["n_grad_evals_warmup"])
+
+    def _report(self, out: Draws, kept: KeptDraws, faults: FaultWatch, step_size: float, metric: Metric,
+                stage: Stage, warmup_grad_evals: int) -> Draws:
+        """``out`` with the kept draws, their statistics and summaries, the faults met, the target acceptance
+        the run ended at (where the ladder rule is on) and the metric."""
+        cfg = self.settings
         if len(kept):
             out.metrics["time_per_iter_s"] = out.timings["sampling_time_s"] / (len(kept) * cfg.thin)
             out.metrics["draws_per_chain"] = float(len(kept))
         out.tags["stopped_during"] = "sampling" if out.interrupted or out.error else "completed"
         out.draws, out.sample_stats = kept.draws(), kept.sample_stats()
-        out.metrics.update(self._summaries(out.sample_stats, step_size, warmup["n_grad_evals_warmup"]))
+        out.metrics.update(self._summaries(out.sample_stats, step_size, warmup_grad_evals))
         out.metrics.update(self.extra_metrics(out.sample_stats))
         out.metrics.update(faults.metrics())
         if cfg.raise_target_accept:  # the rule is on (whether or not it had a target left to climb to)
@@ -381,7 +393,8 @@ class MCMCMethod(Sampler):
         return out
 
     @staticmethod
-    def _seen(stage: Stage, rules: RunLength, kept: KeptDraws, faults: FaultWatch) -> ProbeCount | None:
+    def _seen(stage: Stage, rules: RunLength, kept: KeptDraws,
+              faults: FaultWatch) -> ProbeCount | Convergence | None:
         """What the run-length machine reads at the end of ``stage``: a probe's energy-error divergences (those
         that met a NaN density left out) and transitions; the kept draws' diagnostics where it may extend them."""
         if stage.phase is Phase.PROBE:
