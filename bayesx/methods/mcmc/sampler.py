@@ -31,6 +31,7 @@ from bayesx.adaptation.window import (
     WarmupProgress,
     WarmupSchedule,
     WindowAdaptation,
+    bracket_step_size,
     find_initial_step_size,
 )
 from bayesx.checkpoint import Resume, RunCheckpoint
@@ -168,8 +169,18 @@ class MCMCMethod(Sampler):
 
     # --- optional hooks --------------------------------------------------------------------------
     def search_step_size(self, state, target, metric: Metric, gen: torch.Generator, guess: float) -> float:
-        """A starting step size for dual averaging, at the start and after each metric update."""
-        return find_initial_step_size(state, target, metric, gen, guess)
+        """A starting step size for dual averaging, at the start and after each metric update: Hoffman and Gelman's
+        heuristic (2014, Alg. 4: one leapfrog step from a fresh momentum) for a kernel that uses gradients; for one
+        that does not, the same doubling or halving on the mean acceptance of one transition of the kernel itself,
+        until it crosses ``target_accept``."""
+        if self.uses_gradients:
+            return find_initial_step_size(state, target, metric, gen, guess)
+
+        def one_step_accept(step_size: float) -> float:
+            params = self.kernel.parameters(step_size, metric)
+            return float(self.kernel.step(state, target, params, gen)[1].accept_prob.mean())
+
+        return bracket_step_size(one_step_accept, guess, self.settings.target_accept)
 
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
         return {}
