@@ -127,11 +127,11 @@ def check_scheme(uri: str) -> None:
                           f"{known}, in tracking.uri or MLFLOW_TRACKING_URI")
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 MLFLOW_TABLES = ("experiments", "runs", "metrics", "params", "tags", "alembic_version")  # any one: an MLflow store
 # (or one that another process is creating now)
 VALID_STORES = ("an SQLite file, e.g. sqlite:///mlflow.db (created if missing), or an MLflow server, "
                 "http://HOST:PORT")
+NOT_A_DATABASE = "file is not a database"  # SQLite's words for a file without its header
 
 
 def check_store(uri: str) -> None:
@@ -163,21 +163,18 @@ def check_store(uri: str) -> None:
 def not_a_store(path: Path) -> str | None:
     """What makes the existing file ``path`` no MLflow store (a phrase after 'which'), or None: it is not an SQLite
     database, or it is one with tables but none of MLflow's. An empty file is a new database; a database that cannot
-    be read now (locked, or in a folder this process cannot write) is left to MLflow."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(len(SQLITE_HEADER))
-    except OSError:
-        return None  # the writability checks name it
-    if not head:
-        return None
-    if head != SQLITE_HEADER:
-        return "is not an SQLite database"
+    be read now (locked, or in a folder this process cannot write) is left to MLflow.
+
+    The file is read through SQLite only, never opened directly: closing any descriptor of a database file drops
+    every POSIX lock this process holds on it (fcntl's semantics), so a plain ``open()`` here, while an earlier
+    run of the same process (a sweep's in-process job) still had the store open, let another process check-point
+    and remove the write-ahead log under it, and the next statement failed with "disk I/O error". SQLite's own
+    connections share one set of locks per file within a process and keep the descriptor until they are released."""
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5)) as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error:
-        return None
+    except sqlite3.DatabaseError as exc:
+        return "is not an SQLite database" if NOT_A_DATABASE in str(exc) else None
     if tables and not tables & set(MLFLOW_TABLES):
         return f"is an SQLite database of something else (tables {', '.join(sorted(tables)[:4])}), not an MLflow store"
     return None
