@@ -2,7 +2,7 @@
 
 A script runs ``bayesx run --json`` in a subprocess and reads the runs from what that command prints on standard
 output: one JSON object per run (a sweep: one per job), each with its ``run_id``, ``parent_run_id``, ``status``,
-``metrics`` and ``tags`` (bayesx/run_output.py). It never looks the run up as "the newest run by start time" in the
+``metrics`` and ``tags`` (bayesx/store/outputs.py). It never looks the run up as "the newest run by start time" in the
 store, which is wrong as soon as two commands share a store (two scripts, or a user's run beside a benchmark).
 """
 

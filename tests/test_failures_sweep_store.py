@@ -42,28 +42,26 @@ SMALL_RWM = ["method=rwm", "model=gaussian", "method.num_warmup=20", "method.num
 FAULTY_METHOD = '''
 """Random-walk Metropolis with internal faults (RuntimeError): its kernel's after 30 steps on 3-d targets, its
 check's before the run on 4-d ones."""
-from bayesx.kernels import rwm
 from bayesx.methods.mcmc.rwm import RWM
 
 
 class FaultyKernel:
-    def __init__(self):
-        self.calls = 0
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, 0
 
     def __getattr__(self, name):
-        return getattr(rwm, name)
+        return getattr(self.kernel, name)
 
     def step(self, state, density, params, gen):
         self.calls += 1
         if state.position.shape[-1] == 3 and self.calls > 30:
             raise RuntimeError(f"index 7 is out of bounds at step {self.calls}")
-        return rwm.step(state, density, params, gen)
+        return self.kernel.step(state, density, params, gen)
 
 
 class FaultyRWM(RWM):
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.kernel = FaultyKernel()
+    def make_kernel(self):
+        return FaultyKernel(super().make_kernel())
 
     def check(self, target, n_chains):
         if target.dim == 4:

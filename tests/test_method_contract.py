@@ -116,7 +116,7 @@ def test_families_are_registered_by_name_and_listed_from_conf():
 
 def test_the_contract_module_is_short_and_holds_no_family_mathematics():
     source = Path(contract.__file__).read_text()
-    assert len(source.splitlines()) < 120
+    assert len(source.splitlines()) < 130  # the contract, RunInputs (with the prepared density since issue 51) and the registry
     imported = {node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)}
     assert not any(m.startswith(("bayesx.diagnostics", "bayesx.methods.", "bayesx.kernels")) for m in imported)
     assert not any(word in source for word in ("multinomial", "rhat", "psis", "tree_depth"))
@@ -131,7 +131,7 @@ def test_an_interrupted_tempered_path_keeps_its_trace_and_has_no_draws(monkeypat
     moves = []
 
     def move(self, z, tempered, gen):
-        moves.append(tempered.beta)
+        moves.append(tempered)
         if len(moves) == 3:
             raise RunInterrupted("SIGTERM")
         return z, 0.5

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from bayesx.store.checkpoint import RunCheckpoint, load_resume
+from bayesx.store.checkpoint import Resume, RunCheckpoint, load_resume
 from bayesx.diagnostics.convergence import summarize
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.nuts import NUTS
-from bayesx.methods.mcmc.run_length import PROBE_DRAWS, RunLength
+from bayesx.methods.mcmc.collect import KeptDraws
+from bayesx.methods.mcmc.run_length import PROBE_DRAWS, Convergence, RunLength
 from bayesx.targets.gaussian import Gaussian
 from bayesx.targets.posteriordb.target import PosteriorDB
 
@@ -32,18 +33,26 @@ def test_the_divergence_rule_needs_both_the_share_and_a_few_divergences():
     assert RunLength(num_draws=50, ladder=(0.9,)).probe_draws() == 50
 
 
+def seen(draws: np.ndarray) -> Convergence:
+    """What the driver hands the rules of draws (chains, n, dim)."""
+    kept = KeptDraws(1, Resume(draws, {}, {}))
+    return kept.convergence()
+
+
 def test_more_draws_for_chains_that_disagree_and_none_for_chains_that_agree():
     rng = np.random.default_rng(0)
     rule = RunLength(num_draws=1000, max_draws=3000)
     agree = rng.normal(size=(4, 1000, 3))
-    assert rule.more_draws(agree) == (0, "")
+    assert rule.more_draws(seen(agree)) == (0, "")
     apart = agree + np.arange(4)[:, None, None]  # each chain in its own place
-    more, why = rule.more_draws(apart)
+    more, why = rule.more_draws(seen(apart))
     assert more == 1000 and why.startswith("rhat_max") and "after 1000 draws" in why
-    assert rule.more_draws(rng.normal(size=(4, 2500, 3)) + np.arange(4)[:, None, None])[0] == 500  # up to max_draws
-    assert RunLength(num_draws=1000).more_draws(apart) == (0, "")  # no max_draws: a fixed run
-    short = RunLength(num_draws=50, max_draws=400).more_draws(rng.normal(size=(4, 50, 3)))
+    assert rule.more_draws(seen(rng.normal(size=(4, 2500, 3)) + np.arange(4)[:, None, None]))[0] == 500  # max_draws
+    assert RunLength(num_draws=1000).more_draws(seen(apart)) == (0, "")  # no max_draws: a fixed run
+    short = RunLength(num_draws=50, max_draws=400).more_draws(seen(rng.normal(size=(4, 50, 3))))
     assert short[0] == 50 and "ess_bulk_min" in short[1]
+    one_chain = seen(rng.normal(size=(1, 50, 3)))  # R-hat needs two chains: only the ESS is read
+    assert one_chain.rhat_max is None and "rhat" not in RunLength(num_draws=50, max_draws=400).more_draws(one_chain)[1]
 
 
 def test_a_posterior_that_diverges_raises_the_target_and_the_control_does_not(tmp_path, monkeypatch):
@@ -84,7 +93,7 @@ def test_short_chains_draw_on_until_the_ess_passes_and_a_fixed_run_does_not():
     summary = summarize(extended.draws.numpy())
     assert summary["ess_bulk_min"] >= 400 and summary["rhat_max"] <= 1.01
     rule = RunLength(num_draws=40, max_draws=2000)
-    assert rule.more_draws(extended.draws[:, :n - 40].numpy())[0] == 40  # it stopped at the first pass
+    assert rule.more_draws(seen(extended.draws[:, :n - 40].numpy()))[0] == 40  # it stopped at the first pass
 
 
 def test_a_resumed_run_goes_on_to_the_draws_its_rule_had_planned(tmp_path):

@@ -27,7 +27,7 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -39,9 +39,6 @@ from bayesx.result import Result
 from bayesx.run_settings import default_compile_policy
 from bayesx.settings import Settings, configure
 from bayesx.targets.base import Evaluation
-
-if TYPE_CHECKING:
-    from bayesx.kernels.density import Density
 
 FAMILIES: dict[str, str] = {"sampler": "bayesx.methods.mcmc.family:Sampler",  # where each family's class lives
                             "approximation": "bayesx.methods.vi.family:Approximation",  # (imported on demand:
@@ -60,7 +57,7 @@ class RunInputs:
     resume: Resume | None = None  # a killed run's checkpoint to continue from (methods that are ``resumable``)
     compile: str = field(default_factory=default_compile_policy)  # the density's compile policy (device.compile)
     density_identity: str | None = None  # what defines the target's density (the runner's posterior identity)
-    density: Density | None = None  # the density the family prepared once for its method (bayesx.kernels.backend)
+    density: object | None = None  # the kernels.density.Density the family prepared once for its method
 
 
 class Method(ABC):

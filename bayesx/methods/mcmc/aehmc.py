@@ -21,6 +21,7 @@ from bayesx.kernels import backend
 from bayesx.kernels import latent_hmc as latent
 from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
 from bayesx.methods.mcmc.hmc import HMC, HMCSettings
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod
 from bayesx.settings import AtLeast
 
@@ -35,7 +36,14 @@ class LatentSampler(MCMCMethod):
                  settings: LatentSamplerSettings | None = None, **options):
         super().__init__(settings, **options)
         self.space, self.kernel_params = space, kernel_params
-        self.kernel = latent.make_kernel(space)
+
+    def make_kernel(self) -> TransitionKernel:
+        steps = self.kernel_params.num_steps
+        return TransitionKernel(latent.make_kernel(self.space), self.latent_params, gradients=steps)
+
+    def latent_params(self, step_size, metric=None) -> latent.LatentParams:
+        """The kernel's params at ``step_size`` (the latent space is standardized: no metric)."""
+        return self.kernel_params._replace(step_size=step_size)
 
     def backend_target(self, target):
         """The target restricted to the decoder's affine image, which the latent trajectories evaluate."""
@@ -53,9 +61,6 @@ class LatentSampler(MCMCMethod):
         """A linear decoder's trajectories run on the restricted density's native path; a nonlinear one's on
         PyTorch (its Jacobians), so there is nothing to compile for (0 calls: ``compile=auto`` does not)."""
         return 0 if self.space.ae.nonlinear else self.kernel_params.num_steps
-
-    def make_params(self, step_size, metric=None):
-        return self.kernel_params._replace(step_size=step_size)
 
     def search_step_size(self, state, target, metric, gen, guess):
         def one_step_accept(eps: float) -> float:

@@ -9,6 +9,7 @@ from bayesx.kernels import pcn
 from bayesx.kernels.latent_hmc import LatentSpace
 from bayesx.kernels.latent_pcn import LatentPCNParams, LatentProposal, LatentReference, make_kernel
 from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.pcn import PCN, CrankNicolsonSampler, PCNSettings, require_gaussian_prior
 from bayesx.settings import AtLeast, Between
 
@@ -21,10 +22,11 @@ class LatentPCNSampler(CrankNicolsonSampler):
     def __init__(self, space: LatentSpace, reference: LatentReference, volume_correction: bool,
                  settings: LatentSamplerSettings | None = None, **options):
         super().__init__(settings, **options)
-        self.kernel = make_kernel(LatentProposal(space, reference, volume_correction))
+        self.proposal = LatentProposal(space, reference, volume_correction)
 
-    def make_params(self, step_size, metric=None):
-        return LatentPCNParams(min(step_size, pcn.MAX_H))
+    def make_kernel(self) -> TransitionKernel:
+        return TransitionKernel(make_kernel(self.proposal), lambda h, metric=None: LatentPCNParams(min(h, pcn.MAX_H)),
+                                gradients=0, uses_gradients=False)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import numpy as np
 
 from bayesx.adaptation.chees import CheesAdaptation
 from bayesx.kernels import chees
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.errors import BayesxError
 from bayesx.settings import AtLeast, Between, Positive
@@ -26,7 +27,6 @@ class Chees(MCMCMethod):
     """Jittered HMC whose trajectory length, step size and diagonal metric adapt across many chains."""
 
     Settings = CheesSettings
-    kernel = chees
     name = "chees"
     resumable = False  # its trajectory length lives in the warm-up's object, which a checkpoint does not hold
 
@@ -46,7 +46,11 @@ class Chees(MCMCMethod):
                                            cfg.init_trajectory_length or 0.0, cfg.mass_rank)
         return self._adaptation
 
-    def make_params(self, step_size, metric):
+    def make_kernel(self) -> TransitionKernel:
+        return TransitionKernel(chees, self.trajectory_params, gradients=8)
+
+    def trajectory_params(self, step_size, metric) -> chees.CheesParams:
+        """The kernel's params, with the trajectory length warm-up adapted (before: one step)."""
         adapted = self._adaptation
         length = adapted.trajectory_length if adapted is not None and adapted.trajectory_length else step_size
         return chees.CheesParams(step_size, metric, length, self.settings.max_leapfrog_steps)

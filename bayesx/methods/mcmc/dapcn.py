@@ -29,6 +29,7 @@ from bayesx.kernels.latent_pcn import decoder_linearization
 from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.family import Draws, Sampler
 from bayesx.methods.mcmc.autoencoding import AutoEncodingMethod, AutoEncodingSettings, LatentSamplerSettings
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.pcn import CrankNicolsonSampler, PCNSettings, require_gaussian_prior
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
 
@@ -51,7 +52,6 @@ class DASampler(CrankNicolsonSampler):
 
     Settings = DASamplerSettings
     name = "dapcn"
-    uses_gradients = False
 
     def __init__(self, meshes: tuple[int, ...], subchain_lengths: tuple[int, ...],
                  proposal: dapcn.PriorProposal | dapcn.SubspaceProposal, latent_step_size: float | None = None,
@@ -61,13 +61,18 @@ class DASampler(CrankNicolsonSampler):
         self.proposal, self.latent_step_size = proposal, latent_step_size
         self.learns_errors = error_model
         self.errors: dapcn.ErrorModel | None = None  # made by sample() for its target
-        self.kernel = Kernel(partial(dapcn.init, meshes=meshes, proposal=proposal), dapcn.step, dapcn.log_density)
+
+    def make_kernel(self) -> TransitionKernel:
+        functions = Kernel(partial(dapcn.init, meshes=self.meshes, proposal=self.proposal), dapcn.step,
+                           dapcn.log_density)
+        return TransitionKernel(functions, self.level_params, gradients=0, uses_gradients=False)
 
     def sample(self, target, inputs: RunInputs) -> Draws:
         self.errors = dapcn.ErrorModel(*target.coarse_levels().sensor_data(), len(self.meshes))
         return super().sample(target, inputs)
 
-    def make_params(self, step_size, metric=None):
+    def level_params(self, step_size, metric=None) -> dapcn.DAParams:
+        """The kernel's params: h on the coarsest level, the levels, the proposal and the error model's misfits."""
         return dapcn.DAParams(min(step_size, pcn.MAX_H), self.meshes, self.subchain_lengths, self.proposal,
                               self.latent_step_size, self.settings.noise_block, self.errors.misfits())
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from bayesx.kernels import hmc
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.settings import AtLeast, Between
 
@@ -20,11 +21,8 @@ class HMC(MCMCMethod):
     """Static HMC with ``num_steps`` leapfrog steps per iteration."""
 
     Settings = HMCSettings
-    kernel = hmc
     name = "hmc"
 
-    def make_params(self, step_size, metric):
-        return hmc.HMCParams(step_size, metric, self.settings.num_steps)
-
-    def density_calls_per_transition(self) -> int:
-        return self.settings.num_steps
+    def make_kernel(self) -> TransitionKernel:
+        steps = self.settings.num_steps
+        return TransitionKernel(hmc, lambda step_size, metric: hmc.HMCParams(step_size, metric, steps), gradients=steps)

@@ -22,6 +22,7 @@ from bayesx.adaptation.window import bracket_step_size
 from bayesx.errors import BayesxError
 from bayesx.kernels import mams
 from bayesx.kernels.metric import Metric
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.settings import AtLeast, Between, Positive
 
@@ -52,7 +53,6 @@ class MAMS(MCMCMethod):
     """The Metropolis-adjusted microcanonical sampler with BlackJAX's tuning of eps, the metric and L."""
 
     Settings = MAMSSettings
-    kernel = mams
     name = "mams"
     resumable = False  # L lives in the warm-up's object, which a checkpoint does not hold
 
@@ -72,7 +72,13 @@ class MAMS(MCMCMethod):
             return adapted.trajectory_length
         return self.settings.trajectory_length or INITIAL_STEPS * step_size
 
-    def make_params(self, step_size, metric):
+    def make_kernel(self) -> TransitionKernel:
+        # gradients: as NUTS's 8 leaves, at the integrator's gradients per step
+        gradients = 8 * mams.grads_per_step(self.settings.integrator)
+        return TransitionKernel(mams, self.integration_params, gradients=gradients)
+
+    def integration_params(self, step_size, metric) -> mams.MAMSParams:
+        """The kernel's params, with L from warm-up (before: the setting, or INITIAL_STEPS steps)."""
         cfg = self.settings
         return mams.MAMSParams(step_size, metric, self.trajectory_length(step_size), cfg.integrator, cfg.max_steps)
 
@@ -96,9 +102,6 @@ class MAMS(MCMCMethod):
             return float(torch.exp(torch.clamp(-w, max=0.0)).mean())
 
         return bracket_step_size(one_step_accept, guess)
-
-    def density_calls_per_transition(self) -> int:
-        return 8 * mams.grads_per_step(self.settings.integrator)
 
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
         adapted = self._adaptation

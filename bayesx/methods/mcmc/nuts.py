@@ -9,6 +9,7 @@ from typing import Annotated
 import numpy as np
 
 from bayesx.kernels import nuts
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.settings import Between, InvalidSetting
 
@@ -31,16 +32,20 @@ class NUTS(MCMCMethod):
     """The No-U-Turn sampler with multinomial sampling, up to 2^max_tree_depth - 1 steps."""
 
     Settings = NUTSSettings
-    kernel = nuts
     name = "nuts"
 
-    def make_params(self, step_size, metric, depth: int | None = None):
+    def make_kernel(self) -> TransitionKernel:
+        # gradients: a tree of 8 leaves, NUTS's shallowest usual depth
+        return TransitionKernel(nuts, self.tree_params, gradients=8)
+
+    def tree_params(self, step_size, metric, depth: int | None = None) -> nuts.NUTSParams:
+        """The kernel's params, trees capped at ``depth`` (None: max_tree_depth)."""
         return nuts.NUTSParams(step_size, metric, depth or self.settings.max_tree_depth)
 
     def make_adaptation(self, target, gen):
         adaptation = super().make_adaptation(target, gen)
         depth = self.settings.warmup_max_tree_depth
-        return adaptation if depth is None else replace(adaptation, make_params=partial(self.make_params, depth=depth))
+        return adaptation if depth is None else replace(adaptation, make_params=partial(self.tree_params, depth=depth))
 
     def extra_metrics(self, stats):
         if not stats:

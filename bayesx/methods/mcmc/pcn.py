@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from bayesx.adaptation.window import bracket_step_size
 from bayesx.errors import BayesxError
 from bayesx.kernels import pcn
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.settings import AtLeast, Between
 from bayesx.targets.base import GaussianPrior, protocol_members
@@ -27,8 +28,9 @@ class PCNSettings(CrankNicolsonSettings):
 
 
 class CrankNicolsonSampler(MCMCMethod):
-    """The driver for pCN-type kernels (pCN, AE-pCN): the step parameter h, capped at pcn.MAX_H (rho = 0),
-    reported with its rho, and searched by one-step acceptance before dual averaging."""
+    """The driver for pCN-type kernels (pCN, AE-pCN, DA-pCN): the step parameter h, capped at pcn.MAX_H (rho = 0),
+    reported with its rho, and searched by one-step acceptance before dual averaging. The kernels evaluate the
+    likelihood alone, no gradient (``uses_gradients=False`` in their TransitionKernel)."""
 
     Settings = CrankNicolsonSettings
 
@@ -45,7 +47,7 @@ class CrankNicolsonSampler(MCMCMethod):
         def one_step_accept(h: float) -> float:
             if h > pcn.MAX_H:  # beyond rho = 0 (independent prior draws): stop growing
                 return 0.0
-            return float(self.kernel.step(state, target, self.make_params(h), gen)[1].accept_prob.mean())
+            return float(self.kernel.step(state, target, self.kernel.parameters(h, metric), gen)[1].accept_prob.mean())
 
         return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.settings.target_accept))
 
@@ -55,14 +57,15 @@ class PCN(CrankNicolsonSampler):
     sample; ``step_size`` is h (rho = (1 - h/4) / (1 + h/4)), adapted towards ``target_accept``."""
 
     Settings = PCNSettings
-    kernel = pcn
     name = "pcn"
 
     def check(self, target, n_chains: int) -> None:
         require_gaussian_prior(target, self.name)
 
-    def make_params(self, step_size, metric=None):
-        return pcn.PCNParams(min(step_size, pcn.MAX_H), self.settings.noise_block)
+    def make_kernel(self) -> TransitionKernel:
+        block = self.settings.noise_block
+        return TransitionKernel(pcn, lambda h, metric=None: pcn.PCNParams(min(h, pcn.MAX_H), block), gradients=0,
+                                uses_gradients=False)
 
 
 def require_gaussian_prior(target, method: str) -> GaussianPrior:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from bayesx.kernels import rwm
+from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
 from bayesx.settings import Between
 
@@ -20,12 +21,10 @@ class RWM(MCMCMethod):
     """Random-walk Metropolis; the scale starts at 2.38 / sqrt(dim) (Roberts et al. 1997)."""
 
     Settings = RWMSettings
-    kernel = rwm
     name = "rwm"
-    uses_gradients = False
 
-    def make_params(self, step_size, metric):
-        return rwm.RWMParams(step_size, metric)
+    def make_kernel(self) -> TransitionKernel:
+        return TransitionKernel(rwm, rwm.RWMParams, gradients=0, uses_gradients=False)
 
     def search_step_size(self, state, target, metric, gen, guess):
         # with a proposal covariance close to the posterior's, 2.38 / sqrt(dim) is near optimal

@@ -1,17 +1,25 @@
-"""The shared MCMC driver: warm-up, then sampling, for any kernel with ``init``, ``step`` and
-``log_density`` (a module of bayesx.kernels, or a bayesx.kernels.common.Kernel).
+"""The shared MCMC driver: warm-up, then sampling, for any :class:`~bayesx.methods.mcmc.kernel.Kernel`.
 
-A method subclasses :class:`MCMCMethod`, names its kernel and says how to build the kernel's
-parameters (plain values) from a step size and a metric. Warm-up is bayesx.adaptation's
-WindowAdaptation wrapped around the kernel from outside; collection of draws as (chains, draws,
-dim), progress reporting, timing and interruption are handled here once.
+A method subclasses :class:`MCMCMethod`: its ``Settings`` and ``name``, and ``make_kernel()``, the kernel built from
+its settings (``init``, ``step``, ``log_density``, ``parameters(step_size, metric)``, ``gradients_per_transition()``
+and ``uses_gradients``). Everything else is done here once, from separate parts:
+
+- the start (``init``: the prior's points, or a Laplace or Pathfinder Gaussian) and the warm-up, bayesx.adaptation's
+  WindowAdaptation wrapped around the kernel from outside;
+- how long the run goes on, bayesx.methods.mcmc.run_length's state machine (warm-up, probe, re-tune, draw, extend,
+  stop), which the sampling loop asks after each stage;
+- the kept draws and the checkpoint (bayesx.methods.mcmc.collect), the progress bar (bayesx.methods.common.progress), the
+  density's faults (bayesx.methods.mcmc.health), timing and interruption.
+
+Optional hooks, for samplers with their own warm-up or tuning: ``search_step_size`` (a starting step size for dual
+averaging), ``make_adaptation`` (the warm-up), ``extra_metrics`` and ``warnings``.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from types import ModuleType
+from functools import cached_property
 from typing import Annotated, Literal
 
 import numpy as np
@@ -23,17 +31,28 @@ from bayesx.adaptation.window import (
     WarmupProgress,
     WarmupSchedule,
     WindowAdaptation,
+    bracket_step_size,
     find_initial_step_size,
 )
-from bayesx.store.checkpoint import RunCheckpoint, Resume
+from bayesx.store.checkpoint import Resume, RunCheckpoint
 from bayesx.errors import BayesxError, DensityError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.kernels.density import Density
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.base import RunInputs
-from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
+from bayesx.methods.mcmc.collect import KeptDraws, SamplingCheckpoint, SamplingClock
 from bayesx.methods.mcmc.family import Draws, Sampler
-from bayesx.methods.mcmc.run_length import RETUNE_ITERATIONS, RunLength
+from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
+from bayesx.methods.mcmc.kernel import Kernel
+from bayesx.methods.mcmc.run_length import (
+    RETUNE_ITERATIONS,
+    SAMPLING,
+    Convergence,
+    Phase,
+    ProbeCount,
+    RunLength,
+    Stage,
+)
 from bayesx.methods.common.optimize import NoMode, laplace_start
 from bayesx.methods.common.pathfinder import pathfinder_start
 from bayesx.methods.common.progress import ChainProgress
@@ -112,10 +131,23 @@ class MCMCMethod(Sampler):
     """The driver for one MCMC method (built from the method config group; options: MCMCSettings)."""
 
     Settings = MCMCSettings
-    kernel: ModuleType
     name = "mcmc"
-    resumable = True  # the state after a draw is the position, step size and metric (what make_params reads)
-    uses_gradients = True  # the kernel's state carries grad log p (diag_grad and lowrank need it)
+    resumable = True  # the state after a draw is the position, step size and metric (what parameters() reads)
+
+    # --- what a subclass provides -------------------------------------------------------------
+    def make_kernel(self) -> Kernel:
+        """The transition kernel, built from ``self.settings`` (bayesx.methods.mcmc.kernel)."""
+        raise NotImplementedError
+
+    @cached_property
+    def kernel(self) -> Kernel:
+        """This method's kernel (``make_kernel()``, built once)."""
+        return self.make_kernel()
+
+    @property
+    def uses_gradients(self) -> bool:
+        """Whether the kernel evaluates grad log p (diag_grad and lowrank adapt from it)."""
+        return self.kernel.uses_gradients
 
     def needs_gradients(self) -> bool:
         return self.uses_gradients or self.settings.init != "prior"  # laplace and pathfinder search the mode
@@ -132,17 +164,21 @@ class MCMCMethod(Sampler):
         if cfg.mass in GRADIENT_FORMS and not self.uses_gradients:
             raise InvalidSetting("mass", f"={cfg.mass} adapts from gradients, which method={self.name} does not "
                                          f"compute; use mass=diag or dense")
-        if cfg.mass == "lowrank" and cfg.mass_rank > target.dim:
-            raise InvalidSetting("mass_rank", f"={cfg.mass_rank} is larger than the target's dimension "
-                                              f"{target.dim}; use at most {target.dim}")
 
-    # --- what a subclass provides -------------------------------------------------------------
-    def make_params(self, step_size: float, metric: Metric):
-        raise NotImplementedError
-
+    # --- optional hooks --------------------------------------------------------------------------
     def search_step_size(self, state, target, metric: Metric, gen: torch.Generator, guess: float) -> float:
-        """A starting step size for dual averaging, at the start and after each metric update."""
-        return find_initial_step_size(state, target, metric, gen, guess)
+        """A starting step size for dual averaging, at the start and after each metric update: Hoffman and Gelman's
+        heuristic (2014, Alg. 4: one leapfrog step from a fresh momentum) for a kernel that uses gradients; for one
+        that does not, the same doubling or halving on the mean acceptance of one transition of the kernel itself,
+        until it crosses ``target_accept``."""
+        if self.uses_gradients:
+            return find_initial_step_size(state, target, metric, gen, guess)
+
+        def one_step_accept(step_size: float) -> float:
+            params = self.kernel.parameters(step_size, metric)
+            return float(self.kernel.step(state, target, params, gen)[1].accept_prob.mean())
+
+        return bracket_step_size(one_step_accept, guess, self.settings.target_accept)
 
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
         return {}
@@ -155,7 +191,7 @@ class MCMCMethod(Sampler):
     def make_adaptation(self, target, gen: torch.Generator):
         """The warm-up around the kernel (``run(progress, target, gen, on_step)``): Stan's windows."""
         cfg = self.settings
-        return WindowAdaptation(self.kernel.step, self.make_params,
+        return WindowAdaptation(self.kernel.step, self.kernel.parameters,
                                 lambda s, m, guess: self.checked_step_size_search(s, target, m, gen, guess),
                                 cfg.schedule(), cfg.target_accept, cfg.adapt_step_size, self.mass_form(target.dim),
                                 cfg.mass_rank)
@@ -171,9 +207,9 @@ class MCMCMethod(Sampler):
         return density
 
     def density_calls_per_transition(self) -> int:
-        """PyTorch calls of the density's gradient in one transition of all chains (they move in lock-step):
-        NUTS's trees of 8 leaves, its shallowest usual depth; static-trajectory methods say their steps."""
-        return 8
+        """PyTorch calls of the density's gradient in one transition of all chains (they move in lock-step): the
+        kernel's ``gradients_per_transition()``."""
+        return self.kernel.gradients_per_transition()
 
     def prepare_density(self, target, inputs: RunInputs, out: Draws) -> Density:
         """The family's one preparation of the density (bayesx.kernels.backend.prepare) for this run's length, under
@@ -232,9 +268,11 @@ class MCMCMethod(Sampler):
                                   f"missing Jacobian term?); use method.init=prior or check the density")
             raise BayesxError("the log density is not finite at the initial point; check the data or set a smaller "
                               "model.init_scale")
+        rules = RunLength.from_settings(cfg)
+        stage = rules.warmup(cfg.target_accept)
         adaptation = self.make_adaptation(moves_on, gen)
         warm = WarmupProgress(state, float(cfg.step_size or "nan"), metric)  # nan: not searched yet
-        bar = ChainProgress(cfg.num_warmup + cfg.num_draws * cfg.thin, self.name, progress)
+        bar = ChainProgress(cfg.num_warmup + stage.planned * cfg.thin, self.name, progress)
         faults = FaultWatch()
 
         def on_step(info, eps, it):
@@ -264,16 +302,16 @@ class MCMCMethod(Sampler):
         start_state = {"position": warm.state.position, "step_size": warm.step_size,
                        "inv_mass": warm.metric.inv_mass, "iteration": 0, "warmup": warmup}
         return self._sample(moves_on, gen, progress, checkpoint, Resume(np.zeros((n_chains, 0, dim)), {}, start_state),
-                            bar, out, warm.state)
+                            bar, out, warm.state, rules.next(stage))
 
     def _sample(self, density, gen: torch.Generator, progress, checkpoint: RunCheckpoint | None, start: Resume,
-                bar: ChainProgress | None = None, out: Draws | None = None, state=None) -> Draws:
+                bar: ChainProgress | None = None, out: Draws | None = None, state=None,
+                stage: Stage | None = None) -> Draws:
         """The sampling stage from ``start``: after warm-up (no draws yet; ``state`` is the warm-up's last
-        kernel state), or a killed run's checkpoint (its draws, statistics and state, including the
-        generator's; the kernel state is rebuilt from the positions). The chains draw ``num_draws`` each and
-        then as bayesx.methods.mcmc.run_length's rules ask: a divergence probe first where
-        ``raise_target_accept`` is set, more draws while R-hat or the ESS fall short where ``max_draws`` is.
-        ``density``: what the kernel moves on (:meth:`kernel_density`)."""
+        kernel state, ``stage`` the run-length machine's after warm-up), or a killed run's checkpoint (its draws,
+        statistics and state, including the generator's; the kernel state is rebuilt from the positions). The
+        loop asks bayesx.methods.mcmc.run_length's machine what to do after each stage: probe, re-tune, draw,
+        extend or stop. ``density``: what the kernel moves on (:meth:`kernel_density`)."""
         cfg = self.settings
         out = out or Draws()
         saved = start.state
@@ -285,76 +323,53 @@ class MCMCMethod(Sampler):
             out.tags["resumed_at_draw"] = str(start.draws.shape[1])
         warmup = dict(saved["warmup"])  # grows by what dropped probes and re-tuning cost
         state = state if state is not None else self.kernel.init(position, density)
-        length = RunLength.from_settings(cfg)
-        planned = int(saved.get("planned_draws", cfg.num_draws))  # draws per chain, as the rules extend it
-        target_accept = float(saved.get("target_accept", cfg.target_accept))
-        ladder = [t for t in length.ladder if t > target_accept]
-        probing = start.draws.shape[1] == 0 and bool(ladder)  # checkpoints are written after the probe
-        params = self.make_params(step_size, metric)
-        kept = [torch.as_tensor(start.draws[:, i]) for i in range(start.draws.shape[1])]
-        stats: dict[str, list[np.ndarray]] = {k: [v[:, i] for i in range(v.shape[1])] for k, v in start.stats.items()}
-        if checkpoint is not None:
-            checkpoint.saved = len(kept)
-        bar = bar or ChainProgress(planned * cfg.thin, self.name, progress)
+        rules = RunLength.from_settings(cfg)
+        if stage is None:
+            stage = rules.resume(float(saved.get("target_accept", cfg.target_accept)), start.draws.shape[1],
+                                 int(saved.get("planned_draws", cfg.num_draws)))
+        kept = KeptDraws(cfg.thin, start)
+        saver = SamplingCheckpoint(checkpoint, kept)
+        bar = bar or ChainProgress(stage.planned * cfg.thin, self.name, progress)
         bar.stage("sampling")
-        sampling_start = time.perf_counter()
-        earlier = float(saved.get("sampling_time_s", 0.0))  # a resumed run's sampling before it was killed
+        params = self.kernel.parameters(step_size, metric)
+        clock = SamplingClock(float(saved.get("sampling_time_s", 0.0)), warmup)  # a resumed run's earlier sampling
         it = int(saved["iteration"])
         faults = FaultWatch()
         extensions: list[str] = []  # why the chains drew on, one reason per batch
         raises: list[str] = []  # each climb of the target acceptance, and why
         try:
-            while True:
-                end = (length.probe_draws() if probing else planned) * cfg.thin
-                while it < end:
+            while stage.phase is not Phase.STOP:
+                if stage.phase is Phase.RETUNE:  # drop the probe, re-tune at the raised target, start again
+                    raises.append(stage.why)
+                    dropped = kept.total("n_grad_evals")
+                    kept.drop()
+                    faults = FaultWatch()
+                    bar.extend(RETUNE_ITERATIONS + rules.probe_draws() * cfg.thin)
+                    bar.stage(f"retune {stage.target_accept:g}")
+                    state, step_size, retune_grad_evals = self._retune(state, step_size, metric, stage.target_accept,
+                                                                       density, gen, bar)
+                    bar.stage("sampling")
+                    warmup["n_grad_evals_warmup"] += dropped + retune_grad_evals
+                    clock.retuned()
+                    params, it = self.kernel.parameters(step_size, metric), 0
+                while stage.phase in SAMPLING and it < stage.until * cfg.thin:
                     state, info = self.kernel.step(state, density, params, gen)
-                    faults.observe(info, sampling=True, kept=it % cfg.thin == 0)
-                    if it % cfg.thin == 0:
-                        kept.append(state.position.detach().to("cpu"))
-                        for name, value in info._asdict().items():
-                            if name != "faults":  # where the density failed: summarised below, not a per-draw statistic
-                                stats.setdefault(name, []).append(value.detach().to("cpu").numpy())
-                        if checkpoint is not None and not probing:
-                            checkpoint.update(kept, stats, lambda it=it, state=state: {
+                    faults.observe(info, sampling=True, kept=kept.keeps(it))
+                    if kept.keeps(it):
+                        kept.add(state.position, info)
+                        if stage.phase is not Phase.PROBE:  # checkpoints start after the probe
+                            saver.update(kept, lambda it=it, state=state, stage=stage, step_size=step_size: {
                                 "position": state.position.detach().cpu(), "step_size": step_size,
                                 "inv_mass": metric.inv_mass.detach().cpu(), "gen_state": gen.get_state(),
-                                "iteration": it + 1, "warmup": warmup, "planned_draws": planned,
-                                "target_accept": target_accept,
-                                "sampling_time_s": earlier + time.perf_counter() - sampling_start})
+                                "iteration": it + 1, "warmup": warmup, "planned_draws": stage.planned,
+                                "target_accept": stage.target_accept, "sampling_time_s": clock.sampling_s()})
                     bar.tick(info, step_size, it)
                     it += 1
-                if probing:
-                    probing = False
-                    divergent = int(np.sum(stats["divergent"])) - faults.nan_divergent
-                    transitions = len(kept) * position.shape[0]
-                    if length.too_divergent(divergent, transitions):
-                        raised = ladder.pop(0)
-                        raises.append(f"{target_accept:g} -> {raised:g} ({divergent} of {transitions} probe "
-                                      f"transitions divergent)")
-                        dropped = int(np.sum(stats["n_grad_evals"]))
-                        kept, stats, faults = [], {}, FaultWatch()
-                        bar.extend(RETUNE_ITERATIONS + length.probe_draws() * cfg.thin)
-                        bar.stage(f"retune {raised:g}")
-                        # dual averaging alone at the raised target, the metric kept: a warm-up without windows
-                        retune = WindowAdaptation(self.kernel.step, self.make_params, None,
-                                                  WarmupSchedule(RETUNE_ITERATIONS, ()), raised)
-                        tuned = retune.run(WarmupProgress(state, step_size, metric), density, gen, on_step=bar.tick)
-                        bar.stage("sampling")
-                        state, step_size = tuned.state, tuned.step_size
-                        warmup["n_grad_evals_warmup"] += dropped + tuned.grad_evals
-                        warmup["warmup_time_s"] += time.perf_counter() - sampling_start
-                        sampling_start = time.perf_counter()
-                        target_accept, params, it = raised, self.make_params(step_size, metric), 0
-                        probing = bool(ladder)
-                    continue
-                if not length.may_extend(len(kept)):
-                    break
-                more, why = length.more_draws(torch.stack(kept, dim=1).numpy())
-                if not more:
-                    break
-                extensions.append(why)
-                planned += more
-                bar.extend(more * cfg.thin)
+                before = stage
+                stage = rules.next(stage, self._seen(stage, rules, kept, faults))
+                if stage.phase is Phase.EXTEND:
+                    extensions.append(stage.why)
+                    bar.extend((stage.until - before.until) * cfg.thin)
         except (KeyboardInterrupt, RunInterrupted):
             out.interrupted = True
         except DensityError as exc:  # the run ends FAILED with this line and the draws so far
@@ -367,22 +382,48 @@ class MCMCMethod(Sampler):
             shown = extensions if len(extensions) <= 3 else [extensions[0], "...", extensions[-1]]
             out.tags["extended"] = f"{len(extensions)} times: " + "; ".join(shown)
         out.timings.update({k: v for k, v in warmup.items() if k != "n_grad_evals_warmup"})
-        out.timings["sampling_time_s"] = earlier + time.perf_counter() - sampling_start
-        if kept:
+        out.timings["sampling_time_s"] = clock.sampling_s()
+        return self._report(out, kept, faults, step_size, metric, stage, warmup["n_grad_evals_warmup"])
+
+    def _report(self, out: Draws, kept: KeptDraws, faults: FaultWatch, step_size: float, metric: Metric,
+                stage: Stage, warmup_grad_evals: int) -> Draws:
+        """``out`` with the kept draws, their statistics and summaries, the faults met, the target acceptance
+        the run ended at (where the ladder rule is on) and the metric."""
+        cfg = self.settings
+        if len(kept):
             out.metrics["time_per_iter_s"] = out.timings["sampling_time_s"] / (len(kept) * cfg.thin)
             out.metrics["draws_per_chain"] = float(len(kept))
         out.tags["stopped_during"] = "sampling" if out.interrupted or out.error else "completed"
-        if kept:
-            out.draws = torch.stack(kept, dim=1)
-            out.sample_stats = {name: np.stack(values, axis=1) for name, values in stats.items()}
-        out.metrics.update(self._summaries(out.sample_stats, step_size, warmup["n_grad_evals_warmup"]))
+        out.draws, out.sample_stats = kept.draws(), kept.sample_stats()
+        out.metrics.update(self._summaries(out.sample_stats, step_size, warmup_grad_evals))
         out.metrics.update(self.extra_metrics(out.sample_stats))
         out.metrics.update(faults.metrics())
         if cfg.raise_target_accept:  # the rule is on (whether or not it had a target left to climb to)
-            out.metrics["target_accept_final"] = target_accept
+            out.metrics["target_accept_final"] = stage.target_accept
         out.warnings.extend(faults.warnings())
         out.fitted["inverse_mass"] = metric.inv_mass.detach().to("cpu")
         return out
+
+    @staticmethod
+    def _seen(stage: Stage, rules: RunLength, kept: KeptDraws,
+              faults: FaultWatch) -> ProbeCount | Convergence | None:
+        """What the run-length machine reads at the end of ``stage``: a probe's energy-error divergences (those
+        that met a NaN density left out) and transitions; the kept draws' diagnostics where it may extend them."""
+        if stage.phase is Phase.PROBE:
+            n_chains = kept.positions[0].shape[0] if len(kept) else 0
+            return ProbeCount(kept.total("divergent") - faults.nan_divergent, len(kept) * n_chains)
+        if rules.needs_convergence(stage):
+            return kept.convergence()
+        return None
+
+    def _retune(self, state, step_size: float, metric: Metric, target_accept: float, target, gen: torch.Generator,
+                bar: ChainProgress):
+        """Dual averaging alone at a raised ``target_accept``, the metric kept: a warm-up without windows, of
+        RETUNE_ITERATIONS from ``step_size``. Returns the state, the step size and the gradients it took."""
+        retune = WindowAdaptation(self.kernel.step, self.kernel.parameters, None,
+                                  WarmupSchedule(RETUNE_ITERATIONS, ()), target_accept)
+        tuned = retune.run(WarmupProgress(state, step_size, metric), target, gen, on_step=bar.tick)
+        return tuned.state, tuned.step_size, tuned.grad_evals
 
     def _summaries(self, stats: dict[str, np.ndarray], step_size: float, warmup_grad_evals: int) -> dict[str, float]:
         out = {"step_size": float(step_size), "n_grad_evals_warmup": float(warmup_grad_evals)}

@@ -144,7 +144,9 @@ class Approximation(Method):
         ``kernels`` and ``compiled_density``, the timing ``compile_time_s``) for a fit that evaluates gradients."""
         record = Result()
         batch = self.gradient_batch(inputs)
-        points = inputs.initial[:1].expand(max(batch, 1), -1).contiguous()
+        start = inputs.initial[:1] if inputs.initial is not None else \
+            torch.zeros(1, target.dim, dtype=target.dtype, device=target.device)  # a method that starts from its own
+        points = start.expand(max(batch, 1), -1).contiguous()
         density = backend.prepare(target, backend.Workload(points, None, gradients=batch >= 1), inputs.compile,
                                   inputs.density_identity)
         if batch >= 1:
