@@ -19,6 +19,8 @@ import pytest
 import torch
 from method_helpers import infer
 
+from bayesx.kernels.backend import on_pytorch
+
 from bayesx.methods.vi.gaussian import GaussianVI
 from bayesx.targets.gaussian import Gaussian
 
@@ -122,10 +124,10 @@ def test_a_mode_search_that_ends_in_a_funnels_neck_starts_from_the_initial_point
     assert "funnel's neck" in result.tags["vi_start"]
     assert result.metrics["mode_search_grad_evals"] > 0
     assert result.metrics["n_grad_evals"] == 300 * 8 + result.metrics["mode_search_grad_evals"]
-    start, _, _ = method._start(target, method.initial_points(target, 4, torch.Generator().manual_seed(0)))
+    start, _, _ = method._start(on_pytorch(target), method.initial_points(target, 4, torch.Generator().manual_seed(0)))
     assert torch.equal(start, method.initial_points(target, 4, torch.Generator().manual_seed(0)).mean(0, keepdim=True))
     neck = GaussianVI(family="meanfield", num_steps=300)
-    neck._start = lambda target, initial: (find_neck(target, initial), 0, "mode")
+    neck._start = lambda density, initial: (find_neck(target, initial), 0, "mode")
     from_neck = infer(neck, target, seed=0)
     assert from_neck.metrics["elbo_final"] < result.metrics["elbo_final"] - 10.0
 
