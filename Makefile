@@ -69,9 +69,9 @@ ui-screenshots: $(STAMP)
 	BAYESX_UI_SCREENSHOTS=results/ui $(BIN)/python -m pytest -q -m slow tests/test_browser_ui.py
 
 # every method family and the main models from the command line on device=cuda and on the CPU, compared
-# within Monte Carlo error, into results/gpu_check.md (bayesx/gpu_check.py); without a GPU: one line, exit 0
+# within Monte Carlo error, into results/gpu_check.md (bayesx/cli/gpu_check.py); without a GPU: one line, exit 0
 check-gpu: $(STAMP)
-	$(BIN)/python -m bayesx.gpu_check
+	$(BIN)/python -m bayesx.cli.gpu_check
 
 clean:
 	rm -rf $(VENV) $(RAY_VENV) outputs multirun mlflow.db mlartifacts .pytest_cache

@@ -1,3 +1,3 @@
-from bayesx.cli import main
+from bayesx.cli.commands import main
 
 raise SystemExit(main())

@@ -21,6 +21,15 @@ EXIT_CODES_HELP = ("exit status: 0 every run finished (or the command did its wo
 """The exit statuses in one paragraph, as ``bayesx --help`` and ``bayesx run --json``'s help show them."""
 
 
+def fail(message: str) -> None:
+    """Refuse the command: ``bayesx: error: <message>`` on standard error, exit status EXIT_BAD_INPUT (where a
+    BayesxError cannot travel up to the command, e.g. out of a Hydra callback, which would only warn of it)."""
+    import sys
+
+    print(f"bayesx: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
 class BayesxError(Exception):
     """A problem with the user's input, stated in one line with the fix."""
 

@@ -1,5 +1,5 @@
 """A run's memory, estimated before anything is allocated, and the one-line refusal of a run the
-machine cannot hold.
+machine cannot hold; and the CPUs this process may use (:func:`usable_cores`).
 
 The runner asks the method what its run will hold at its peak (``Method.memory_needs(target,
 n_chains)``), as :class:`Need` parts: the draws (chains x draws x dim), the chains' working state
@@ -26,11 +26,20 @@ import torch
 
 from bayesx.errors import BayesxError
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask: a Slurm step, taskset or a container's cpuset
+    gives fewer than the machine has), at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 GB = 1024.0**3
 LIBRARY_HEADROOM = 0.3 * GB  # what a run imports after the check (ArviZ, matplotlib, h5netcdf) and its allocator keeps
 STATE_COPIES = 40  # (chains, dim) arrays alive at once: a NUTS tree's stack, an L-BFGS history of 20 pairs, momenta
 HESSIAN_COPIES = 7  # the Laplace fit's dim x dim arrays at once: H, its symmetrized copy, I, H + jitter I, the
-# Cholesky factor, the covariance and its symmetrized copy (bayesx.optimize.fit_laplace)
+# Cholesky factor, the covariance and its symmetrized copy (bayesx.methods.common.optimize.fit_laplace)
 DESIGN_COPIES = 6  # (points, rows) arrays of a logistic density and its gradient: logits, log-sigmoids, residuals
 
 

@@ -25,7 +25,7 @@ class PlotSettings(Settings):
 
 @dataclass(frozen=True)
 class ReferenceSettings(Settings):
-    """The cached NUTS reference posterior (bayesx.reference)."""
+    """The cached NUTS reference posterior (bayesx.store.reference)."""
 
     enabled: bool | None = None  # null: on for approximate draws on models without exact moments
     num_warmup: Annotated[int, AtLeast(0)] = 500
@@ -52,7 +52,7 @@ class RunSettings(Settings):
     progress: bool | None = None  # null: progress bars only on a terminal
     plots: PlotSettings = field(default_factory=PlotSettings)
     save_draws: bool = True
-    checkpoint_every: Annotated[int, AtLeast(0)] = 250  # MCMC: save the draws every N kept draws, VAE: every epoch (bayesx.checkpoint); 0: off
+    checkpoint_every: Annotated[int, AtLeast(0)] = 250  # MCMC: save the draws every N kept draws, VAE: every epoch (bayesx.store.checkpoint); 0: off
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
     sweep: SweepSettings = field(default_factory=SweepSettings)
     resume: str | None = None  # the id of a killed MCMC run to continue into the same MLflow run

@@ -2,7 +2,7 @@
 
 run_job(cfg):  validate -> build data, target, method -> seed -> (the reference posterior, its own run)
                -> open the run (with its data as dataset inputs) -> method.infer -> the family's metrics
-               + target.evaluate -> one RunRecord (with its description, bayesx.run_note) -> the tracker
+               + target.evaluate -> one RunRecord (with its description, bayesx.store.run_note) -> the tracker
                stores it -> summary.
 """
 
@@ -26,29 +26,31 @@ import numpy as np
 import torch
 # libraries that load lazily on first use, loaded here with the others, so that a run's wall_time_s is its own work
 # and not library loading: torch._dynamo (torch.optim's optimizers and make_fx load it; 1.3 s on this machine) and
-# MLflow's SQLite store (the default store; 0.5-1 s)
-import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+# MLflow's SQLite store (the default store; 0.5-1 s; store.tracking.load_sqlite_store, below)
 import torch._dynamo  # noqa: F401
 from omegaconf import DictConfig, OmegaConf
 
-from bayesx.checkpoint import FOLDER as CHECKPOINT
-from bayesx.checkpoint import WALL_TIME, Resume, RunCheckpoint, load_resume, patient_interrupts, recording
 from bayesx.diagnostics import convergence, plots
 from bayesx.diagnostics.summary import posterior_summary, summary_lines, write_summary
 from bayesx.errors import BayesxError, InterruptKept, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.memory import check_room, dtype_name
 from bayesx.methods.base import Method, RunInputs, check_fits
-from bayesx.provenance import data_inputs, provenance_tags
-from bayesx.record import Artifact, RunRecord, RunStart, Summary
-from bayesx.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, posterior_error
-from bayesx.reference import remark as reference_remark
-from bayesx.run_note import describe_run
+from bayesx.reports.sweep_summary import parent_ended
 from bayesx.result import Result
 from bayesx.run_settings import DeviceSettings, ReferenceSettings, RunSettings, TrackingSettings, options_of, run_settings
 from bayesx.settings import InvalidSetting, Settings, configure
+from bayesx.store.checkpoint import FOLDER as CHECKPOINT
+from bayesx.store.checkpoint import WALL_TIME, Resume, RunCheckpoint, load_resume, patient_interrupts, recording
+from bayesx.store.provenance import data_inputs, provenance_tags
+from bayesx.store.record import Artifact, RunRecord, RunStart, Summary
+from bayesx.store.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, posterior_error
+from bayesx.store.reference import remark as reference_remark
+from bayesx.store.run_note import describe_run
+from bayesx.store.tracking import Tracker, check_store, load_sqlite_store
 from bayesx.targets.base import Capabilities, Evaluation
-from bayesx.tracking import Tracker, check_store
+
+load_sqlite_store()
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -145,7 +147,7 @@ def apply_data_default(cfg: DictConfig, choices: dict[str, str], task_overrides:
     applies when the data group was left at the global default by both the command line and the experiment."""
     from omegaconf import open_dict
 
-    from bayesx.config import conf_dir
+    from bayesx.cli.config import conf_dir
 
     name = capabilities_of(cfg.model).default_data
     keys = [o.split("=")[0].lstrip("+~") for o in task_overrides]
@@ -214,7 +216,7 @@ def wants_reference(run: RunSettings, method: Method, target, comparing: Callabl
     return method.approximate_draws or comparing()
 
 
-SWEEP_OVERRIDES_TAG = "sweep_overrides"  # bayesx.sweep's parent run: the sweep's command-line overrides
+SWEEP_OVERRIDES_TAG = "sweep_overrides"  # bayesx.cli.sweep's parent run: the sweep's command-line overrides
 
 
 def sweeps_methods(overrides: str | None) -> bool:
@@ -392,7 +394,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     identity_json = json.dumps(identity, sort_keys=True, default=str)
     backend.identify(target, identity_json)
 
-    tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s)
+    tracker = Tracker(tracking.uri, job.experiment_name, tracking.artifact_root, tracking.heartbeat_s, parent_ended)
     params = {**flatten(cfg), POSTERIOR_DIGEST: posterior_digest(identity_json)}
     resume_dir = tempfile.TemporaryDirectory(prefix="bayesx-resume-") if job.resume else contextlib.nullcontext()
     # SIGTERM is caught from before any run exists until the last is closed, so a run is never left RUNNING

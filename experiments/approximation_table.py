@@ -27,19 +27,11 @@ ORDER = ("nuts", "laplace", "vi_meanfield", "vi_fullrank", "pathfinder", "pathfi
 
 def load(uri: str, experiment: str) -> list[dict]:
     """One dict per run: row, posterior, seed, status, metrics, warned."""
-    from mlflow.tracking import MlflowClient
+    from bayesx.store.tracking import experiment_runs
 
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise SystemExit(f"approximation_table: no experiment {experiment!r} in {uri}")
-    runs, token = [], None
-    while True:
-        page = client.search_runs([found.experiment_id], max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
+    runs = experiment_runs(uri, experiment)
+    if not runs:
+        raise SystemExit(f"approximation_table: no runs of experiment {experiment!r} in {uri}")
     out = []
     for run in runs:
         params = run.data.params

@@ -33,7 +33,7 @@ import torch
 
 from bayesx.kernels import pcn
 from bayesx.targets.elliptic import EllipticInverse
-from bayesx.timing import median_seconds
+from bayesx.diagnostics.timing import median_seconds
 
 
 def median_ms(fn, repeats: int) -> float:

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from bayesx.data.synthetic import make_synthetic  # noqa: E402
 from bayesx.native import build, entry_points  # noqa: E402
 from bayesx.native.calls import ptr  # noqa: E402
-from bayesx.provenance import cpu_model, native_flags  # noqa: E402
+from bayesx.store.provenance import cpu_model, native_flags  # noqa: E402
 
 VARIANTS = {  # name -> compile flags replacing build.COMPILE_FLAGS (--builds)
     "x86-64-v3 fast-math": ("-O3", "-march=x86-64-v3", "-ffast-math", "-fPIC", "-std=c11"),

@@ -88,7 +88,7 @@ def compiled_cost(target, many: torch.Tensor, repeats: int, plain_c: bool) -> tu
 
 def logistic_target(data: str):
     """model=logreg on ``data=<data>`` with the configuration's defaults, float64, built as the runner builds it."""
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
     from bayesx.runner import build
 
     cfg = compose(["model=logreg", f"data={data}"])

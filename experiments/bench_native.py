@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from bayesx.config import compose
+from bayesx.cli.config import compose
 from bayesx.errors import BayesxError
 from bayesx.kernels import latent_hmc as latent
 from bayesx.kernels.integrators import PhaseState, leapfrog_trajectory
@@ -36,7 +36,7 @@ from bayesx.kernels.metric import make_metric
 from bayesx.native import logistic as native
 from bayesx.nn.autoencoder import AutoEncoder, initialize
 from bayesx.runner import build
-from bayesx.timing import median_seconds
+from bayesx.diagnostics.timing import median_seconds
 
 ROWS = ("digits", "digits:saturated", "synthetic", "mnist01")
 SPREAD = {"": (0.05, 0.05), "saturated": (400.0, 2000.0)}  # scale of the starting positions: HMC, latent

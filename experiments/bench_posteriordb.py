@@ -59,7 +59,7 @@ DEFAULT_BEST = ["method=nuts n_chains=8", "method=nuts method.mass=diag_grad",
 
 def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: dict) -> dict:
     """One ``bayesx run`` in a subprocess; its metrics and tags from the store."""
-    from mlflow.tracking import MlflowClient
+    from bayesx.store.tracking import experiment_runs
 
     command = [sys.executable, "-m", "bayesx", "run", "model=posteriordb", f"model.name={name}", *overrides,
                f"experiment_name={experiment}", f"tracking.uri={uri}", "save_draws=false", "progress=false",
@@ -69,10 +69,7 @@ def bayesx_run(name: str, overrides: list[str], uri: str, experiment: str, env: 
     if done.returncode != 0:
         print(done.stderr[-2000:], file=sys.stderr)
         return {"failed": True}
-    client = MlflowClient(tracking_uri=uri)
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
-                              order_by=["attributes.start_time DESC"], max_results=1)
-    run = runs[0]
+    run = experiment_runs(uri, experiment)[0]  # the newest
     metrics, tags = dict(run.data.metrics), dict(run.data.tags)
     grads = metrics.get("n_grad_evals", 0.0) + metrics.get("n_grad_evals_warmup", 0.0)
     wall = metrics["wall_time_s"]

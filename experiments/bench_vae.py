@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from bayesx.data.images import load_images
-from bayesx.vae import bounds
-from bayesx.vae.model import VAEModel
+from bayesx.methods.vae import bounds
+from bayesx.methods.vae.model import VAEModel
 
 CONTENDERS = [("VAE", "vae", {}), ("HVI 1 step", "hvi", {"leapfrog_steps": 1}),
               ("HVI 4 steps", "hvi", {"leapfrog_steps": 4}), ("HVI 8 steps", "hvi", {"leapfrog_steps": 8}),

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesx.record import RunRecord, RunStart, Summary
+from bayesx.store.record import RunRecord, RunStart, Summary
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLER_METRICS = ("ess_bulk_min", "ess_bulk_min_per_s", "ess_bulk_min_per_grad", "rhat_max", "n_grad_evals",
@@ -98,7 +98,7 @@ class Posterior:
 def posterior_from(overrides: list[str]) -> Posterior:
     from hydra.utils import instantiate
 
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
     from bayesx.errors import BayesxError
 
     cfg = compose(overrides)
@@ -348,8 +348,8 @@ def log_peer(tracker, parent_id: str, name: str, post: Posterior, out: PeerRun, 
 
 def bayesx_sweep(post: Posterior, bayesx: list[str], args) -> str:
     """Run bayesx's contenders as one sweep through the runner; returns the sweep's parent run id."""
-    from bayesx.report import select_sweep
-    from bayesx.tracking import search_runs
+    from bayesx.reports.report import select_sweep
+    from bayesx.store.tracking import search_runs
 
     mcmc = [f"++method.num_warmup={args.warmup}", f"++method.num_draws={args.draws}"] if args.mcmc_lengths else []
     command = [sys.executable, "-m", "bayesx", "run", "-m", *post.overrides, *bayesx, *mcmc, f"seed={args.seed}",
@@ -379,9 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default="bench_samplers", help="MLflow experiment")
     parser.add_argument("--tracking-uri", help="default: the tracking config / MLFLOW_TRACKING_URI")
     args = parser.parse_args(argv)
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
     from bayesx.errors import BayesxError
-    from bayesx.tracking import Tracker
+    from bayesx.store.tracking import Tracker
 
     try:
         args.tracking_uri = args.tracking_uri or str(compose([]).tracking.uri)

@@ -32,7 +32,7 @@ EXPERIMENT = "svgd_stein_study"
 
 def svgd_run(name: str, uri: str) -> dict[str, float]:
     """One ``bayesx run method=svgd`` in a subprocess; its metrics from the store."""
-    from mlflow.tracking import MlflowClient
+    from bayesx.store.tracking import experiment_runs
 
     command = [sys.executable, "-m", "bayesx", "run", "method=svgd", "model=posteriordb", f"model.name={name}",
                "seed=0", f"experiment_name={EXPERIMENT}", f"tracking.uri={uri}", "save_draws=false",
@@ -40,9 +40,7 @@ def svgd_run(name: str, uri: str) -> dict[str, float]:
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"svgd_stein_study: the SVGD run on {name} failed: {done.stderr.strip()[-500:]}")
-    client = MlflowClient(tracking_uri=uri)
-    run = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id],
-                             order_by=["attributes.start_time DESC"], max_results=1)[0]
+    run = experiment_runs(uri, EXPERIMENT)[0]  # the newest
     return dict(run.data.metrics)
 
 

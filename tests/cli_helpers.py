@@ -10,7 +10,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from bayesx.cli import main
+from bayesx.cli.commands import main
 
 
 def all_runs(uri: str):

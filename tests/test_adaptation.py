@@ -20,7 +20,7 @@ from bayesx.errors import BayesxError
 from bayesx.kernels.metric import identity_metric, make_metric
 from bayesx.methods.mcmc.hmc import HMC
 from bayesx.methods.mcmc.nuts import NUTS
-from bayesx.optimize import fit_laplace
+from bayesx.methods.common.optimize import fit_laplace
 from bayesx.targets.gaussian import Gaussian
 
 

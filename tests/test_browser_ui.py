@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from bayesx.server import free_port
+from bayesx.serve.server import free_port
 
 pytestmark = pytest.mark.slow
 

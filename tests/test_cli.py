@@ -224,7 +224,7 @@ def test_compare_sorts_and_writes_csv(method_runs, store, tmp_path):
 def test_compare_flags_and_sorts_last_a_run_whose_ess_rate_is_meaningless():
     """The issue's case: a short RWM run with ESS 2.4 and R-hat 3.47 has the highest ESS/s, 62, above
     NUTS at 1.7 (R-hat 1.06): both are flagged and a healthy run leads."""
-    from bayesx.compare import compare_table
+    from bayesx.reports.compare import compare_table
 
     df = pd.DataFrame({
         "run_id": ["rwm00000", "nuts0000", "good0000", "vi000000"], "status": ["FINISHED"] * 4,
@@ -367,7 +367,7 @@ def test_a_run_id_that_looks_like_a_number_stays_text(tmp_path, monkeypatch):
     assert code == 0, err
     config = yaml.safe_load(out)
     assert config["resume"] == "508306e4" and config["run_name"] == "00001234"
-    from bayesx.cli import quote_text_value
+    from bayesx.cli.commands import quote_text_value
     assert quote_text_value("resume='1e5'") == "resume='1e5'"  # quoted already
     assert quote_text_value("run_name=a,b") == "run_name=a,b"  # a sweep stays a sweep
     assert quote_text_value("resume=null") == "resume=null"

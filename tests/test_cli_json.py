@@ -21,7 +21,7 @@ import pytest
 from cli_helpers import all_runs, call, error_line, isolated_store
 from mlflow.tracking import MlflowClient
 
-from bayesx import run_output
+from bayesx.store import outputs as run_output
 
 ONE_THREAD = "device.num_threads=1"
 # the quick experiment, cut down as tests/test_cli.py does; progress=true: the bars must not reach stdout
@@ -171,7 +171,7 @@ def test_json_stdout_keeps_the_descriptor_for_the_objects(tmp_path):
     """Python prints, writes to descriptor 1 and child processes all land on stderr; emit on stdout."""
     script = textwrap.dedent("""
         import os, subprocess, sys
-        from bayesx import run_output
+        from bayesx.store import outputs as run_output
         with run_output.json_stdout():
             print("a human line")
             os.write(1, b"straight to the descriptor\\n")

@@ -140,7 +140,7 @@ def test_rejects_bad_classes(empty_data_cache, classes):
 
 
 def test_hydra_config_composes_and_builds(empty_data_cache):
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
     from bayesx.runner import build
 
     cfg = compose(["data=cnae9", "data.classes=[4,9]", "data.scale=false"])

@@ -174,7 +174,7 @@ def test_a_custom_model_gets_the_compiled_path_with_no_option(tmp_path_factory, 
 def test_the_mode_search_runs_on_the_compiled_density(gaussian, monkeypatch):
     """Laplace's (and init=laplace's) L-BFGS evaluates through backend.density_and_grad: with a compiled
     density prepared it never calls the target's PyTorch gradient, and finds the mode (0)."""
-    from bayesx.optimize import find_mode
+    from bayesx.methods.common.optimize import find_mode
 
     calls = []
     monkeypatch.setattr(gaussian, "log_prob_and_grad", lambda q: calls.append(q) or TargetBase.log_prob_and_grad(

@@ -15,8 +15,8 @@ import pytest
 from cli_helpers import all_runs, call
 from mlflow.tracking import MlflowClient
 
-from bayesx import checkpoint
-from bayesx.tracking import HEARTBEAT_TAG, HOST_TAG, PID_TAG, dead_reason
+from bayesx.store import checkpoint
+from bayesx.store.tracking import HEARTBEAT_TAG, HOST_TAG, PID_TAG, dead_reason
 
 pytestmark = pytest.mark.slow
 
@@ -186,14 +186,14 @@ def test_a_killed_run_resumes_into_the_same_run_with_the_same_draws(tmp_path, mo
 
 DIES_AT_EPOCH_2 = """
 import os, signal, sys
-from bayesx import checkpoint
+from bayesx.store import checkpoint
 saved_epoch = checkpoint.RunCheckpoint.epoch
 def epoch_then_die(self, epoch, state, metrics):
     saved_epoch(self, epoch, state, metrics)
     if epoch == 2:
         os.kill(os.getpid(), signal.SIGKILL)  # killed right after epoch 2 is saved: no clean-up runs
 checkpoint.RunCheckpoint.epoch = epoch_then_die
-from bayesx.cli import main
+from bayesx.cli.commands import main
 sys.exit(main(sys.argv[1:]))
 """
 VAE = ["model=vae", "method=vae", "method.epochs=4", "data.n_train=256", "data.n_test=32", "method.eval.k=3",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from bayesx.sweep_summary import BEGIN, END
-from bayesx.tracking import DESCRIPTION_TAG, MAX_TAG_LENGTH, set_description_part
+from bayesx.reports.sweep_summary import BEGIN, END
+from bayesx.store.tracking import DESCRIPTION_TAG, MAX_TAG_LENGTH, set_description_part
 
 
 class FakeClient:

@@ -1,4 +1,4 @@
-"""The k-DPP prior of DPP-VAE (bayesx.vae.dpp): elementary symmetric polynomials, the Gaussian
+"""The k-DPP prior of DPP-VAE (bayesx.methods.vae.dpp): elementary symmetric polynomials, the Gaussian
 kernel's spectrum, the truncated-spectrum normaliser bound, log p(Z) and its gradient, bad input."""
 
 import itertools
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from bayesx.errors import BayesxError
-from bayesx.vae import dpp
-from bayesx.vae.dpp import (KDPPPrior, gaussian_kernel_eigenfunctions_1d, gaussian_kernel_eigenvalues,
+from bayesx.methods.vae import dpp
+from bayesx.methods.vae.dpp import (KDPPPrior, gaussian_kernel_eigenfunctions_1d, gaussian_kernel_eigenvalues,
                             gaussian_kernel_log_eigenvalues, kdpp_log_prob, log_elementary_symmetric,
                             log_elementary_symmetric_all, log_normalizer_bound, log_normalizer_bounds,
                             log_trace, matrix_L)

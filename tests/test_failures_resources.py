@@ -25,9 +25,9 @@ from test_interrupt import LongRun, check_killed_output, only_run
 
 import bayesx
 from bayesx import memory
-from bayesx.config import compose, conf_dir
+from bayesx.cli.config import compose, conf_dir
 from bayesx.data.csv import load_csv
-from bayesx.server import free_port
+from bayesx.serve.server import free_port
 
 REPO = Path(bayesx.__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -145,7 +145,7 @@ def test_the_estimate_is_within_a_factor_of_two_of_the_peak(tmp_path):
     script.write_text(textwrap.dedent("""
         import json, resource, sys
         import bayesx.memory as memory, bayesx.runner as runner
-        from bayesx.config import compose
+        from bayesx.cli.config import compose
         seen = []
         def check_room(needs, device):
             seen.append(memory.check_room(needs, device))

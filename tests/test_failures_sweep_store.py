@@ -33,8 +33,8 @@ import pytest
 from cli_helpers import all_runs, call, error_line, isolated_store
 from mlflow.tracking import MlflowClient
 
-from bayesx.record import RunStart
-from bayesx.tracking import DESCRIPTION_TAG, FAULT_FILE, TrackedRun, Tracker
+from bayesx.store.record import RunStart
+from bayesx.store.tracking import DESCRIPTION_TAG, FAULT_FILE, TrackedRun, Tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_RWM = ["method=rwm", "model=gaussian", "method.num_warmup=20", "method.num_draws=40", "method.init=prior",
@@ -400,7 +400,7 @@ def test_a_reference_that_cannot_be_saved_is_a_warning_and_the_run_finishes(stor
 def test_running_out_of_memory_mid_run_is_named_as_such_not_as_a_bug():
     """Out of memory once a run is under way (the estimate before it erred low, or another process took the
     memory): the one line says so and how to need less; control: another exception is an internal error."""
-    from bayesx.tracking import fault_line
+    from bayesx.store.tracking import fault_line
 
     for exc in (MemoryError(), RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
                                             "memory: you tried to allocate 80000000000 bytes"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 from cli_helpers import assert_rejected, isolated_store
 
-from bayesx.distributions import GaussianQ
+from bayesx.methods.common.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi import gap
 from bayesx.methods.vi.frame import AffineFrame, IdentityFrame

@@ -1,4 +1,4 @@
-"""The GPU check (bayesx/gpu_check.py): its one-line exit without a GPU, and its comparisons, which a
+"""The GPU check (bayesx/cli/gpu_check.py): its one-line exit without a GPU, and its comparisons, which a
 CPU-vs-CPU pair of runs with different seeds passes and a deliberately shifted result fails."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from bayesx import gpu_check
-from bayesx.gpu_check import (Comparison, PairResult, CaseRun, bonferroni_z, compare_draws, compare_relative,
+from bayesx.cli import gpu_check
+from bayesx.cli.gpu_check import (Comparison, PairResult, CaseRun, bonferroni_z, compare_draws, compare_relative,
                               compare_runs, compare_scalar, load_run)
 from cli_helpers import isolated_store, run_ok
 
@@ -37,7 +37,7 @@ def env_with_repo() -> dict[str, str]:
 @NO_CUDA
 def test_module_without_cuda_says_so_in_one_line_and_exits_0(tmp_path):
     out = tmp_path / "gpu_check.md"
-    proc = subprocess.run([sys.executable, "-m", "bayesx.gpu_check", "--out", str(out)], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "bayesx.cli.gpu_check", "--out", str(out)], cwd=tmp_path,
                           env=env_with_repo(), capture_output=True, text=True, timeout=120)
     one_line_reason(proc)
     assert not out.exists(), "nothing ran, so no report is written"
@@ -125,9 +125,9 @@ def test_scalar_and_relative_comparisons():
 
 def test_the_report_lists_a_failed_run_and_its_error(tmp_path):
     case = gpu_check.CASES[0]
-    good = CaseRun(case.name, "cpu", ["python", "-m", "bayesx.cli", "run", "seed=0"], 0, 3.0, "abc",
+    good = CaseRun(case.name, "cpu", ["python", "-m", "bayesx.cli.commands", "run", "seed=0"], 0, 3.0, "abc",
                      {"sampling_time_s": 1.5})
-    bad = CaseRun(case.name, "cuda", ["python", "-m", "bayesx.cli", "run", "seed=0"], 2, 1.0,
+    bad = CaseRun(case.name, "cuda", ["python", "-m", "bayesx.cli.commands", "run", "seed=0"], 2, 1.0,
                     error="bayesx: error: CUDA out of memory")
     ok = PairResult(case, good, good, Comparison(True, 1.0, 3.0, "fine"))
     failed = PairResult(case, bad, good, None)

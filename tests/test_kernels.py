@@ -377,10 +377,10 @@ def test_a_mode_at_the_edge_of_the_support_starts_from_the_initial_points():
 
 
 def test_rounds_of_the_mode_search_go_on_until_one_rises_by_less_than_a_nat(monkeypatch):
-    """bayesx.optimize.climb: torch's L-BFGS can stop short of the mode (arma11: after 30 gradients, 291 nats below
+    """bayesx.methods.common.optimize.climb: torch's L-BFGS can stop short of the mode (arma11: after 30 gradients, 291 nats below
     it), so the search goes on in rounds until one rises by less than RUNAWAY; four rounds that all rise ran away.
     From a Gaussian's mode one more round rises by nothing (further_rise, unpatched)."""
-    from bayesx import optimize
+    from bayesx.methods.common import optimize
     from bayesx.targets.base import TargetBase
 
     class Gaussian(TargetBase):

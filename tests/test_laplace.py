@@ -115,7 +115,7 @@ def test_cli_fits_on_every_row_with_test_fraction_zero(tmp_path_factory):
 def test_gradient_difference_hessian_matches_autograd(small_logreg):
     """The Hessian for targets autograd cannot differentiate: central differences of the gradient, checked
     against autograd's on a non-quadratic density (logistic regression)."""
-    from bayesx.optimize import gradient_difference_hessian
+    from bayesx.methods.common.optimize import gradient_difference_hessian
 
     q = 0.3 * torch.randn(small_logreg.dim, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     exact = torch.autograd.functional.hessian(lambda x: small_logreg.log_prob(x), q)
@@ -127,7 +127,7 @@ def test_gradient_difference_hessian_matches_autograd(small_logreg):
 def test_pde_model_hessian_includes_the_likelihood():
     """The elliptic model's log_prob leaves torch for the PDE solve: its Hessian comes from the adjoint gradient, so
     it holds the likelihood's curvature, not only the prior's (what autograd would see)."""
-    from bayesx.optimize import hessian
+    from bayesx.methods.common.optimize import hessian
     from bayesx.targets.elliptic import EllipticInverse
 
     for solver in ("sparse", "dense"):
@@ -142,7 +142,7 @@ def test_pde_model_hessian_includes_the_likelihood():
 def test_hessian_asks_the_typed_question(small_logreg, monkeypatch):
     """optimize.hessian asks the target for its closed-form Hessian, never probes for methods: a target answering
     with one gets it called; one answering None is differentiated by autograd even if it has a method named hessian."""
-    from bayesx import optimize
+    from bayesx.methods.common import optimize
 
     q = torch.zeros(small_logreg.dim, dtype=torch.float64)
     assert small_logreg.closed_form_hessian() is not None
@@ -158,7 +158,7 @@ def test_hessian_without_an_autograd_density_takes_differences_of_the_gradient(s
     """A target answering None to autograd_log_prob (its density is outside torch's graph) gets central differences
     of its gradient, which agree with autograd's Hessian to second order in the step; a target answering with a
     function gets that function differentiated (negative control: a different function gives a different Hessian)."""
-    from bayesx import optimize
+    from bayesx.methods.common import optimize
 
     q = 0.1 * torch.ones(small_logreg.dim, dtype=torch.float64)
     monkeypatch.setattr(small_logreg, "closed_form_hessian", lambda: None)
@@ -172,7 +172,7 @@ def test_hessian_without_an_autograd_density_takes_differences_of_the_gradient(s
 
 def test_views_of_a_target_answer_as_the_target_does(small_logreg, monkeypatch):
     """A restriction and a tempered target are autograd-differentiable exactly when the target they view is."""
-    from bayesx.distributions import GaussianQ
+    from bayesx.methods.common.distributions import GaussianQ
     from bayesx.methods.vi.tempering import Tempered
 
     dim = small_logreg.dim
@@ -190,7 +190,7 @@ def test_the_mode_search_steps_back_from_a_nan(cliff, reaches_the_mode, monkeypa
     and its gradient are NaN there. The search reads a cliff instead (optimize.CLIFF nats down, no gradient) and
     every starting point of this seed reaches the mode (log pi 976.40). Negative control: a NaN cliff, which is
     what torch's line search saw before, makes every row NaN and the Laplace fit fail."""
-    from bayesx import optimize
+    from bayesx.methods.common import optimize
     from bayesx.targets.posteriordb.target import PosteriorDB
 
     if cliff is not None:

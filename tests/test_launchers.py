@@ -13,7 +13,7 @@ from cli_helpers import call, error_line
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from bayesx.launchers import threads_per_job
+from bayesx.cli.launchers import threads_per_job
 
 pytestmark = pytest.mark.slow
 JOB = ["method=laplace", "model=gaussian", "progress=false", "plots.n_coords=0"]
@@ -60,7 +60,7 @@ def test_ray_runs_jobs_as_tasks_of_a_local_ray_instance(tmp_path):
 @pytest.mark.parametrize("preset, module", [("slurm", "hydra_submitit_launcher"), ("ray_local", "hydra_ray_launcher")])
 def test_the_cluster_presets_compose_with_their_settings(preset, module):
     """The README's Slurm and Ray recipes: the presets name their plugin and set the CPUs a job gets."""
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
 
     if importlib.util.find_spec(f"hydra_plugins.{module}") is None:
         pytest.skip(f"{module} is not installed")
@@ -86,7 +86,7 @@ def test_a_launcher_whose_plugin_is_missing_names_the_install_command(monkeypatc
 
 
 def test_a_plugin_config_hydra_cannot_find_is_explained_with_the_install_command(monkeypatch):
-    from bayesx.config import _explain
+    from bayesx.cli.config import _explain
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -126,7 +126,7 @@ def test_health_warnings_name_the_problem_and_stay_quiet_when_healthy():
 
 
 def test_fast_preset_composes_the_benchmarked_setting():
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
 
     cfg = compose(["experiment=logreg_fast"])
     assert cfg.n_chains == 16 and cfg.method.mass == "diag" and cfg.device.dtype == "float32"

@@ -15,7 +15,7 @@ from hydra.utils import get_object
 from omegaconf import OmegaConf
 
 import bayesx.methods.base as contract
-from bayesx.config import compose, conf_dir, methods_of_family
+from bayesx.cli.config import compose, conf_dir, methods_of_family
 from bayesx.errors import RunInterrupted
 from bayesx.methods.base import FAMILIES, Method, RunInputs, family_class
 from bayesx.result import Outcome, Result
@@ -57,7 +57,7 @@ def targets():
     from bayesx.data.images import load_images
     from bayesx.targets.elliptic.model import EllipticInverse
     from bayesx.targets.gaussian import Gaussian
-    from bayesx.vae.model import VAEModel
+    from bayesx.methods.vae.model import VAEModel
 
     return {"posterior": Gaussian(dim=3), "gaussian_prior": EllipticInverse(mesh=8),
             "trained": VAEModel(load_images("mnist", n_train=32, n_test=8), arch="fc")}

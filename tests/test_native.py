@@ -126,7 +126,7 @@ def test_chains_split_over_torchs_threads_one_per_chain_at_most(digits, torch_th
 
 
 def test_usable_cores_follow_the_affinity_mask():
-    from bayesx.launchers import usable_cores
+    from bayesx.memory import usable_cores
     assert usable_cores() == len(os.sched_getaffinity(0))
 
 

@@ -234,7 +234,7 @@ def own_store(tmp_path, monkeypatch):
 def killed_run(monkeypatch, states: int, pause_s: float = 0.0) -> str:
     """A run of RESUMABLE stopped right after its checkpoint saved ``states`` sampler states (as a Ctrl-C stops
     it: KILLED, its checkpoint kept), each save ``pause_s`` late (sampling time it spent); returns its id."""
-    from bayesx import checkpoint
+    from bayesx.store import checkpoint
 
     real, saved = checkpoint.RunCheckpoint.update, []
 
@@ -337,7 +337,7 @@ def test_bad_top_level_input_is_refused_before_torch_and_mlflow_load(tmp_path):
     import subprocess
     import sys
 
-    probe = ("import sys\nfrom bayesx.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+    probe = ("import sys\nfrom bayesx.cli.commands import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
              "    print('exit', e.code, 'torch' in sys.modules, 'mlflow' in sys.modules)\n")
     for bad in (["n_chains=0"], ["seed=99999999999999999999"], ["device.num_threads=-1"]):
         out = subprocess.run([sys.executable, "-c", probe, "run", *bad], capture_output=True, text=True, cwd=tmp_path,

@@ -1,5 +1,5 @@
 """A run's plots by family (bayesx.diagnostics.plots) and a sweep's comparison on its parent run
-(bayesx.sweep_summary): which files each family gets, which coordinates they show, and what the parent's
+(bayesx.reports.sweep_summary): which files each family gets, which coordinates they show, and what the parent's
 description says won."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from bayesx.diagnostics import plots
-from bayesx.record import RunRecord, RunStart, Summary
-from bayesx.sweep_summary import BEGIN, END, NOTE_TAG, unique_labels, winners
-from bayesx.tracking import Tracker
+from bayesx.reports.sweep_summary import BEGIN, END, NOTE_TAG, end_sweep, parent_ended, unique_labels, winners
+from bayesx.store.record import RunRecord, RunStart, Summary
+from bayesx.store.tracking import Tracker
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -104,7 +104,7 @@ def test_a_sweep_parent_gets_the_comparison_table_plots_and_a_description(tmp_pa
         with tracker.run(start) as run:
             warnings = ("psis_khat = 1.7 > 0.7: q misses mass",) if method == "vi" else ()
             run.store(RunRecord("FINISHED", metrics, summary=Summary(compared=tuple(metrics), warnings=warnings)))
-    assert tracker.end_parent(parent) == "FINISHED"
+    assert end_sweep(tracker, parent) == "FINISHED"
 
     client = MlflowClient(tracking_uri=uri)
     files = {a.path for a in client.list_artifacts(parent, "comparison")}
@@ -125,7 +125,7 @@ def test_a_sweep_parent_gets_the_comparison_table_plots_and_a_description(tmp_pa
         "posterior_mean_err/nuts": 0.03, "wall_time_s/nuts": 20.0, "n_grad_evals/nuts": 2e4,
         "posterior_mean_err/vi": 0.5, "wall_time_s/vi": 5.0, "n_grad_evals/vi": 5e3}
 
-    tracker.end_parent(parent)  # ended again (a resumed job settles it): one comparison, not two
+    parent_ended(tracker, parent, tracker.end_parent(parent))  # ended again (a resumed job settles it): one comparison
     assert client.get_run(parent).data.tags[NOTE_TAG].count(BEGIN) == 1
 
 
@@ -133,6 +133,6 @@ def test_a_sweep_without_runs_gets_no_comparison(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = Tracker(uri, "sweep", str(tmp_path / "artifacts"))
     parent = tracker.start_parent("sweep seed=0,1", {"sweep": "parent"})
-    assert tracker.end_parent(parent) == "FINISHED"
+    assert end_sweep(tracker, parent) == "FINISHED"
     client = MlflowClient(tracking_uri=uri)
     assert client.list_artifacts(parent) == [] and NOTE_TAG not in client.get_run(parent).data.tags

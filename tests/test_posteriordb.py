@@ -260,8 +260,8 @@ def test_the_suite_preset_sweeps_every_posterior_and_the_report_names_them():
     (read from the preset, since the command line names none)."""
     import yaml
 
-    from bayesx.config import conf_dir
-    from bayesx.report import preset_swept_keys
+    from bayesx.cli.config import conf_dir
+    from bayesx.reports.report import preset_swept_keys
 
     preset = yaml.safe_load((conf_dir() / "experiment" / "posteriordb.yaml").read_text())
     assert preset["hydra"]["sweeper"]["params"]["model.name"].split(",") == list(NAMES)

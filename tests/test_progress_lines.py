@@ -1,12 +1,12 @@
-"""Progress where standard error is not a terminal (bayesx.progress): a long loop writes a plain line about every
+"""Progress where standard error is not a terminal (bayesx.methods.common.progress): a long loop writes a plain line about every
 10 s, read from the bar's clock (a fake one here), instead of a redrawn bar or nothing; a short loop writes none."""
 
 from __future__ import annotations
 
 import io
 
-from bayesx import progress
-from bayesx.progress import ChainProgress, ProgressLines, progress_bar
+from bayesx.methods.common import progress
+from bayesx.methods.common.progress import ChainProgress, ProgressLines, progress_bar
 
 
 class Clock:

@@ -8,8 +8,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from bayesx.errors import BayesxError
-from bayesx.record import Artifact, RunRecord, RunStart, Summary
-from bayesx.tracking import COMPARE_TAG, NOTES_TAG, WARNINGS_TAG, Tracker
+from bayesx.store.record import Artifact, RunRecord, RunStart, Summary
+from bayesx.store.tracking import COMPARE_TAG, NOTES_TAG, WARNINGS_TAG, Tracker
 
 
 @pytest.fixture(scope="module")

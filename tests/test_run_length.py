@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesx.checkpoint import RunCheckpoint, load_resume
+from bayesx.store.checkpoint import RunCheckpoint, load_resume
 from bayesx.diagnostics.convergence import summarize
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs

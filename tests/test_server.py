@@ -18,7 +18,7 @@ from cli_helpers import call, error_line
 from tracking_server import psql, running_server
 from tracking_server import why_not as _why_not
 
-from bayesx.server import DB_USER, Cluster, cluster_user, free_port, postgres_bin
+from bayesx.serve.server import DB_USER, Cluster, cluster_user, free_port, postgres_bin
 
 
 @pytest.mark.slow

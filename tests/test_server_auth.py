@@ -20,9 +20,9 @@ import pytest
 from cli_helpers import call, error_line
 from tracking_server import psql, why_not_other_user
 
-from bayesx.server import free_port
+from bayesx.serve.server import free_port
 from bayesx.errors import BayesxError
-from bayesx.server_auth import check_admin, check_exposure, is_loopback, new_user_password, request
+from bayesx.serve.auth import check_admin, check_exposure, is_loopback, new_user_password, request
 
 CAROL_PASSWORD, DAVE_PASSWORD = "carol-pass-0123", "dave-pass-01234"
 
@@ -86,7 +86,7 @@ def test_user_add_refuses_a_readable_password_file(tmp_path, monkeypatch):
 def test_the_routes_whose_creator_becomes_owner_are_found_in_mlflows_tables():
     """bayesx's app refuses READ users exactly where MLflow makes a creator MANAGE what it made: read from MLflow's
     after-request tables, so they must include experiment creation (REST and UI) and registered models."""
-    from bayesx.server_app import creation_routes, fastapi_creation_prefixes
+    from bayesx.serve.app import creation_routes, fastapi_creation_prefixes
 
     routes = creation_routes()
     for api in ("/api/2.0", "/ajax-api/2.0"):
@@ -102,16 +102,21 @@ def test_an_install_without_bayesx_app_is_one_line(monkeypatch):
     'Failed to find app' from inside the started server."""
     import importlib.metadata
 
-    from bayesx.server_auth import require_auth_app
+    from bayesx.serve.auth import require_auth_app
 
     require_auth_app()  # this install registers it
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])
     with pytest.raises(BayesxError, match="MLflow does not know bayesx's app 'bayesx-auth'.*install bayesx again"):
         require_auth_app()
+    before_the_move = "bayesx." + "server_app:create_app"  # split: /work/move_packages.py rewrites the whole name
+    stale = importlib.metadata.EntryPoint("bayesx-auth", before_the_move, "mlflow.app")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [stale])
+    with pytest.raises(BayesxError, match="before its modules moved"):
+        require_auth_app()
 
 
 def test_pg_hba_lines_other_than_scram_are_found():
-    from bayesx.server import HBA, hba_methods
+    from bayesx.serve.server import HBA, hba_methods
 
     assert set(hba_methods(HBA)) == {"scram-sha-256"}
     old = ("local all all trust\nhost all all 127.0.0.1/32 trust # x\nhost all all 127.0.0.1 255.255.255.255 md5\n"

@@ -12,7 +12,7 @@ import pytest
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from bayesx.config import conf_dir
+from bayesx.cli.config import conf_dir
 from bayesx.errors import BayesxError
 from bayesx.methods.mcmc.aehmc import AEHMC
 from bayesx.methods.mcmc.hmc import HMC

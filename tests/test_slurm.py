@@ -23,8 +23,8 @@ import slurm_cluster
 import tracking_server
 from cli_helpers import all_runs
 
-from bayesx.checkpoint import FOLDER as CHECKPOINTS
-from bayesx.tracking import SLURM_JOB_TAG, liveness_tags
+from bayesx.store.checkpoint import FOLDER as CHECKPOINTS
+from bayesx.store.tracking import SLURM_JOB_TAG, liveness_tags
 
 JOB = ["method=hmc", "model=gaussian", "method.num_warmup=50", "method.num_steps=5", "checkpoint_every=1000",
        "tracking=server", "tracking.heartbeat_s=2", "progress=false", "plots.n_coords=0"]

@@ -10,7 +10,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from bayesx.tracking import retry_locked
+from bayesx.store.tracking import retry_locked
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def test_a_dataset_insert_race_is_retried():
                                "datasets.name, datasets.digest")
         return "linked"
 
-    from bayesx.tracking import is_dataset_race
+    from bayesx.store.tracking import is_dataset_race
 
     assert retry_locked(racing, also=is_dataset_race) == "linked" and len(calls) == 2
     calls.clear()
@@ -113,3 +113,26 @@ def test_locked_writes_are_retried_and_other_errors_are_not():
     with pytest.raises(RuntimeError, match="no such table"):
         retry_locked(broken)
     assert len(calls) == 1
+
+
+def test_a_sweep_and_other_runs_on_an_existing_store_all_finish(tmp_path):
+    """A store that already holds a run; a sweep (its jobs in one process, one after another) and, beside it, runs
+    of another process one after another. Each single run closes the store as it ends, check-pointing the
+    write-ahead log when it thinks itself the last user; the sweep's later jobs must still record (they failed
+    with "disk I/O error" while checking the store dropped the sweep process's locks: tests/test_store_locks.py)."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "OMP_NUM_THREADS": "1"}
+    quick = ["method=laplace", "model=gaussian", "progress=false"]
+    subprocess.run([sys.executable, "-m", "bayesx", "run", *quick], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=600)
+    sweep = subprocess.Popen([sys.executable, "-m", "bayesx", "run", "-m", "method=laplace,vi,pathfinder",
+                              "model=gaussian", "seed=0,1", "progress=false"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    singles = [subprocess.run([sys.executable, "-m", "bayesx", "run", *quick, f"seed={10 + i}"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=600) for i in range(3)]
+    out = sweep.communicate(timeout=1200)[0]
+    assert sweep.returncode == 0, out[-3000:]
+    for single in singles:
+        assert single.returncode == 0, (single.stdout + single.stderr)[-2000:]
+    _, runs = store_runs(tmp_path)
+    assert len(runs) == 1 + 6 + 1 + 3, [r.data.tags.get("mlflow.runName") for r in runs]  # + the sweep's parent
+    assert all(r.info.status == "FINISHED" for r in runs), [(r.info.run_name, r.info.status) for r in runs]

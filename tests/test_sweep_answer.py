@@ -1,4 +1,4 @@
-"""A sweep's answer where it ends (bayesx.sweep_summary, bayesx.compare): the check column judges every family, the
+"""A sweep's answer where it ends (bayesx.reports.sweep_summary, bayesx.reports.compare): the check column judges every family, the
 terminal tables fit their widths, the winners' sentences say "tie" and name an unreliable winner as such, the plot
 draws unreliable runs hollow, and a real sweep of nuts, vi and pathfinder ends with its answer table."""
 
@@ -12,15 +12,15 @@ import pandas as pd
 import pytest
 from cli_helpers import all_runs, call
 
-from bayesx.compare import WIDTH, check, compare_table, render
-from bayesx.report import format_number
-from bayesx.sweep_summary import TERMINAL_WIDTH, answer_text, error_vs_cost_figure, winners
+from bayesx.reports.compare import WIDTH, check, compare_table, render
+from bayesx.reports.markdown import format_number
+from bayesx.reports.sweep_summary import TERMINAL_WIDTH, answer_text, error_vs_cost_figure, winners
 
 NAN = float("nan")
 
 
 def row(**values) -> pd.Series:
-    """One run as bayesx.tracking.search_runs gives it: metrics.* and tags.* columns."""
+    """One run as bayesx.store.tracking.search_runs gives it: metrics.* and tags.* columns."""
     return pd.Series({(k if k.startswith("tags_") else f"metrics.{k}").replace("tags_", "tags."): v
                       for k, v in values.items()})
 

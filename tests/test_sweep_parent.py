@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from bayesx.record import RunStart
-from bayesx.tracking import Tracker
+from bayesx.store.record import RunStart
+from bayesx.store.tracking import Tracker
 
 
 def test_a_sweep_whose_killed_job_is_resumed_to_the_end_ends_finished(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = Tracker(uri, "sweep", str(tmp_path / "artifacts"))
+    ended = []  # what the runner's hook (the sweep's comparison, in bayesx.reports) is handed
+    tracker = Tracker(uri, "sweep", str(tmp_path / "artifacts"), parent_ended=lambda t, *args: ended.append(args))
     status = lambda run_id: MlflowClient(tracking_uri=uri).get_run(run_id).info.status  # noqa: E731
     parent = tracker.start_parent("sweep seed=0,1", {"sweep": "parent"})
     job = RunStart("job", {}, {"seed": 0}, "seed: 0\n", parent_run_id=parent)
@@ -25,10 +26,11 @@ def test_a_sweep_whose_killed_job_is_resumed_to_the_end_ends_finished(tmp_path):
     resume = RunStart("job", {}, {}, "", resume_run_id=killed.run_id)
     with pytest.raises(KeyboardInterrupt), tracker.run(resume):  # killed again: the sweep stays KILLED
         raise KeyboardInterrupt
-    assert status(parent) == "KILLED"
+    assert status(parent) == "KILLED" and ended == [(parent, "KILLED")]  # settled again, still KILLED
     with tracker.run(resume):
         pass
     assert status(killed.run_id) == "FINISHED" and status(parent) == "FINISHED"
+    assert ended == [(parent, "KILLED"), (parent, "FINISHED")]  # after the parent ended, with its status
 
 
 def test_a_resumed_job_leaves_a_running_sweep_to_close_itself(tmp_path):

@@ -9,7 +9,7 @@ import math
 import pytest
 from cli_helpers import all_runs, call, error_line, isolated_store
 
-from bayesx.sweep import objective_value
+from bayesx.cli.sweep import objective_value
 
 pytestmark = pytest.mark.slow
 SMALL = ["method.presample.num_warmup=200", "method.presample.num_draws=400", "method.num_warmup=100",

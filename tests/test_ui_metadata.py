@@ -28,13 +28,13 @@ import pytest
 from cli_helpers import all_runs, call
 from mlflow.tracking import MlflowClient
 
-from bayesx import ui
+from bayesx.serve import ui
 from bayesx.errors import BayesxError
-from bayesx.provenance import content_digest, data_inputs
-from bayesx.record import RunStart
-from bayesx.run_note import describe_run, rounded
+from bayesx.store.provenance import content_digest, data_inputs
+from bayesx.store.record import RunStart
+from bayesx.store.run_note import describe_run, rounded
 from bayesx.runner import sweeps_methods
-from bayesx.tracking import DESCRIPTION_TAG, Tracker
+from bayesx.store.tracking import DESCRIPTION_TAG, Tracker
 
 ONE_THREAD = "device.num_threads=1"
 TINY_NUTS = ["method.num_warmup=30", "method.num_draws=30", "n_chains=2"]

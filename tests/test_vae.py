@@ -28,8 +28,8 @@ from bayesx.methods.base import RunInputs
 from bayesx.methods.vae.flowvae import FlowVAE
 from bayesx.methods.vae.hvi import HVI, RMHVI
 from bayesx.methods.vae.trainer import VAE
-from bayesx.vae import bounds, evaluate, riemann
-from bayesx.vae.model import VAEModel, standard_normal_log_density
+from bayesx.methods.vae import bounds, evaluate, riemann
+from bayesx.methods.vae.model import VAEModel, standard_normal_log_density
 
 F64 = torch.float64
 Z_LIMIT = 4.0  # Monte Carlo checks: at most this many standard errors
@@ -580,7 +580,7 @@ def check_vae_run(uri: str, run, method: str, data: str, n_train: int = 128, n_t
 
 def test_default_data_keeps_data_overrides():
     """model=vae without data= takes data=mnist, and data.KEY=VALUE given on the command line still apply."""
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
     from bayesx.runner import apply_data_default
 
     overrides = ["model=vae", "method=vae", "data.n_train=128", "data.seed=3"]
@@ -658,7 +658,7 @@ def test_cli_nan_loss_fails_the_run_with_what_it_had(bad_env, monkeypatch):
 def test_architecture_sizes_are_overridable():
     """model.enc_hidden / dec_hidden / channels / fc_units change the networks; bad sizes are one-line errors."""
     from bayesx.errors import BayesxError
-    from bayesx.vae.nets import build_encoder_decoder
+    from bayesx.methods.vae.nets import build_encoder_decoder
 
     enc, dec = build_encoder_decoder("fc", (1, 28, 28), 5, enc_hidden=[50], dec_hidden=[40, 30])
     assert [m.out_features for m in enc.modules() if isinstance(m, torch.nn.Linear)] == [50, 10]

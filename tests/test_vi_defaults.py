@@ -131,6 +131,6 @@ def test_a_mode_search_that_ends_in_a_funnels_neck_starts_from_the_initial_point
 
 
 def find_neck(target, initial):
-    from bayesx.optimize import find_mode
+    from bayesx.methods.common.optimize import find_mode
 
     return find_mode(target, initial.mean(0, keepdim=True), max_iter=250)[0]

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bayesx.server import free_port
+from bayesx.serve.server import free_port
 
 
 def why_not() -> str | None:
@@ -59,7 +59,7 @@ def psql(port: int, database: str, host: str = "127.0.0.1", as_user: str | None 
     """``psql -w ... -c 'select 1'`` (never prompting for a password) against database ``database``, as OS user
     ``as_user`` (through runuser, as root) or as ourselves, in ``env`` (default: ours without any libpq
     password: no $PGPASSFILE, no $PGPASSWORD)."""
-    from bayesx.server import postgres_bin
+    from bayesx.serve.server import postgres_bin
 
     if env is None:
         env = {k: v for k, v in os.environ.items() if k not in ("PGPASSFILE", "PGPASSWORD")}

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bayesx.checkpoint import RunCheckpoint, Resume
+from bayesx.store.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import BayesxError
 from bayesx.result import Result
 from bayesx.settings import Settings, configure
@@ -107,7 +107,7 @@ def family_class(family: str) -> type[Method]:
 
 def check_fits(method: Method, target, method_choice: str, model_choice: str) -> None:
     """Samplers and approximations need a posterior (with a gradient if they use one); trainers a trained model."""
-    from bayesx.config import methods_of_family  # the choices are read from conf/method, not listed here
+    from bayesx.cli.config import methods_of_family  # the choices are read from conf/method, not listed here
     if method.family == "trainer" and target.capabilities.posterior:
         raise BayesxError(f"method={method_choice} trains a VAE; use model=vae (got model={model_choice})")
     if method.family != "trainer" and not target.capabilities.posterior:

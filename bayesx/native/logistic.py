@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from bayesx.launchers import usable_cores
+from bayesx.memory import usable_cores
 from bayesx.native.build import enabled, load
 from bayesx.native.entry_points import bind
 from bayesx.native.calls import NUTSTransition, Trajectory, leapfrog, ptr, transition
@@ -65,7 +65,7 @@ def available(dtype: torch.dtype = torch.float64) -> bool:
 
 def kernel_threads(dtype: torch.dtype, chains: int) -> int:
     """Threads one native call splits its chains over: torch's thread count, at most the CPUs this process
-    may run on (bayesx.launchers.usable_cores: more threads than cores only wait on each other) and one per
+    may run on (bayesx.memory.usable_cores: more threads than cores only wait on each other) and one per
     chain; one where the library was built without OpenMP. On this project's two cores splitting never
     lost, down to two chains of 1,728 multiply-adds each and one leapfrog step (11 against 12 us
     per density call, 25 against 26 us per one-step trajectory, measured 2026-11-21)."""

@@ -161,7 +161,7 @@ class ModelBase:
     def content_digests(self) -> dict[str, str]:
         """Digests of the files that define this model, by the option that names each (a user's density
         and data files): what identifies the posterior is their content, not their paths (the reference
-        posterior's cache key, bayesx.reference)."""
+        posterior's cache key, bayesx.store.reference)."""
         return {}
 
 
@@ -218,9 +218,7 @@ class TargetBase(ModelBase):
         return self.init_scale * (2.0 * u - 1.0)
 
     def restrict(self, offset: Tensor, basis: Tensor):
-        """This density on the affine subspace q = offset + B u (see targets.restriction)."""
-        from bayesx.targets.restriction import AffineRestriction
-
+        """This density on the affine subspace q = offset + B u (:class:`AffineRestriction`)."""
         return AffineRestriction(self, offset, basis)
 
     def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
@@ -272,3 +270,35 @@ def moment_errors(draws: Tensor, mean: np.ndarray, sd: np.ndarray) -> Evaluation
     return Evaluation({"posterior_mean_err_max": float((np.abs(flat.mean(0) - mean) / sd).max()),
                        "posterior_sd_err_max": float((np.abs(flat.std(0, ddof=1) - sd) / sd).max())})
 
+
+class AffineRestriction(TargetBase):
+    """A target seen through an affine map: pi_r(u) = pi(offset + B u), u in R^h, for u (chains, h);
+    autograd-free given the target's gradient.
+
+    Latent samplers evaluate the target only at decoded points q = offset + B u, where B (D, h) is the
+    decoder's last linear layer scaled back to the parameter's units. The generic restriction maps u
+    to q and pulls the gradient back, grad_u = B^T grad_q: O(D h) per call on top of the target's
+    own cost. Targets whose log density depends on q through products X q (logistic regression)
+    override ``restrict`` and precompute X B, so a call costs O(n h) and never touches R^D.
+    """
+
+    def __init__(self, target, offset: Tensor, basis: Tensor):
+        self.target, self.offset, self.basis = target, offset, basis
+        self.dim, self.dtype, self.device = basis.shape[1], basis.dtype, basis.device
+
+    def point(self, u: Tensor) -> Tensor:
+        return self.offset + u @ self.basis.T
+
+    def log_prob(self, u: Tensor) -> Tensor:
+        return self.target.log_prob(self.point(u))
+
+    def log_prob_and_grad(self, u: Tensor) -> tuple[Tensor, Tensor]:
+        lp, grad = self.target.log_prob_and_grad(self.point(u))
+        return lp, grad @ self.basis
+
+    def autograd_log_prob(self):
+        return self.log_prob if self.target.autograd_log_prob() is not None else None
+
+    def potential_grad(self, u: Tensor) -> Tensor:
+        """-grad_u log pi_r(u)."""
+        return -self.log_prob_and_grad(u)[1]

@@ -28,9 +28,8 @@ from torch import Tensor
 
 from bayesx.data.classification import ClassificationData
 from bayesx.settings import Positive, Settings
-from bayesx.targets.base import Capabilities, Evaluation, LogisticDesign, TargetBase
+from bayesx.targets.base import AffineRestriction, Capabilities, Evaluation, LogisticDesign, TargetBase
 from bayesx.targets.forms import LogisticForm
-from bayesx.targets.restriction import AffineRestriction
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from bayesx.adaptation.window import (
     WindowAdaptation,
     find_initial_step_size,
 )
-from bayesx.checkpoint import RunCheckpoint, Resume
+from bayesx.store.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import BayesxError, DensityError, RunInterrupted
 from bayesx.kernels import backend
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
@@ -33,9 +33,9 @@ from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.health import FaultWatch, check_step_size_search
 from bayesx.methods.mcmc.family import Draws, Sampler
 from bayesx.methods.mcmc.run_length import RETUNE_ITERATIONS, RunLength
-from bayesx.optimize import NoMode, laplace_start
-from bayesx.pathfinder import pathfinder_start
-from bayesx.progress import ChainProgress
+from bayesx.methods.common.optimize import NoMode, laplace_start
+from bayesx.methods.common.pathfinder import pathfinder_start
+from bayesx.methods.common.progress import ChainProgress
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive, Settings
 
 

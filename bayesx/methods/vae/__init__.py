@@ -1,1 +1,2 @@
-"""The trainer family: VAE training methods (vae, hvi, rmhvi, dppvae)."""
+"""The trainer family and all VAE code: training methods (vae, hvi, rmhvi, dppvae), the models and nets, their
+bounds, the k-DPP prior, the Riemannian leapfrog, evaluation and plots."""

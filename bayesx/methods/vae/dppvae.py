@@ -9,8 +9,8 @@ import torch
 
 from bayesx.methods.vae.trainer import VariationalMethod, VariationalSettings
 from bayesx.settings import AtLeast, Positive
-from bayesx.vae import bounds
-from bayesx.vae.model import VAEModel
+from bayesx.methods.vae import bounds
+from bayesx.methods.vae.model import VAEModel
 
 
 @dataclass(frozen=True)
@@ -22,13 +22,13 @@ class DPPVAESettings(VariationalSettings):
 
 
 class DPPVAE(VariationalMethod):
-    """DPP-VAE (Chen (2019) ch. 4): the k-DPP balancing prior on each minibatch's latents (bayesx.vae.dpp)."""
+    """DPP-VAE (Chen (2019) ch. 4): the k-DPP balancing prior on each minibatch's latents (bayesx.methods.vae.dpp)."""
 
     Settings = DPPVAESettings
     name = "dppvae"
 
     def __init__(self, settings: DPPVAESettings | None = None, **options):
-        from bayesx.vae.dpp import KDPPPrior
+        from bayesx.methods.vae.dpp import KDPPPrior
 
         super().__init__(settings, **options)
         cfg = self.settings

@@ -1,5 +1,5 @@
 """The flow-VAE trainer: the encoder's Gaussian refined by amortized planar or IAF layers
-(Rezende and Mohamed 2015; Kingma et al. 2016); the bound is bayesx.vae.bounds.FlowBound."""
+(Rezende and Mohamed 2015; Kingma et al. 2016); the bound is bayesx.methods.vae.bounds.FlowBound."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 
 from bayesx.methods.vae.trainer import VariationalMethod, VariationalSettings
 from bayesx.settings import AtLeast
-from bayesx.vae import bounds
-from bayesx.vae.model import VAEModel
+from bayesx.methods.vae import bounds
+from bayesx.methods.vae.model import VAEModel
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ import torch
 
 from bayesx.methods.vae.trainer import VariationalMethod, VariationalSettings
 from bayesx.settings import AtLeast, Between
-from bayesx.vae import bounds
-from bayesx.vae.model import VAEModel
+from bayesx.methods.vae import bounds
+from bayesx.methods.vae.model import VAEModel
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The VAE training methods of the ``method`` config group: vae, hvi (and rmhvi, dppvae).
 
-A method builds its bound (bayesx.vae.bounds) for the model and trains both by Adam on minibatches,
+A method builds its bound (bayesx.methods.vae.bounds) for the model and trains both by Adam on minibatches,
 maximizing the mean bound. Per epoch it records the train and test ELBO (stepped metrics) and the
 epoch time; at the end the importance-sampling test_nll (``eval.k`` samples), sample and
 reconstruction grids and the weights. Optimizer settings left null take the architecture's
@@ -19,10 +19,10 @@ import torch
 from bayesx.errors import RunInterrupted
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vae.family import TrainedModel, Trainer
-from bayesx.progress import progress_bar
+from bayesx.methods.common.progress import progress_bar
 from bayesx.settings import AtLeast, Positive, Settings
-from bayesx.vae import bounds, evaluate
-from bayesx.vae.model import VAEModel
+from bayesx.methods.vae import bounds, evaluate
+from bayesx.methods.vae.model import VAEModel
 
 # Zhang (2018) sec. 5: FC MNIST Adam 3e-3, x0.95 every 10 epochs, 50 epochs, batch 64; conv MNIST Adam 2e-4,
 # 300 epochs; conv CIFAR-10 Adam 1e-4 (Zhang (2018) gives no epoch count for CIFAR-10: 100 is our choice)
@@ -187,7 +187,7 @@ class VariationalMethod(Trainer):
         out.timings["eval_time_s"] = time.perf_counter() - start
 
     def _write_artifacts(self, model, bound, x_test, folder: Path, out: TrainedModel) -> None:
-        from bayesx.vae import plots
+        from bayesx.methods.vae import plots
 
         weights = folder / "weights.pt"
         torch.save({"model": model.state_dict(), "bound": bound.state_dict(), "arch": model.arch,

@@ -28,7 +28,7 @@ import torch
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit, Particles
 from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
-from bayesx.progress import interruptible, progress_bar
+from bayesx.methods.common.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Positive
 
 

@@ -46,7 +46,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from bayesx.distributions import LOG_2PI, GaussianQ
+from bayesx.methods.common.distributions import LOG_2PI, GaussianQ
 from bayesx.kernels import backend
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
@@ -54,7 +54,7 @@ from bayesx.methods.vi.frame import FrameChoice, fit_frame
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.nn.flows import FAMILIES, Flow, build_flow, check_dimension
 from bayesx.nn.flows.base import FixedAffine
-from bayesx.progress import interruptible, progress_bar
+from bayesx.methods.common.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, InvalidSetting, Positive
 
 Family = Literal[FAMILIES]  # the choices are the flow package's families, listed once there

@@ -57,9 +57,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bayesx.distributions import GaussianQ
+from bayesx.methods.common.distributions import GaussianQ
 from bayesx.kernels import backend
-from bayesx.optimize import climb, in_a_neck
+from bayesx.methods.common.optimize import climb, in_a_neck
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.curvature import SecantCurvature
 
@@ -68,7 +68,7 @@ SECANT_UP_TO = 2000
 memory and O(dim^3) work, so above this dimension the mean is not preconditioned (mean-field stays O(dim))."""
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
-from bayesx.progress import interruptible, progress_bar
+from bayesx.methods.common.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
 
 
@@ -125,10 +125,10 @@ class GaussianVI(Approximation):
 
     def _start(self, target, initial: Tensor) -> tuple[Tensor, int, str]:
         """The first mean, the gradients spent finding it and where it came from: the mean of the initial points,
-        or (``init: mode``) the L-BFGS mode searched from there (bayesx.optimize.find_mode) in rounds of
+        or (``init: mode``) the L-BFGS mode searched from there (bayesx.methods.common.optimize.find_mode) in rounds of
         ``mode_iter`` iterations until a round raises log p by less than RUNAWAY nats. A search can end in a
         funnel's neck, where log p is high but a q of any width is not: the mode is kept only where the first
-        q there, N(mode, init_sd^2 I), has the higher ELBO (bayesx.optimize.in_a_neck) than at the initial points'
+        q there, N(mode, init_sd^2 I), has the higher ELBO (bayesx.methods.common.optimize.in_a_neck) than at the initial points'
         mean; otherwise, or where the search is still rising after MODE_ROUNDS rounds, the fit starts there."""
         start = initial.mean(0, keepdim=True)
         if self.settings.init != "mode":

@@ -29,12 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bayesx.distributions import GaussianQ
+from bayesx.methods.common.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows
 from bayesx.nn.hamiltonian import leapfrog
-from bayesx.progress import interruptible, progress_bar
+from bayesx.methods.common.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, InvalidSetting, Positive
 
 

@@ -2,7 +2,7 @@
 Hessian of log p at the mode (Laplace 1774; MacKay 2003, ch. 27; Bishop 2006, sec. 4.4).
 
 The mode is found by L-BFGS from every starting point at once and the best is kept
-(bayesx.optimize.fit_laplace, the same code that starts MCMC with ``init=laplace``); the Hessian is
+(bayesx.methods.common.optimize.fit_laplace, the same code that starts MCMC with ``init=laplace``); the Hessian is
 the target's analytic one where it has one, else autograd's. The approximation family then weighs
 ``num_draws`` draws from q by p/q: ``log_evidence`` is the importance-sampled evidence with q as
 proposal and ``psis_khat`` says whether q covers the posterior. The Laplace evidence itself,
@@ -25,8 +25,8 @@ from bayesx import memory
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
-from bayesx.distributions import GaussianQ
-from bayesx.optimize import LaplaceFailed, fit_laplace, fixed_normal_draws
+from bayesx.methods.common.distributions import GaussianQ
+from bayesx.methods.common.optimize import LaplaceFailed, fit_laplace, fixed_normal_draws
 from bayesx.settings import AtLeast
 
 

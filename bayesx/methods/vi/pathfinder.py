@@ -1,5 +1,5 @@
 """Pathfinder as a method (``method=pathfinder``; Zhang, Carpenter, Gelman and Vehtari 2022): one path is
-bayesx.pathfinder (shared with MCMC's ``init=pathfinder``); this module runs several and pools them.
+bayesx.methods.common.pathfinder (shared with MCMC's ``init=pathfinder``); this module runs several and pools them.
 
 ``n_paths: 1`` (single-path Pathfinder, the paper's Algorithm 1) returns the best Gaussian of one L-BFGS
 path as q; the approximation family then weighs ``num_draws`` draws from it (importance-sampled
@@ -20,11 +20,11 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from bayesx.distributions import GaussianQ
+from bayesx.methods.common.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit, Particles
-from bayesx.pathfinder import PathFailed, PathSettings, single_path
-from bayesx.progress import progress_bar
+from bayesx.methods.common.pathfinder import PathFailed, PathSettings, single_path
+from bayesx.methods.common.progress import progress_bar
 from bayesx.settings import AtLeast, Positive
 
 PATH_DEFAULTS = PathSettings()
@@ -32,7 +32,7 @@ PATH_DEFAULTS = PathSettings()
 
 @dataclass(frozen=True)
 class PathfinderSettings(ApproximationSettings):
-    """Defaults and their sources: conf/method/pathfinder.yaml and bayesx.pathfinder.PathSettings."""
+    """Defaults and their sources: conf/method/pathfinder.yaml and bayesx.methods.common.pathfinder.PathSettings."""
 
     n_paths: Annotated[int, AtLeast(1)] = 4  # the paper's multi-path Pathfinder; Stan's num_paths
     history: Annotated[int, AtLeast(1)] = PATH_DEFAULTS.history

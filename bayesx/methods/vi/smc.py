@@ -30,7 +30,7 @@ from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit, Particles
 from bayesx.methods.vi.tempering import Tempered, TemperedSettings, log_ratio, start_path
-from bayesx.progress import interruptible, progress_bar
+from bayesx.methods.common.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Between
 
 

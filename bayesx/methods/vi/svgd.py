@@ -40,7 +40,7 @@ from bayesx.diagnostics.stein import stein_checks
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit, Particles
 from bayesx.methods.vi.frame import FrameChoice, fit_frame
-from bayesx.progress import interruptible, progress_bar
+from bayesx.methods.common.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Positive
 
 MOMENTUM, FUDGE = 0.9, 1e-6

@@ -7,7 +7,7 @@ bayesx.kernels), with the step size carried from one temperature to the next and
 target acceptance rate (the adaptation uses only the previous temperature's moves).
 
 The base (``base``): ``gaussian``, q0 = N(base_mean, base_scale^2 I) with the moves in the
-identity metric; or ``laplace``, q0 = N(mode, H^-1) from the Laplace approximation (bayesx.optimize)
+identity metric; or ``laplace``, q0 = N(mode, H^-1) from the Laplace approximation (bayesx.methods.common.optimize)
 with the moves in the metric H^-1. Any normalized q0 keeps E[w] = Z; a q0 near the posterior
 shortens the path (fewer temperatures for the same weight variance) and a metric matched to its
 scales lets the moves take steps of the posterior's size in every direction (Neal 2001, sec. 6).
@@ -26,8 +26,8 @@ from bayesx.errors import BayesxError
 from bayesx.kernels import backend, hmc, rwm
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.vi.family import ApproximationSettings
-from bayesx.distributions import GaussianQ
-from bayesx.optimize import LaplaceFailed, fit_laplace
+from bayesx.methods.common.distributions import GaussianQ
+from bayesx.methods.common.optimize import LaplaceFailed, fit_laplace
 from bayesx.settings import AtLeast, Positive
 from bayesx.targets.base import TargetBase
 

@@ -3,7 +3,7 @@
 A sweep (``bayesx run -m ...``) runs its jobs through a Hydra launcher: the basic one (one after
 another, in-process), ``joblib`` (parallel processes on this machine), ``submitit_local`` /
 ``submitit_slurm`` (one process per job, locally or on a Slurm cluster) or ``ray`` (tasks on a Ray
-cluster, local or remote); ``hydra/sweeper=optuna`` picks the values itself (bayesx.sweep returns
+cluster, local or remote); ``hydra/sweeper=optuna`` picks the values itself (bayesx.cli.sweep returns
 each job's objective). Each plugin is a separate package, in the project's optional extras.
 
 Parallel jobs on one machine must not each start one BLAS/OpenMP thread per core: unless
@@ -13,9 +13,10 @@ Parallel jobs on one machine must not each start one BLAS/OpenMP thread per core
 from __future__ import annotations
 
 import importlib.util
-import os
 
 from omegaconf import DictConfig, OmegaConf
+
+from bayesx.memory import usable_cores
 
 JOBLIB = ("hydra_plugins.hydra_joblib_launcher", "hydra-joblib-launcher", "parallel")
 SUBMITIT = ("hydra_plugins.hydra_submitit_launcher", "hydra-submitit-launcher", "parallel")
@@ -42,15 +43,6 @@ def missing_plugin(group: str, choice: str) -> str | None:
         return None
     return (f"{group}={choice} needs the Hydra plugin {package}, which is not installed; "
             f"pip install 'bayesx[{extra}]' (or pip install {package})")
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity mask: a Slurm step, taskset or a container's cpuset
-    gives fewer than the machine has), at least one."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def threads_per_job(launcher: DictConfig) -> int | None:

@@ -1,7 +1,7 @@
 """What made a run: as its tags, bayesx's version and git commit, the versions of Python, torch and
 NumPy, the thread counts, and whether the native kernels were allowed to run (each MCMC run's
 ``kernels`` tag says which implementation did run); as its dataset inputs, the splits of its data
-with digests of their content. The host and pid are the tracker's (bayesx.tracking.liveness_tags)."""
+with digests of their content. The host and pid are the tracker's (bayesx.store.tracking.liveness_tags)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bayesx.launchers import usable_cores
+from bayesx.memory import usable_cores
 from bayesx.native import build as native_build
-from bayesx.record import DataInput
+from bayesx.store.record import DataInput
 
 
 def git_commit() -> str:

@@ -3,8 +3,8 @@
 The parent is opened in ``on_multirun_start`` and its id passed to the jobs through the
 environment (so launchers that start new processes see it too). ``on_multirun_end`` closes it
 FAILED if any child failed or a job failed before it recorded a run (each job leaves its outcome
-in its output folder, bayesx.run_output), KILLED if one was interrupted, else FINISHED; the failed
-jobs are named in the parent's description (bayesx.tracking.failed_jobs_note), and the sweep's answer (a table
+in its output folder, bayesx.store.outputs), KILLED if one was interrupted, else FINISHED; the failed
+jobs are named in the parent's description (bayesx.store.tracking.failed_jobs_note), and the sweep's answer (a table
 of the runs' errors, costs and reliability, and where the comparison plot is) is printed. A sweep stopped by an
 error that escaped its jobs (the launcher's, or an internal one before a job recorded its run) is
 closed FAILED by :func:`close_open_parent`, so that no parent is left RUNNING.
@@ -17,7 +17,7 @@ import os
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from bayesx.run_output import REJECTED, sweep_objects
+from bayesx.store.outputs import REJECTED, sweep_objects
 
 PARENT_ENV = "BAYESX_PARENT_RUN_ID"
 outcome: dict[str, str] = {}
@@ -25,7 +25,7 @@ _open: dict[str, DictConfig] = {}  # the config of the sweep whose parent is ope
 
 
 def _tracker(config: DictConfig):
-    from bayesx.tracking import Tracker
+    from bayesx.store.tracking import Tracker
 
     return Tracker(str(config.tracking.uri), str(config.experiment_name), config.tracking.get("artifact_root"))
 
@@ -41,7 +41,7 @@ class SweepParentRun(Callback):
                                                                       "sweep": "parent",
                                                                       "sweep_dir": str(config.hydra.sweep.dir)})
         except BayesxError as exc:  # a store that cannot record the sweep: no job runs (Hydra would only warn
-            from bayesx.cli import fail  # of an Exception here and launch every job into the same error)
+            from bayesx.errors import fail  # of an Exception here and launch every job into the same error)
 
             fail(str(exc))
         os.environ[PARENT_ENV] = run_id
@@ -55,8 +55,10 @@ class SweepParentRun(Callback):
 
 
 def _end_parent(config: DictConfig, failed: bool) -> None:
-    """End the open parent with its jobs' outcomes (``failed``: the sweep failed whatever they say)."""
-    from bayesx.tracking import FailedJob
+    """End the open parent with its jobs' outcomes (``failed``: the sweep failed whatever they say), then record
+    the sweep's comparison on it."""
+    from bayesx.reports.sweep_summary import end_sweep
+    from bayesx.store.tracking import FailedJob
 
     run_id = os.environ.pop(PARENT_ENV, None)
     _open.pop("config", None)
@@ -68,16 +70,16 @@ def _end_parent(config: DictConfig, failed: bool) -> None:
                             or f"job {job.get('job')}", REJECTED, str(job.get("error") or "no error recorded"))
                   for job in jobs if job["status"] == REJECTED]
     tracker = _tracker(config)
-    outcome["status"] = tracker.end_parent(run_id, unrecorded, failed)
+    outcome["status"] = end_sweep(tracker, run_id, unrecorded, failed)
     print_answer(tracker.uri, run_id)
 
 
 def print_answer(uri: str, run_id: str) -> None:
-    """The sweep's answer on the terminal (bayesx.sweep_summary.sweep_answer; standard error under --json, whose
+    """The sweep's answer on the terminal (bayesx.reports.sweep_summary.sweep_answer; standard error under --json, whose
     standard output holds only the runs); a store that fails here is a warning, the sweep's runs are recorded."""
     import sys
 
-    from bayesx.sweep_summary import sweep_answer
+    from bayesx.reports.sweep_summary import sweep_answer
 
     try:
         text = sweep_answer(uri, run_id)

@@ -1,6 +1,6 @@
 """The GPU check: every method family and the main models, from the command line, on CUDA and on the CPU.
 
-``make check-gpu`` (``python -m bayesx.gpu_check``) runs each case of :data:`CASES` twice as a
+``make check-gpu`` (``python -m bayesx.cli.gpu_check``) runs each case of :data:`CASES` twice as a
 ``bayesx run`` subprocess, once with ``device=cuda`` (float32) and once with ``device=cpu``
 (float64), each logging to a temporary MLflow SQLite store, and asks whether the two runs describe
 the same posterior (or, for a trained VAE, the same model quality) within Monte Carlo error. It
@@ -70,7 +70,7 @@ class Case:
     rel_tolerance: float = 0.0
 
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # the runs start in their own store's folder
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # the runs start in their own store's folder
 LOGREG = ("model=logreg", "data=digits")  # 64 coefficients, 2 classes: seconds per run, converges quickly
 # The slowest first, so that cases running side by side (--jobs) finish together.
 CASES: tuple[Case, ...] = (
@@ -231,7 +231,7 @@ class CaseRun:
 
 
 def command_for(case: Case, device: str, seed: int, store: Path, threads: int | None) -> list[str]:
-    argv = [sys.executable, "-m", "bayesx.cli", "run", *case.overrides, f"device={device}", f"seed={seed}",
+    argv = [sys.executable, "-m", "bayesx.cli.commands", "run", *case.overrides, f"device={device}", f"seed={seed}",
             f"tracking.uri=sqlite:///{store / 'mlflow.db'}", f"run_name={case.name}-{device}-seed{seed}", *COMMON]
     if threads:
         argv.append(f"device.num_threads={threads}")
@@ -264,12 +264,10 @@ def run_cli(case: Case, device: str, seed: int, store: Path, timeout_s: float, t
 
 def load_run(record: CaseRun, uri: str, scratch: Path, run_name: str | None = None) -> CaseRun:
     """Fill the record from the store: the run (by its name), its metrics and its draws (draws.nc)."""
-    from mlflow.tracking import MlflowClient
+    from bayesx.store.tracking import experiment_runs, run_artifact
 
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(EXPERIMENT)
     name = run_name or f"{record.case}-{record.device}-seed{seed_of(record.command)}"
-    runs = client.search_runs([experiment.experiment_id], f"tags.mlflow.runName = '{name}'") if experiment else []
+    runs = experiment_runs(uri, EXPERIMENT, f"tags.mlflow.runName = '{name}'")
     if not runs:
         record.error = f"no run named {name} in the store"
         return record
@@ -279,9 +277,9 @@ def load_run(record: CaseRun, uri: str, scratch: Path, run_name: str | None = No
         return record
     record.run_id = run.info.run_id
     record.metrics = dict(run.data.metrics)
-    names = [a.path for a in client.list_artifacts(run.info.run_id)]
-    if "draws.nc" in names:
-        record.draws = read_draws(client.download_artifacts(run.info.run_id, "draws.nc", str(_mkdir(scratch))))
+    draws = run_artifact(uri, run.info.run_id, "draws.nc", _mkdir(scratch))
+    if draws is not None:
+        record.draws = read_draws(str(draws))
     return record
 
 
@@ -379,7 +377,7 @@ def report(results: list[PairResult], device: str, args, elapsed_s: float, skipp
     lines = [
         "# GPU check: each method family from the command line on CUDA and on the CPU",
         "",
-        f"Command: `{shlex.join(['python', '-m', 'bayesx.gpu_check', *args.argv])}`",
+        f"Command: `{shlex.join(['python', '-m', 'bayesx.cli.gpu_check', *args.argv])}`",
         f"Result: {n_pass} of {len(results)} cases agree across devices"
         + (f"; not run (time budget): {', '.join(skipped)}" if skipped else "") + f"; {elapsed_s / 60:.1f} min in all.",
         "",
@@ -389,7 +387,7 @@ def report(results: list[PairResult], device: str, args, elapsed_s: float, skipp
         f"logging to its own temporary SQLite MLflow store; the runs of a case ran {mode}"
         + (f", the CPU run with device.num_threads={args.threads[1]}, the other with {args.threads[0]}"
            if args.threads[0] else "") + ".",
-        "- Comparison (bayesx/gpu_check.py): posterior means and sds per coordinate within Monte Carlo error "
+        "- Comparison (bayesx/cli/gpu_check.py): posterior means and sds per coordinate within Monte Carlo error "
         f"(MCSE from ArviZ ESS; plus c x sd for fitted approximations), max |z| against the Bonferroni limit at "
         f"family-wise alpha {ALPHA}; evidences and ELBOs within their SEs (+ allowance); the VAE's test ELBO "
         "and NLL within a relative tolerance. Wall s: the whole subprocess (imports, CUDA start, data, "
@@ -429,7 +427,7 @@ def write_report(results: list[PairResult], args, elapsed_s: float, skipped: lis
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bayesx.gpu_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bayesx.cli.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda",
                         help="the device under test (cuda, cuda:1; cpu: a CPU-vs-CPU control)")
     parser.add_argument("--only", nargs="+", metavar="CASE",

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from bayesx.errors import BayesxError
 from bayesx.kernels import backend
-from bayesx.optimize import gaussian_start
+from bayesx.methods.common.optimize import gaussian_start
 
 LOG_2PI = math.log(2.0 * math.pi)
 CURVATURE_EPS = 2.2e-16  # the paper's curvature check s^T y > eps |y|^2
@@ -221,7 +221,7 @@ def estimate_elbo(target, mean: Tensor, chol: Tensor, n_draws: int, gen: torch.G
 def pathfinder_start(target, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
     """MCMC's ``init=pathfinder``: one path (default settings) from the first starting point where a path
     succeeds; the chains start at draws from its Gaussian and the metric at its covariance
-    (bayesx.optimize.gaussian_start)."""
+    (bayesx.methods.common.optimize.gaussian_start)."""
     for row, point in enumerate(start):
         try:
             path = single_path(target, point, gen)

@@ -1,13 +1,14 @@
 """A sweep's answer (which method, at what error, at what cost, and whether to trust it): at the end of the sweep on
 the terminal, and on its parent run as files the MLflow UI shows and a description.
 
-When a sweep ends (:meth:`bayesx.tracking.Tracker.end_parent`) its parent run gets, under ``comparison/``:
+When a sweep's parent run has ended (:func:`end_sweep`, from the sweep's Hydra callback in bayesx.cli.sweep; or
+again when a resumed job settles it, through the runner's :func:`parent_ended`) it gets, under ``comparison/``:
 
     report.md           the ``bayesx report`` table of the sweep's runs (their key metrics, rounded)
     table.csv           the same table, unrounded (MLflow shows it as a table)
     report.png          ``bayesx report``'s bars: one bar per run for each key metric
     error_vs_cost.png   accuracy against cost, one point per run, one colour per method, hollow where the run's own
-                        diagnostics say it is unreliable (bayesx.compare.check): the error against the reference
+                        diagnostics say it is unreliable (bayesx.reports.compare.check): the error against the reference
                         posterior (``posterior_mean_err``, or the posteriordb gold standard's ``ref_mean_err_max``)
                         against gradient evaluations and against wall time
     ess_per_s.png       samplers only: the smallest bulk ESS per second of sampling, one bar per run
@@ -28,10 +29,10 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from bayesx.compare import ERROR_METRICS as ERRORS
-from bayesx.compare import reliability, unreliable
-from bayesx.report import finite
-from bayesx.tracking import DESCRIPTION_TAG as NOTE_TAG  # MLflow's run description
+from bayesx.reports.compare import ERROR_METRICS as ERRORS
+from bayesx.reports.compare import reliability, unreliable
+from bayesx.reports.report import finite
+from bayesx.store.tracking import DESCRIPTION_TAG as NOTE_TAG  # MLflow's run description
 
 FOLDER = "comparison"
 PLOT = "error_vs_cost.png"
@@ -71,9 +72,9 @@ def unique_labels(labels: list[str], run_ids: list[str]) -> list[str]:
 def winners(table, labels: list[str], verdicts: list[str] | None = None) -> list[str]:
     """One sentence per criterion that two or more runs report: the best run and its value, and the runner-up's;
     a tie where several runs share the best value as printed (all of them: "all N runs tie"). ``verdicts`` (per run,
-    :func:`bayesx.compare.check`) mark an unreliable run among the best as such, and the best reliable run is named
+    :func:`bayesx.reports.compare.check`) mark an unreliable run among the best as such, and the best reliable run is named
     beside it."""
-    from bayesx.report import format_number
+    from bayesx.reports.markdown import format_number
 
     verdicts = verdicts or [""] * len(labels)
 
@@ -220,7 +221,7 @@ def ess_per_second(table, labels: list[str], methods: list[str], path: Path) -> 
 def answer_table(sweep, labels: list[str], verdicts: list[str]):
     """The sweep's answer, one row per run: what tells it apart (``run``: method and any other swept key), its error
     against the reference (the first of :data:`ERRORS` the runs report; no such column without one), wall time,
-    gradient evaluations, and ``reliable``: ``yes``, ``no: <why>`` (:func:`bayesx.compare.check`), or ``-`` where
+    gradient evaluations, and ``reliable``: ``yes``, ``no: <why>`` (:func:`bayesx.reports.compare.check`), or ``-`` where
     nothing judges it."""
     import pandas as pd
 
@@ -237,8 +238,8 @@ def answer_table(sweep, labels: list[str], verdicts: list[str]):
 def answer_text(table, width: int = TERMINAL_WIDTH) -> str:
     """The answer table aligned for a terminal in at most ``width`` characters (long labels and reasons cut, values
     to 4 significant digits, absent ones '-')."""
-    from bayesx.compare import _text
-    from bayesx.report import format_number
+    from bayesx.reports.compare import _text
+    from bayesx.reports.markdown import format_number
 
     shown = table.copy()
     for column in shown.columns:
@@ -284,7 +285,8 @@ def parent_metrics(answer) -> dict[str, float]:
 def describe(sweep, scores, labels: list[str], verdicts: list[str], status: str | None, files: str, plotted: bool) -> str:
     """The description's comparison part (markdown between :data:`BEGIN` and :data:`END`): the answer table, the
     plot (MLflow serves it at ``get-artifact``), the winners, the runs' warnings, the reference runs, the files."""
-    from bayesx.report import ID_CHARS, markdown_table, reference_lines
+    from bayesx.reports.markdown import markdown_table
+    from bayesx.reports.report import ID_CHARS, reference_lines
 
     answer = answer_table(sweep, labels, verdicts)
     more = len(answer) - DESCRIBED_RUNS
@@ -307,8 +309,8 @@ def log_sweep_comparison(client, uri: str, parent_run_id: str, status: str | Non
     """Log the sweep's comparison files on its parent run (module docstring) and return the description's text
     (markdown, between markers so a later call replaces it); "" when the sweep has no run to compare."""
     from bayesx.errors import BayesxError
-    from bayesx.report import run_labels, select_sweep, sweep_report
-    from bayesx.tracking import TrackedRun, retry_locked, search_runs
+    from bayesx.reports.report import run_labels, select_sweep, sweep_report
+    from bayesx.store.tracking import TrackedRun, retry_locked, search_runs
 
     parent = retry_locked(client.get_run, parent_run_id)
     experiment = retry_locked(client.get_experiment, parent.info.experiment_id).name
@@ -340,8 +342,8 @@ def sweep_answer(uri: str, parent_run_id: str) -> str:
     run by the error (reliable or not, as the description says it) and where the error-against-cost plot is; ""
     when the sweep recorded no run."""
     from bayesx.errors import BayesxError
-    from bayesx.report import ID_CHARS, run_labels, select_sweep, build_table, metric_columns
-    from bayesx.tracking import search_runs
+    from bayesx.reports.report import ID_CHARS, run_labels, select_sweep, build_table, metric_columns
+    from bayesx.store.tracking import search_runs
 
     try:
         sweep = select_sweep(search_runs(uri), uri, parent_run_id)
@@ -387,7 +389,7 @@ def plot_location(artifact_uri: str) -> str | None:
 
 def append_note(client, run_id: str, text: str) -> None:
     """Put ``text`` in the run's description (MLflow's note), replacing an earlier comparison there."""
-    from bayesx.tracking import set_description_part
+    from bayesx.store.tracking import set_description_part
 
     if text:
         set_description_part(client, run_id, BEGIN, text, END)
@@ -401,3 +403,16 @@ def record_sweep_comparison(client, uri: str, parent_run_id: str, status: str | 
     except Exception as exc:  # noqa: BLE001 - a courtesy, never the sweep's outcome
         print(f"bayesx: warning: the sweep's comparison was not recorded ({type(exc).__name__}: {exc})",
               file=sys.stderr)
+
+
+def end_sweep(tracker, parent_run_id: str, unrecorded=(), failed: bool = False) -> str:
+    """End a sweep's parent run (the store's :meth:`~bayesx.store.tracking.Tracker.end_parent`: its status from
+    its jobs') and then record its comparison on it; the parent's status."""
+    status = tracker.end_parent(parent_run_id, unrecorded, failed)
+    parent_ended(tracker, parent_run_id, status)
+    return status
+
+
+def parent_ended(tracker, parent_run_id: str, status: str) -> None:
+    """A sweep's parent has ended (its sweep, or a resumed job that settled it): its comparison, recorded again."""
+    record_sweep_comparison(tracker.client, tracker.uri, parent_run_id, status)

@@ -14,14 +14,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from bayesx.errors import BayesxError
-from bayesx.launchers import PLUGINS, missing_plugin
+from bayesx.cli.launchers import PLUGINS, missing_plugin
 
 GROUPS = ("model", "data", "method", "device", "tracking", "experiment")
 
 
 def conf_dir() -> Path:
     """The project's ``conf/`` folder (next to the package in a source checkout)."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the bayesx package
     for candidate in (here.parent / "conf", here / "conf"):
         if (candidate / "config.yaml").exists():
             return candidate

@@ -56,7 +56,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from bayesx.errors import BayesxError, RunInterrupted
-from bayesx.record import DataInput, RunRecord, RunStart
+from bayesx.store.record import DataInput, RunRecord, RunStart
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # "Creating initial MLflow database tables...", and a traceback logged with every SQLAlchemy error (a full disk's
@@ -106,7 +106,7 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     except (OSError, ValueError) as exc:
         raise BayesxError(f"cannot reach the MLflow tracking server at {uri} ({exc.strerror or exc}); "
                           "start it (mlflow server) or set tracking.uri / MLFLOW_TRACKING_URI") from None
-    from bayesx.server_auth import check_credentials
+    from bayesx.serve.auth import check_credentials
 
     check_credentials(uri)  # a wrong password is one line here, not a failure after the run
 
@@ -127,11 +127,11 @@ def check_scheme(uri: str) -> None:
                           f"{known}, in tracking.uri or MLFLOW_TRACKING_URI")
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 MLFLOW_TABLES = ("experiments", "runs", "metrics", "params", "tags", "alembic_version")  # any one: an MLflow store
 # (or one that another process is creating now)
 VALID_STORES = ("an SQLite file, e.g. sqlite:///mlflow.db (created if missing), or an MLflow server, "
                 "http://HOST:PORT")
+NOT_A_DATABASE = "file is not a database"  # SQLite's words for a file without its header
 
 
 def check_store(uri: str) -> None:
@@ -163,21 +163,18 @@ def check_store(uri: str) -> None:
 def not_a_store(path: Path) -> str | None:
     """What makes the existing file ``path`` no MLflow store (a phrase after 'which'), or None: it is not an SQLite
     database, or it is one with tables but none of MLflow's. An empty file is a new database; a database that cannot
-    be read now (locked, or in a folder this process cannot write) is left to MLflow."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(len(SQLITE_HEADER))
-    except OSError:
-        return None  # the writability checks name it
-    if not head:
-        return None
-    if head != SQLITE_HEADER:
-        return "is not an SQLite database"
+    be read now (locked, or in a folder this process cannot write) is left to MLflow.
+
+    The file is read through SQLite only, never opened directly: closing any descriptor of a database file drops
+    every POSIX lock this process holds on it (fcntl's semantics), so a plain ``open()`` here, while an earlier
+    run of the same process (a sweep's in-process job) still had the store open, let another process check-point
+    and remove the write-ahead log under it, and the next statement failed with "disk I/O error". SQLite's own
+    connections share one set of locks per file within a process and keep the descriptor until they are released."""
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5)) as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error:
-        return None
+    except sqlite3.DatabaseError as exc:
+        return "is not an SQLite database" if NOT_A_DATABASE in str(exc) else None
     if tables and not tables & set(MLFLOW_TABLES):
         return f"is an SQLite database of something else (tables {', '.join(sorted(tables)[:4])}), not an MLflow store"
     return None
@@ -322,6 +319,12 @@ def is_dataset_race(exc: BaseException) -> bool:
     return sqlite or postgres
 
 
+def load_sqlite_store() -> None:
+    """Load MLflow's SQLite store (0.5-1 s, else on its first use): the runner does at import, so that a run's
+    wall_time_s is its own work and not library loading."""
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+
 def retry_locked(call, *args, also=None, **kwargs):
     """``call(*args, **kwargs)``, retried with back-off while SQLite answers ``database is locked`` (or while the
     error satisfies ``also``)."""
@@ -373,7 +376,7 @@ class TrackedRun:
         retry_locked(self.client.log_text, self.run_id, text, name)
 
     def store(self, record: RunRecord) -> None:
-        """Store the run's record (bayesx.record): its metrics, the steps of its series not logged yet,
+        """Store the run's record (bayesx.store.record): its metrics, the steps of its series not logged yet,
         its tags with the summary's (the compared metrics, warnings, remarks, the error), its files;
         the folders it discards are removed. The run then ends with the record's status."""
         stepped = {name for name, points in record.series.items() if points}  # their last step is the final value
@@ -576,8 +579,12 @@ class Tracker:
     """One tracking store and experiment."""
 
     def __init__(self, uri: str, experiment_name: str, artifact_root: str | None = None,
-                 heartbeat_s: float = 30.0):
+                 heartbeat_s: float = 30.0, parent_ended: Callable[[Tracker, str, str], None] | None = None):
+        """``parent_ended(tracker, parent_run_id, status)`` is called after a resumed run settled its sweep's
+        parent (:meth:`settle_parent`): the runner passes the sweep's summary (bayesx.reports), which the store
+        does not import."""
         self.uri, self.heartbeat_s, self.experiment_name = uri, heartbeat_s, experiment_name
+        self.parent_ended = parent_ended
         check_store(uri)
         path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
@@ -857,16 +864,13 @@ class Tracker:
         statuses = {c.info.status for c in children}
         # a killed child explains a sweep that stopped on an error (Slurm's scancel: submitit's UncompletedJobError)
         status = "FAILED" if jobs else "KILLED" if "KILLED" in statuses else "FAILED" if failed else "FINISHED"
-        from bayesx.sweep_summary import record_sweep_comparison  # the sweep's table, plots and winners
-
-        record_sweep_comparison(self.client, self.uri, run_id, status)
         retry_locked(self.client.set_terminated, run_id, status)
         return status
 
     def settle_parent(self, child_id: str) -> None:
         """After a resumed run ends: the sweep it belongs to, if that sweep has ended, ends again with its
         children's statuses (:meth:`end_parent`), so a sweep whose killed job was resumed to the end
-        is FINISHED. A parent still RUNNING is its sweep's to close, and one with a child still RUNNING (another
+        is FINISHED, and is then handed to ``parent_ended`` (the sweep's comparison, made again). A parent still RUNNING is its sweep's to close, and one with a child still RUNNING (another
         resumed job) is left to that child. Runs inside the run's ``finally``: a store that fails here is a
         warning, never the run's outcome."""
         try:
@@ -876,7 +880,9 @@ class Tracker:
             children = retry_locked(self.client.search_runs, [self.experiment_id],
                                     f"tags.`{PARENT_TAG}` = '{parent_id}'")
             if all(c.info.status != "RUNNING" for c in children):
-                self.end_parent(parent_id)
+                status = self.end_parent(parent_id)
+                if self.parent_ended is not None:
+                    self.parent_ended(self, parent_id, status)
         except Exception as exc:  # noqa: BLE001 - the sweep's status is a courtesy; the run's own is recorded
             print(f"bayesx: warning: the sweep's parent run was not settled ({type(exc).__name__}: {exc})",
                   file=sys.stderr)
@@ -897,6 +903,32 @@ class Tracker:
                 "tags": {k: tags[k] for k in IDENTITY_TAGS if k in tags}, "error": tags.get(ERROR_TAG),
                 "artifact_uri": run.info.artifact_uri,
                 "tracking_uri": f"sqlite:///{path.resolve()}" if path is not None else self.uri}
+
+
+def experiment_runs(uri: str, experiment: str, filter_string: str = "") -> list:
+    """The runs of one experiment as MLflow ``Run`` objects (``run.info``, ``run.data.metrics``, ``.params``,
+    ``.tags``), newest first, every page; [] where the store has no such experiment. For scripts that read runs
+    without importing MLflow themselves (experiments/, the GPU check)."""
+    client = MlflowClient(tracking_uri=uri)
+    found = retry_locked(client.get_experiment_by_name, experiment)
+    if found is None:
+        return []
+    runs, token = [], None
+    while True:
+        page = retry_locked(client.search_runs, [found.experiment_id], filter_string, max_results=1000,
+                            order_by=["attributes.start_time DESC"], page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def run_artifact(uri: str, run_id: str, name: str, folder: str | Path) -> Path | None:
+    """The run's top-level artifact ``name`` downloaded into ``folder``; None where the run has none."""
+    client = MlflowClient(tracking_uri=uri)
+    if name not in {a.path for a in retry_locked(client.list_artifacts, run_id)}:
+        return None
+    return Path(retry_locked(client.download_artifacts, run_id, name, str(folder)))
 
 
 def search_runs(uri: str, experiment: str | None = None) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from bayesx.errors import BayesxError
 from bayesx.settings import AtLeast, InvalidSetting, Settings
 from bayesx.targets.base import Capabilities, ModelBase
-from bayesx.vae import nets
+from bayesx.methods.vae import nets
 
 LOG_2PI = math.log(2.0 * math.pi)
 PRECISIONS = {"float32": torch.float32, "float64": torch.float64}

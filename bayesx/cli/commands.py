@@ -2,7 +2,7 @@
 
 ``bayesx run`` hands its arguments to Hydra (overrides, ``-m`` for a multirun sweep,
 ``--cfg job`` to print the composed config, ``--help`` for Hydra's help) and takes one flag of its own,
-``--json`` (bayesx.run_output: the runs as JSON on standard output); the other commands are plain
+``--json`` (bayesx.store.outputs: the runs as JSON on standard output); the other commands are plain
 argparse. Every user error ends as ``bayesx: error: <one line>`` on standard error; the exit statuses
 (0 done, 1 a run failed, 2 bad input, 130 interrupted) are bayesx.errors'.
 """
@@ -19,7 +19,6 @@ import textwrap
 import time
 from pathlib import Path
 
-from bayesx import run_output
 from bayesx.errors import (
     EXIT_BAD_INPUT,
     EXIT_CODES_HELP,
@@ -30,7 +29,9 @@ from bayesx.errors import (
     InterruptKept,
     RecordedFailure,
     RunInterrupted,
+    fail,
 )
+from bayesx.store import outputs as run_output
 
 COMMANDS = {
     "run": "run one job, or a sweep with -m (Hydra overrides: method=nuts model=logreg seed=0,1,2); --json for scripts",
@@ -43,17 +44,12 @@ COMMANDS = {
 }
 
 
-def fail(message: str) -> None:
-    print(f"bayesx: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_BAD_INPUT)
-
-
 # --- bayesx run -----------------------------------------------------------------------------------
 def _task(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from bayesx import sweep
+    from bayesx.cli import sweep
     from bayesx.run_settings import run_settings
 
     hydra_cfg = HydraConfig.get()
@@ -63,7 +59,7 @@ def _task(cfg) -> float | None:
     if multirun and cfg.device.get("num_threads") is None:  # parallel jobs share the cores
         from omegaconf import open_dict
 
-        from bayesx.launchers import threads_per_job
+        from bayesx.cli.launchers import threads_per_job
 
         threads = threads_per_job(hydra_cfg.launcher)
         if threads:
@@ -96,7 +92,7 @@ def _task(cfg) -> float | None:
             sweep.abort_parent(cfg, "KILLED")
         raise SystemExit(EXIT_INTERRUPTED)
     except Exception as exc:  # a fault of bayesx before a run was recorded (one inside a run is a BayesxError)
-        from bayesx.tracking import DEBUG_ENV, FAULT_FILE, fault_line, traceback_text
+        from bayesx.store.tracking import DEBUG_ENV, FAULT_FILE, fault_line, traceback_text
 
         kept = Path(hydra_cfg.runtime.output_dir) / FAULT_FILE
         try:
@@ -175,8 +171,8 @@ RUN_HELP = f"""bayesx run [--json] [-m] [OVERRIDE ...]: one run, or a sweep with
 def cmd_run(args: list[str]) -> int:
     import hydra
 
-    from bayesx import sweep
-    from bayesx.config import check_overrides, conf_dir
+    from bayesx.cli import sweep
+    from bayesx.cli.config import check_overrides, conf_dir
 
     def is_override(a: str) -> bool:
         return not a.startswith("-") and ("=" in a or a.startswith("~"))
@@ -227,15 +223,15 @@ def _sweep_jobs(outcome: dict[str, str], emit: bool) -> list[dict]:
 
 # --- bayesx ui --------------------------------------------------------------------------------------
 def _tracking(overrides: list[str]):
-    from bayesx.config import compose
+    from bayesx.cli.config import compose
 
     return compose(overrides).tracking
 
 
 def cmd_ui(ns: argparse.Namespace) -> int:
-    from bayesx.config import compose
-    from bayesx.server import check_bindable
-    from bayesx.tracking import ui_command
+    from bayesx.cli.config import compose
+    from bayesx.serve.server import check_bindable
+    from bayesx.store.tracking import ui_command
 
     if not 1 <= ns.port <= 65535:
         raise BayesxError(f"--port must be between 1 and 65535, got {ns.port}")
@@ -250,21 +246,21 @@ def cmd_ui(ns: argparse.Namespace) -> int:
 
 
 def _ui_server_command(command: list[str], verbose: bool = False) -> list[str]:
-    from bayesx import ui
+    from bayesx.serve import ui
 
     return [*command, *ui.server_options(verbose)]
 
 
 def _ui_server_env() -> dict[str, str]:
-    from bayesx import ui
+    from bayesx.serve import ui
 
     return {**os.environ, **ui.SERVER_ENV}
 
 
 def _ui_when_ready(url: str, experiment: str | None, configured: str):
     """What `bayesx ui` does once the server runs: wait (with progress) until it answers, then print the
-    link to the experiment's run table (bayesx.ui); a server that exits first leaves its status to bayesx."""
-    from bayesx import ui
+    link to the experiment's run table (bayesx.serve.ui); a server that exits first leaves its status to bayesx."""
+    from bayesx.serve import ui
 
     def ready(proc: subprocess.Popen) -> None:
         if not ui.wait_until_answers(url, lambda: proc.poll() is None):
@@ -308,7 +304,8 @@ def _supervise(command: list[str], when_ready=None, env: dict[str, str] | None =
 # --- bayesx server ----------------------------------------------------------------------------------
 def cmd_server(ns: argparse.Namespace) -> int:
 
-    from bayesx import server, server_auth
+    from bayesx.serve import server
+    from bayesx.serve import auth as server_auth
 
     if ns.action == "user":
         return cmd_server_user_add(ns)
@@ -366,7 +363,7 @@ def cmd_server(ns: argparse.Namespace) -> int:
 
 def cmd_server_user_add(ns: argparse.Namespace) -> int:
     """``bayesx server user add NAME``: create a user of an authenticated server and grant it a permission."""
-    from bayesx import server_auth
+    from bayesx.serve import auth as server_auth
 
     admin = (server_auth.admin_username(), server_auth.admin_password(ns.admin_password_file))
     uri = ns.uri or os.environ.get("MLFLOW_TRACKING_URI") or "http://127.0.0.1:5000"
@@ -393,7 +390,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
 def clean_dead_runs(uri: str, runs, stale_after_s: float, dry_run: bool = False) -> int:
     """Among ``runs`` (the store's, as a DataFrame), find the RUNNING ones whose process is gone, say which
     and why, and (unless dry_run) end them KILLED, in the store and in ``runs``."""
-    from bayesx.tracking import dead_runs, mark_killed
+    from bayesx.store.tracking import dead_runs, mark_killed
 
     dead = dead_runs(runs, stale_after_s)
     verb = "would mark" if dry_run else "marked"
@@ -412,7 +409,7 @@ def cmd_runs(ns: argparse.Namespace) -> int:
     stale = ns.stale_after if ns.stale_after is not None else float(tracking.stale_after_s)
     if stale <= 0:
         raise BayesxError(f"--stale-after must be a positive number of seconds, got {stale:g}")
-    from bayesx.tracking import search_runs
+    from bayesx.store.tracking import search_runs
 
     if clean_dead_runs(uri, search_runs(uri, ns.experiment), stale, ns.dry_run) == 0:
         print(f"no dead runs in {uri}: every RUNNING run's process is alive or has beaten within {stale:g} s")
@@ -422,8 +419,8 @@ def cmd_runs(ns: argparse.Namespace) -> int:
 def cmd_compare(ns: argparse.Namespace) -> int:
     """The runs as a table on standard output: aligned for a terminal (the default, with its notes), or as
     json, csv or markdown (whole run ids in json and csv), the notes then on standard error."""
-    from bayesx.compare import ID_CHARS, check_note, compare_table, render
-    from bayesx.tracking import search_runs, store_writable
+    from bayesx.reports.compare import ID_CHARS, check_note, compare_table, render
+    from bayesx.store.tracking import search_runs, store_writable
 
     notes = sys.stdout if ns.format == "table" else sys.stderr  # stdout holds nothing but the table
     if ns.limit is not None and ns.limit < 1:
@@ -457,7 +454,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 # --- bayesx report --------------------------------------------------------------------------------
 def cmd_report(ns: argparse.Namespace) -> int:
 
-    from bayesx.report import report
+    from bayesx.reports.report import report
 
     uri = ns.uri or str(_tracking(ns.overrides).uri)
     out = Path(ns.out) if ns.out else None
@@ -489,7 +486,7 @@ def cmd_data(ns: argparse.Namespace) -> int:
 
 # --- entry point ------------------------------------------------------------------------------------
 def help_text() -> str:
-    from bayesx.config import all_group_choices, default_choices
+    from bayesx.cli.config import all_group_choices, default_choices
 
     lines = ["usage: bayesx <command> [options]", "", "commands:"]
     lines += [f"  {name:<9} {text}" for name, text in COMMANDS.items()]
@@ -531,7 +528,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
                                  "newest run, else experiment_name)")
         parser.add_argument("--verbose", action="store_true", help="show the server's access log (off by default)")
     if command == "compare":
-        from bayesx.compare import FORMATS
+        from bayesx.reports.compare import FORMATS
 
         parser.add_argument("--experiment", help="only runs of this MLflow experiment")
         parser.add_argument("--sort", metavar="METRIC", help="sort by this metric (descending)")

@@ -37,7 +37,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
-from bayesx.compare import ERROR_METRICS, KEY_METRICS
+from bayesx.reports.compare import ERROR_METRICS, KEY_METRICS
 from bayesx.errors import BayesxError
 
 WORKERS = 1
@@ -177,7 +177,7 @@ def column(kind: str, name: str) -> str:
 
 def sweep_view(parent_id: str | None, metrics: set[str]) -> dict:
     """The shared view the link opens (module docstring): the sweep's runs (every run where ``parent_id`` is None),
-    sorted by the first error metric they report, with the :data:`bayesx.compare.KEY_METRICS` they report as
+    sorted by the first error metric they report, with the :data:`bayesx.reports.compare.KEY_METRICS` they report as
     columns (all of them where they report none)."""
     shown = [m for m in KEY_METRICS if m in metrics] or list(KEY_METRICS)
     view: dict = {"selectedColumns": [column("metrics", m) for m in shown]}

@@ -17,10 +17,10 @@ tracking server and the cluster; the data stay for the next start.
 With ``--backend-uri postgresql://...`` (or any SQLAlchemy URI MLflow accepts) the database is the
 user's, and only the tracking server is started.
 
-With ``--auth`` the server is MLflow's basic-auth app (wrapped by :mod:`bayesx.server_app` so that a
+With ``--auth`` the server is MLflow's basic-auth app (wrapped by :mod:`bayesx.serve.app` so that a
 READ user only reads) and its users live in a second database of the
 same cluster, ``mlflow_auth`` (with ``--backend-uri``: the file ``<dir>/basic_auth.db``, or
-``--auth-db-uri``); see :mod:`bayesx.server_auth`. Without it the server listens on 127.0.0.1 only,
+``--auth-db-uri``); see :mod:`bayesx.serve.auth`. Without it the server listens on 127.0.0.1 only,
 unless ``--insecure`` says otherwise.
 """
 
@@ -191,7 +191,7 @@ class Cluster:
     def password(self) -> tuple[str, bool]:
         """The cluster's password from ``password_file`` (mode 600, refused if others may read it), or a new random
         one written there now: (password, whether it is new)."""
-        from bayesx.server_auth import read_secret_file
+        from bayesx.serve.auth import read_secret_file
 
         path = self.password_file
         if path.is_symlink():
@@ -291,9 +291,9 @@ def prepare_store(backend_uri: str) -> None:
 
 def server_command(backend_uri: str, artifacts: Path, host: str, port: int, auth: bool = False) -> list[str]:
     """``mlflow server`` on our database; with ``auth``, MLflow's basic-auth app as bayesx wraps it
-    (:mod:`bayesx.server_app`, configured through the environment, see :mod:`bayesx.server_auth`: no secret
+    (:mod:`bayesx.serve.app`, configured through the environment, see :mod:`bayesx.serve.auth`: no secret
     on this command line)."""
-    from bayesx.server_app import APP_NAME
+    from bayesx.serve.app import APP_NAME
 
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
             "--artifacts-destination", artifacts.resolve().as_uri(), "--host", host, "--port", str(port)] + (

@@ -3,7 +3,7 @@
 Each bound draws one sample per row of x and returns its log weight log w, with E[w] = p(x), so
 
     E[log w] <= log p(x)                    (the ELBO; its average is what training maximizes)
-    log (1/k) sum_j w_j -> log p(x)         (importance sampling with k samples; bayesx.vae.evaluate)
+    log (1/k) sum_j w_j -> log p(x)         (importance sampling with k samples; bayesx.methods.vae.evaluate)
 
 VAE (Kingma and Welling 2014), z ~ q(z | x):
 
@@ -28,13 +28,13 @@ planar: the network outputs each image's (u_k, w_k, b_k); iaf: it outputs a cont
 every IAF layer's MADE takes beside z (bayesx.nn.flows).
 
 DPP-VAE (Chen (2019) ch. 4) replaces the N(0, I) prior of the minibatch's latents by a k-DPP with k = N
-(bayesx.vae.dpp): the minibatch objective is sum_n [log p(x_n | z_n) - log q(z_n | x_n)] + log p(Z),
+(bayesx.methods.vae.dpp): the minibatch objective is sum_n [log p(x_n | z_n) - log q(z_n | x_n)] + log p(Z),
 shared out as log p(Z) / N per example. Single images have no DPP prior; their importance weights
 use N(0, I) (the decoder is sampled from N(0, I) too), so a DPP-VAE's test_nll is that of its
 decoder under the standard normal prior.
 
 RMHVI (Zhang (2018) alg. 4-5) replaces the leapfrog by the generalized leapfrog with the diagonal Monte
-Carlo Fisher metric G(z) (bayesx.vae.riemann) and draws the momentum v'_t ~ N(0, G(z_{t-1})); the
+Carlo Fisher metric G(z) (bayesx.methods.vae.riemann) and draws the momentum v'_t ~ N(0, G(z_{t-1})); the
 reverse model r_t stays learned. The same bound holds (the map is symplectic).
 """
 
@@ -49,9 +49,9 @@ from bayesx.errors import BayesxError
 from bayesx.nn import hamiltonian
 from bayesx.nn.flows.autoregressive import IAF
 from bayesx.nn.flows.planar import planar
-from bayesx.vae.model import VAEModel, gaussian_log_density
-from bayesx.vae.nets import Auxiliary
-from bayesx.vae.riemann import fisher_metric, generalized_leapfrog
+from bayesx.methods.vae.model import VAEModel, gaussian_log_density
+from bayesx.methods.vae.nets import Auxiliary
+from bayesx.methods.vae.riemann import fisher_metric, generalized_leapfrog
 
 STEP_MIN, STEP_MAX = 0.001, 0.5
 

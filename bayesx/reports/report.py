@@ -2,7 +2,7 @@
 plot), with the published numbers beside ours.
 
 A reproduction is a sweep (``bayesx run experiment=<name>``: a Hydra multirun whose jobs are child runs
-of one parent run, see :mod:`bayesx.sweep`). The report reads nothing but the store: for each child
+of one parent run, see :mod:`bayesx.cli.sweep`). The report reads nothing but the store: for each child
 run its method, model, data and seed (tags), the config values that identify its row (params), and
 the key metrics its family names in its ``compare_metrics`` tag. The paper's numbers come from a
 small data file, ``results/published/<name>.yaml`` (see :class:`Published`), never from code.
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bayesx.errors import BayesxError
+from bayesx.reports.markdown import format_number, markdown_table
 
 RUN_COLUMNS = ("method", "model", "data", "seed")  # always shown, from the run's tags
 ID_CHARS = 8  # run ids are shown (and may be given) by their first 8 characters, as `bayesx compare` does
@@ -136,7 +137,7 @@ def load_published(path: Path) -> Published:
 
 def published_dir() -> Path:
     """``results/published`` of the source checkout (beside ``conf/``)."""
-    from bayesx.config import conf_dir
+    from bayesx.cli.config import conf_dir
 
     return conf_dir().parent / "results" / "published"
 
@@ -150,7 +151,7 @@ def preset_name(overrides: str) -> str | None:
 def preset_swept_keys(name: str | None) -> list[str]:
     """The config keys the preset ``name`` sweeps itself (its ``hydra.sweeper.params``, rows aside): they say
     what each run is even when the command line names none of them (``experiment=posteriordb`` sweeps model.name)."""
-    from bayesx.config import conf_dir
+    from bayesx.cli.config import conf_dir
 
     path = conf_dir() / "experiment" / f"{name}.yaml" if name else None
     if path is None or not path.is_file():
@@ -164,12 +165,12 @@ def preset_swept_keys(name: str | None) -> list[str]:
 # --- reading the sweep from the store -------------------------------------------------------------
 @dataclass
 class Sweep:
-    """A parent run and its child runs (a DataFrame of :func:`bayesx.tracking.search_runs`, oldest first)."""
+    """A parent run and its child runs (a DataFrame of :func:`bayesx.store.tracking.search_runs`, oldest first)."""
 
     parent: dict[str, object]
     runs: object  # pandas.DataFrame
     uri: str
-    references: object = None  # the reference posteriors' runs made in the sweep (bayesx.reference), not rows
+    references: object = None  # the reference posteriors' runs made in the sweep (bayesx.store.reference), not rows
 
     @property
     def parent_id(self) -> str:
@@ -183,7 +184,7 @@ class Sweep:
 def select_sweep(df, uri: str, parent: str | None = None, experiment: str | None = None) -> Sweep:
     """The sweep ``parent`` (a run id or a prefix of at least 8 characters), or the newest sweep of
     ``df``. One-line errors for an empty store, an unknown id and a sweep without runs."""
-    from bayesx.tracking import PARENT_TAG
+    from bayesx.store.tracking import PARENT_TAG
 
     where = f"experiment '{experiment}' of {uri}" if experiment else uri
     if df.empty:
@@ -233,7 +234,7 @@ def config_value(run, key: str) -> str | None:
 
 # --- the table --------------------------------------------------------------------------------------
 def metric_columns(sweep: Sweep, published: Published | None) -> list[str]:
-    from bayesx.compare import compare_columns
+    from bayesx.reports.compare import compare_columns
 
     if published and published.metrics:
         return [m for m in published.metrics if f"metrics.{m}" in sweep.runs]
@@ -343,26 +344,6 @@ def seed_means(table, metrics: list[str]):
 
 
 # --- writing ----------------------------------------------------------------------------------------
-def format_number(value) -> str:
-    """Four significant digits, integers as integers, absent as '-'."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, str):
-        return value
-    value = float(value)
-    if value.is_integer() and abs(value) < 1e7:
-        return str(int(value))
-    return f"{value:.4g}"
-
-
-def markdown_table(table) -> str:
-    header = "| " + " | ".join(map(str, table.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(format_number(v) if v is not None else "-" for v in row) + " |"
-            for row in table.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
-
-
 def machine_line(sweep: Sweep) -> str:
     """Where the runs ran, from their provenance tags (the first run's; others that differ are named)."""
     def tag(name: str) -> str:
@@ -451,7 +432,7 @@ def plot(table, metrics: list[str], path: Path) -> bool:
 def report(uri: str, experiment: str | None = None, parent: str | None = None, published_path: Path | None = None,
            out: Path | None = None, with_plot: bool = True, note: str | None = None) -> str:
     """The markdown report of one sweep (written to ``out`` with its plot beside it, if given)."""
-    from bayesx.tracking import search_runs
+    from bayesx.store.tracking import search_runs
 
     sweep = select_sweep(search_runs(uri, experiment), uri, parent, experiment)
     return sweep_report(sweep, published_path, out, with_plot, note)[0]

@@ -5,7 +5,7 @@ per-experiment grants READ < EDIT < MANAGE (``experiment`` ``*`` is a grant on e
 An authenticated user without a grant gets the server's default permission, READ here: the team
 sees every run, and writes only where it has been granted EDIT. Creating an experiment (which
 MLflow then lets its creator MANAGE) needs EDIT on every experiment, or admin: bayesx's app
-(:mod:`bayesx.server_app`) adds that rule to MLflow's, so a READ user records nothing. A request
+(:mod:`bayesx.serve.app`) adds that rule to MLflow's, so a READ user records nothing. A request
 without valid credentials is answered 401 and changes nothing.
 
 Where the secrets live:
@@ -104,14 +104,16 @@ def require_auth_app() -> None:
     import importlib.util
     from importlib.metadata import entry_points
 
-    from bayesx.server_app import APP_NAME
+    from bayesx.serve.app import APP_NAME
 
     if importlib.util.find_spec("flask_wtf") is None:
         raise BayesxError("MLflow's basic-auth app needs Flask-WTF, which is not installed: "
                           "pip install 'bayesx[server]' (or pip install Flask-WTF)")
-    if not any(point.name == APP_NAME for point in entry_points(group="mlflow.app")):
-        raise BayesxError(f"MLflow does not know bayesx's app '{APP_NAME}' (an install of bayesx older than it): "
-                          "install bayesx again, e.g. pip install -e . in its folder (make install does it)")
+    points = [point for point in entry_points(group="mlflow.app") if point.name == APP_NAME]
+    if not any(importlib.util.find_spec(point.module) is not None for point in points):
+        raise BayesxError(f"MLflow does not know bayesx's app '{APP_NAME}' (an install of bayesx older than it, or "
+                          "made before its modules moved): install bayesx again, e.g. pip install -e . in its folder "
+                          "(make install does it)")
 
 
 def admin_password(file: str | None) -> str:
@@ -324,7 +326,7 @@ def add_user(url: str, name: str, permission: str, experiment: str | None, admin
 
 
 def permission_meaning(permission: str, experiment: str | None) -> str:
-    """What a grant lets its user do on a ``bayesx server --auth`` (MLflow's rules plus :mod:`bayesx.server_app`'s)."""
+    """What a grant lets its user do on a ``bayesx server --auth`` (MLflow's rules plus :mod:`bayesx.serve.app`'s)."""
     where = f"experiment '{experiment}'" if experiment else "any experiment"
     if permission == "read":
         return ("reads: sees every experiment, run, metric and artifact (bayesx compare, report, ui) and records "

@@ -24,7 +24,7 @@ class Summary:
     warnings   plain-language problems the run survived (R-hat, divergences, k-hat, ...)
     remarks    sentences about the evaluation (why a metric is absent) and the reference posterior
     description  the run's note for a person browsing the store: its key metrics rounded, what its
-               errors were measured against, its warnings in full (markdown; bayesx.run_note)
+               errors were measured against, its warnings in full (markdown; bayesx.store.run_note)
     posterior  the per-parameter posterior summary as printed (its first parameters; posterior_summary.csv: all)
     """
 
@@ -50,7 +50,7 @@ class DataInput:
 
     name      the data choice (digits, mnist01, csv, ...)
     context   what the run did with it: ``training`` or ``test``
-    digest    a digest of the split's content (bayesx.provenance.content_digest): equal digests, equal data
+    digest    a digest of the split's content (bayesx.store.provenance.content_digest): equal digests, equal data
     origin    where the data came from (a file, a download, scikit-learn, a generator)
     features, targets  the split's arrays (the store records their shapes and types, not the values)
     """

@@ -38,9 +38,9 @@ import yaml
 
 from bayesx.diagnostics import convergence
 from bayesx.errors import RecordedFailure, RunInterrupted
-from bayesx.record import Artifact, RunRecord, RunStart, Summary
+from bayesx.store.record import Artifact, RunRecord, RunStart, Summary
 from bayesx.run_settings import ReferenceSettings
-from bayesx.tracking import ERROR_TAG
+from bayesx.store.tracking import ERROR_TAG
 
 ROLE_TAG, KEY_TAG, USED_TAG = "role", "reference_key", "reference_run_id"
 FOLDER, FILE = "reference", "moments.npz"
@@ -88,7 +88,7 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
              parent_run_id: str | None, progress: bool | None, datasets: tuple = ()) -> Reference:
     from bayesx.methods.base import RunInputs
     from bayesx.methods.mcmc.nuts import NUTS  # the reference is a product run like any other
-    from bayesx.run_note import describe_run
+    from bayesx.store.run_note import describe_run
 
     start = time.perf_counter()
     model, data = names.get("model", "model"), names.get("data", "none")

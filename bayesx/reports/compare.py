@@ -18,7 +18,7 @@ from bayesx.errors import BayesxError
 
 def compare_columns(df) -> list[str]:
     """The union, in first-seen order, of the key metrics the runs name in their compare_metrics tag."""
-    from bayesx.tracking import COMPARE_TAG
+    from bayesx.store.tracking import COMPARE_TAG
 
     columns: list[str] = []
     for names in df.get(f"tags.{COMPARE_TAG}", []):
@@ -77,7 +77,7 @@ def approximation_reasons(row) -> list[str] | None:
 
 def warning_reasons(row) -> list[str]:
     """The run's own health warnings (its ``health_warnings`` tag), each cut to its first words."""
-    from bayesx.tracking import WARNINGS_TAG
+    from bayesx.store.tracking import WARNINGS_TAG
 
     text = row.get(f"tags.{WARNINGS_TAG}")
     if not isinstance(text, str) or not text.strip():
@@ -100,7 +100,7 @@ def check(row) -> str:
 
 
 def reliability(df) -> list[str]:
-    """Per run (row of ``df``, as :func:`bayesx.tracking.search_runs` gives them): :func:`check`."""
+    """Per run (row of ``df``, as :func:`bayesx.store.tracking.search_runs` gives them): :func:`check`."""
     return [check(row) for _, row in df.iterrows()]
 
 
@@ -129,7 +129,7 @@ def compare_table(df, sort: str | None, ascending: bool, id_chars: int | None = 
     if df.empty:
         return pd.DataFrame(columns=[*IDENTITY_COLUMNS, "check"])
     method = df.get("tags.method")
-    if "tags.role" in df and method is not None:  # a reference posterior's run (bayesx.reference) says so
+    if "tags.role" in df and method is not None:  # a reference posterior's run (bayesx.store.reference) says so
         method = method.where(df["tags.role"] != "reference", "nuts (reference)")
     table = pd.DataFrame({
         "run_id": df["run_id"].str[:id_chars],
@@ -214,7 +214,7 @@ def render(table, fmt: str, wide: bool = False, sort: str | None = None) -> str:
     if fmt == "csv":
         return table.to_csv(index=False).rstrip("\n")
     if fmt == "markdown":
-        from bayesx.report import markdown_table
+        from bayesx.reports.markdown import markdown_table
 
         return markdown_table(table)
     if wide:

@@ -1,0 +1,1 @@
+"""Reading runs back: ``bayesx report``'s tables, ``bayesx compare``, a sweep's summary."""
