@@ -21,8 +21,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch loads where a size is computed: usable_cores serves the CLI before torch is needed
+    import torch
 
 from bayesx.errors import BayesxError
 
@@ -64,6 +66,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def itemsize(dtype: torch.dtype) -> int:
+    import torch
+
     return torch.empty((), dtype=dtype).element_size()
 
 
@@ -132,6 +136,8 @@ def device_available(device: torch.device) -> float | None:
     """Free memory of a CUDA device (None on the CPU)."""
     if device.type != "cuda":
         return None
+    import torch
+
     free, _total = torch.cuda.mem_get_info(device)
     return float(free)
 

@@ -1,6 +1,6 @@
 """The default NUTS metric, chosen by measurement: NUTS with mass=diag, dense and lowrank on the posteriordb suite,
 read back from the store as one row per posterior (gradients per bulk ESS, R-hat, reference error) and the
-summary that states the rule (``bayesx.methods.mcmc.sampler.DENSE_UP_TO``).
+summary that states the rule (``DENSE_UP_TO`` in bayesx/methods/mcmc/sampler.py).
 
     bayesx run -m model=posteriordb model.name=<names> method=nuts method.mass=diag,dense,lowrank \
         experiment_name=metric_choice tracking.uri=sqlite:///metric.db progress=false plots.n_coords=0
@@ -58,7 +58,7 @@ def markdown(table: dict[str, dict[str, dict]], command: str) -> str:
         lines.append(f"| {m} | {math.exp(statistics.mean(map(math.log, r))):.2f} | {statistics.median(r):.2f} | "
                      f"{max(r):.1f} | {sum(x <= 1.5 for x in r)} of {len(r)} | "
                      f"{sum(row[m]['rhat'] <= 1.01 for row in complete.values())} of {len(r)} |")
-    lines += ["", "**Rule** (`mass=auto`, `bayesx.methods.mcmc.sampler.DENSE_UP_TO`): dense up to 100 coordinates, "
+    lines += ["", "**Rule** (`mass=auto`, `DENSE_UP_TO` in bayesx/methods/mcmc/sampler.py): dense up to 100 coordinates, "
               "diag_grad above. Dense is the best or within 1.5x of the best form on most posteriors and never worse "
               "than about 5x; lowrank (the Fisher-divergence fit of draws and gradients, nutpie's form) wins where a "
               "few directions dominate (sblri/sblrc_blr, eight_schools_centered) but loses up to 5x on four of the "

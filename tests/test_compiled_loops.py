@@ -15,7 +15,16 @@ from loops_handwritten import SOURCE, hmm_log_prob
 from bayesx.native import codegen, compiled, loops
 from bayesx.native.build import _compiler, build
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def float64_by_default():
+    """These densities are written in float64; the default dtype is restored for the rest of the suite (set at
+    import, it made other modules' float32 tensors float64)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def _data(steps: int) -> torch.Tensor:

@@ -234,9 +234,16 @@ def test_gradient_metrics_need_a_gradient_sampler_and_a_rank_that_fits():
     target = Gaussian(dim=3, kind="isotropic")
     with pytest.raises(InvalidSetting, match="mass"):
         RWM(mass="diag_grad").check(target, 4)
-    with pytest.raises(InvalidSetting, match="mass_rank"):
-        NUTS(mass="lowrank", mass_rank=5).check(target, 4)
-    NUTS(mass="lowrank", mass_rank=3).check(target, 4)
+    NUTS(mass="lowrank", mass_rank=5).check(target, 4)  # at most dim directions: the default 10 on a 3-d posterior
+    from bayesx.adaptation.window import low_rank_inverse_mass
+
+    g = torch.Generator().manual_seed(0)
+    draws = torch.randn(4, 200, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 3.0, 0.2],
+                                                                                     dtype=torch.float64)
+    inv_mass = low_rank_inverse_mass(draws, -draws / torch.tensor([1.0, 9.0, 0.04], dtype=torch.float64), rank=10)
+    assert inv_mass.shape == (3, 3) and int(torch.linalg.cholesky_ex(inv_mass)[1]) == 0
+    torch.testing.assert_close(inv_mass.diagonal(), torch.tensor([1.0, 9.0, 0.04], dtype=torch.float64), rtol=0.2,
+                               atol=0)
 
 
 def test_hmc_with_wrong_acceptance_is_caught():
