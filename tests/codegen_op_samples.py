@@ -257,7 +257,8 @@ def disagreement(case: Case, density: compiled.CompiledDensity) -> str:
     problems = []
     if not _close(lp[0], expected, tol):
         problems.append(f"value {float(lp[0])!r} against {float(expected)!r}")
-    if not _close(grad[0], expected_grad, tol * (1 + float(expected_grad.abs().max() if expected_grad.numel() else 0))):
+    finite = expected_grad[torch.isfinite(expected_grad)]  # a NaN or infinite entry must not make the scale NaN
+    if not _close(grad[0], expected_grad, tol * (1 + float(finite.abs().max() if finite.numel() else 0))):
         off = int(((grad[0] - expected_grad).abs()).nan_to_num(float("inf")).argmax())
         problems.append(f"gradient[{off}] {float(grad[0, off])!r} against {float(expected_grad[off])!r}")
     return "; ".join(problems)

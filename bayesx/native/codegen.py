@@ -970,7 +970,7 @@ def _polygamma(w: _Writer, out, n, x):
 
 
 def _flip(w: _Writer, out, x, dims):
-    flipped = set(_dims(dims, x.dim()))
+    flipped = set(_dims(dims, x.dim())) if len(dims) else set()  # flip(x, ()) is x (a reduction's () means all)
     buffer = w._buffer(out)
     shape = tuple(x.shape)
     w.loops(shape, lambda index: f"{buffer.name}[{w.flat(shape, index)}] = " + w.read(
