@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_posteriordb import bayesx_run, fmt, peer_row, rate  # noqa: E402
+from bench_posteriordb import bayesx_run, fmt, numpyro_nuts, rate  # noqa: E402
 
 
 def hmm_drive_scan(jnp, lax, sigmoid, positive: bool, emission):
@@ -58,8 +58,6 @@ def numpyro_scan_run(name: str, warmup: int, draws: int, chains: int) -> dict:
     import jax.numpy as jnp
     from jax import lax
     from jax.nn import sigmoid
-    from numpyro.infer import MCMC, NUTS
-
     from bayesx.targets.posteriordb import load
     from bayesx.targets.posteriordb.xp_models import _normal
 
@@ -75,15 +73,7 @@ def numpyro_scan_run(name: str, warmup: int, draws: int, chains: int) -> dict:
     q = np.random.default_rng(1).normal(size=post.dim)
     expected = post.log_density(np, q, {k: np.asarray(v) for k, v in post.data.items()})
     assert abs(float(density(jnp.asarray(q), data)) - float(expected)) < 1e-8, "the scan form is another density"
-    mcmc = MCMC(NUTS(potential_fn=lambda x: -density(x, data)), num_warmup=warmup, num_samples=draws,
-                num_chains=chains, chain_method="sequential", progress_bar=False)
-    init = np.random.default_rng(0).uniform(-2, 2, (chains, post.dim))
-    start = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(0), init_params=init, extra_fields=("num_steps",))
-    wall = time.perf_counter() - start
-    samples = np.asarray(mcmc.get_samples(group_by_chain=True), np.float64)
-    steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
-    return peer_row(name, "numpyro (lax.scan)", samples, wall, float(steps.sum()) * (warmup + draws) / draws, None)
+    return numpyro_nuts(name, "numpyro (lax.scan)", lambda x: -density(x, data), warmup, draws, chains)
 
 
 def main(argv: list[str] | None = None) -> int:

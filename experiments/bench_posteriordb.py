@@ -175,23 +175,30 @@ def peer_row(name: str, label: str, samples: np.ndarray, wall: float, grads: flo
 
 def numpyro_run(name: str, warmup: int, draws: int, chains: int) -> dict:
     import jax
+
+    jax.config.update("jax_enable_x64", True)
+    log_density = jax_log_density(name)
+    return numpyro_nuts(name, "numpyro", lambda q: -log_density(q), warmup, draws, chains)
+
+
+def numpyro_nuts(name: str, label: str, potential, warmup: int, draws: int, chains: int) -> dict:
+    """NumPyro NUTS at its defaults on ``potential`` (-log p), chains one after the other, started uniformly in
+    (-2, 2) as Stan; its row with the wall time of ``mcmc.run`` (JIT included)."""
+    import jax
     from numpyro.infer import MCMC, NUTS
 
     from bayesx.targets.posteriordb import load
 
-    jax.config.update("jax_enable_x64", True)
-    post = load(name)
-    log_density = jax_log_density(name)
-    mcmc = MCMC(NUTS(potential_fn=lambda q: -log_density(q)), num_warmup=warmup, num_samples=draws,
+    mcmc = MCMC(NUTS(potential_fn=potential), num_warmup=warmup, num_samples=draws,
                 num_chains=chains, chain_method="sequential", progress_bar=False)
-    init = np.random.default_rng(0).uniform(-2, 2, (chains, post.dim))
+    init = np.random.default_rng(0).uniform(-2, 2, (chains, load(name).dim))
     start = time.perf_counter()
     mcmc.run(jax.random.PRNGKey(0), init_params=init, extra_fields=("num_steps",))
     wall = time.perf_counter() - start
     samples = np.asarray(mcmc.get_samples(group_by_chain=True), np.float64)
     steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
     # NumPyro counts the gradients of sampling only; its warm-up took about as many per transition
-    return peer_row(name, "numpyro", samples, wall, float(steps.sum()) * (warmup + draws) / draws, None)
+    return peer_row(name, label, samples, wall, float(steps.sum()) * (warmup + draws) / draws, None)
 
 
 def nutpie_run(name: str, chains: int) -> dict:
