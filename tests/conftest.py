@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from cli_helpers import empty_store
 
@@ -34,3 +35,13 @@ def bad_env(bad_store, monkeypatch):
 # Sampler runs in the tests stay on the PyTorch path unless a test asks for compiled densities (a compile
 # costs 10-40 s; tests/test_compiled.py sets BAYESX_COMPILE itself): ``auto`` would compile every default run.
 os.environ.setdefault("BAYESX_COMPILE", "never")
+
+
+@pytest.fixture
+def float64_by_default():
+    """torch's default dtype float64 for one test, restored after it (the default is global: set at a module's
+    import, it would turn every later module's float32 tensors float64)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)

@@ -30,13 +30,7 @@ from bayesx.targets.gaussian import Gaussian
 from bayesx.targets.logreg import LogisticRegression
 
 
-@pytest.fixture(autouse=True)
-def float64_default():
-    """These tests build tensors in float64 by default; restore the default afterwards (it is global)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64_by_default")  # tests/conftest.py
 
 
 def gen(seed=0):

@@ -17,14 +17,7 @@ from bayesx.native.build import _compiler, build
 
 
 
-@pytest.fixture(autouse=True)
-def float64_by_default():
-    """These densities are written in float64; the default dtype is restored for the rest of the suite (set at
-    import, it made other modules' float32 tensors float64)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64_by_default")  # tests/conftest.py
 
 
 def _data(steps: int) -> torch.Tensor:
