@@ -136,3 +136,20 @@ def test_targets_not_above_target_accept_are_skipped():
     gp = Gaussian(dim=3)
     out = run(NUTS(num_warmup=100, num_draws=50, init="prior", target_accept=0.99, raise_target_accept=(0.95, 0.99)), gp)
     assert out.metrics["target_accept_final"] == 0.99 and out.draws.shape[1] == 50
+
+
+def test_a_draw_kept_only_in_part_by_an_interrupted_add_is_dropped():
+    """A Ctrl-C between KeptDraws.add's appends left the positions a draw longer than the divergences; ArviZ then
+    aligned them with NaN and the trace plot failed (CI, stop 54). The draws and statistics come out equally long."""
+    from collections import namedtuple
+
+    Info = namedtuple("Info", "accept divergent")
+    kept = KeptDraws(1)
+    for _ in range(3):
+        kept.add(torch.zeros(2, 4), Info(torch.ones(2), torch.zeros(2, dtype=torch.bool)))
+    kept.positions.append(torch.zeros(2, 4))  # what an add stopped after its first append leaves
+    kept.stats["accept"].append(np.ones(2))
+    assert len(kept.positions) == 4 and len(kept.stats["divergent"]) == 3  # the control: the lists disagree
+    assert kept.draws().shape == (2, 3, 4)
+    assert {k: v.shape for k, v in kept.sample_stats().items()} == {"accept": (2, 3), "divergent": (2, 3)}
+    assert len(kept) == 3 and kept.convergence().draws == 3

@@ -35,10 +35,21 @@ class KeptDraws:
         return iteration % self.thin == 0
 
     def add(self, position: torch.Tensor, info) -> None:
-        self.positions.append(position.detach().to("cpu"))
-        for name, value in info._asdict().items():
-            if name != "faults":  # where the density failed: bayesx.methods.mcmc.health's, not a per-draw statistic
-                self.stats.setdefault(name, []).append(value.detach().to("cpu").numpy())
+        """Keep one draw. A Ctrl-C can land between the appends (a KeyboardInterrupt comes between any two
+        bytecodes), so everything is converted first and :meth:`_trim` drops a draw kept only in part."""
+        kept = position.detach().to("cpu")
+        stats = {name: value.detach().to("cpu").numpy() for name, value in info._asdict().items()
+                 if name != "faults"}  # where the density failed: bayesx.methods.mcmc.health's, not a statistic
+        self.positions.append(kept)
+        for name, value in stats.items():
+            self.stats.setdefault(name, []).append(value)
+
+    def _trim(self) -> None:
+        """Cut the positions and every statistic to the draws kept whole (an interrupted :meth:`add` can leave
+        one list a draw longer than the others)."""
+        n = min([len(self.positions), *(len(v) for v in self.stats.values())])
+        self.positions = self.positions[:n]
+        self.stats = {name: values[:n] for name, values in self.stats.items()}
 
     def drop(self) -> None:
         """Forget every draw (a divergence probe whose draws are not used)."""
@@ -50,6 +61,7 @@ class KeptDraws:
 
     def convergence(self) -> Convergence:
         """The worst coordinate's split R-hat (with two chains or more) and bulk ESS (ArviZ), for the run's length."""
+        self._trim()
         draws = torch.stack(self.positions, dim=1).numpy()
         rhat = None
         if draws.shape[0] >= 2:
@@ -59,10 +71,12 @@ class KeptDraws:
 
     def draws(self) -> torch.Tensor | None:
         """(chains, draws, dim), or None without draws."""
+        self._trim()
         return torch.stack(self.positions, dim=1) if self.positions else None
 
     def sample_stats(self) -> dict[str, np.ndarray]:
         """name -> (chains, draws)."""
+        self._trim()
         return {name: np.stack(values, axis=1) for name, values in self.stats.items()} if self.positions else {}
 
 
