@@ -262,10 +262,15 @@ class _Tally:
         self.coarse_solves, self.divergent = zeros(torch.long), zeros(torch.bool)
 
 
+def _predictions(target, position: Tensor, mesh: int | None) -> Tensor:
+    """F_mesh at ``position`` through the target's coarse levels: the level's inputs, then its solve."""
+    return target.level_predictions_at(target.level_inputs(position, mesh), mesh)
+
+
 def init(position: Tensor, target, meshes: tuple[int, ...], proposal: PriorProposal | SubspaceProposal) -> DAState:
     """The state at ``position``: the exact log-likelihood, every coarse level's predictions, the subspace
     coordinates (the levels' log-likelihoods are filled in by each step, under its misfits)."""
-    predictions = torch.stack([target.level_predictions(position, mesh) for mesh in meshes])
+    predictions = torch.stack([_predictions(target, position, mesh) for mesh in meshes])
     latent = proposal.latent(position)
     return DAState(position, target.log_likelihood(position), predictions, predictions.new_zeros(predictions.shape[:2]),
                    latent, pcn.EMPTY_NOISE, torch.zeros_like(latent), target.level_inputs(position, meshes[0]))
@@ -289,7 +294,7 @@ def _evaluate(target, params: DAParams, misfits, level: int, position: Tensor,
     """Predictions F_level(q) (NaN where a solve failed) and l_level(q) under the step's misfit, at a coarse
     level's q = position + offset (L Q)^T, or at the exact level's q = position (formed by the caller)."""
     if level == len(params.meshes):
-        predictions = target.level_predictions(position, None)
+        predictions = _predictions(target, position, None)
     else:
         mesh = params.meshes[level]
         predictions = target.level_predictions_at(params.proposal.level_inputs(target, position, offset, mesh), mesh)

@@ -82,9 +82,6 @@ class CoarseLevels(Protocol):
     def level_log_likelihood(self, q: Tensor, mesh: int) -> Tensor:
         """l on level ``mesh``."""
 
-    def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
-        """F on level ``mesh``: ``level_predictions_at(level_inputs(q, mesh), mesh)``."""
-
     def level_inputs(self, q: Tensor, mesh: int | None) -> Tensor:
         """What level ``mesh`` reads of q, a *linear* map (the field at its nodes)."""
 
@@ -220,10 +217,6 @@ class TargetBase(ModelBase):
     def restrict(self, offset: Tensor, basis: Tensor):
         """This density on the affine subspace q = offset + B u (:class:`AffineRestriction`)."""
         return AffineRestriction(self, offset, basis)
-
-    def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
-        """Targets with :class:`CoarseLevels`: level ``mesh``'s sensor values at q, its inputs then its solve."""
-        return self.level_predictions_at(self.level_inputs(q, mesh), mesh)
 
     def support_box(self) -> float | None:
         """h where the density is zero outside the box [-h, h]^dim (a flow then ends with a squashing

@@ -155,6 +155,10 @@ class EllipticInverse(TargetBase):
         R_n u(q), linear in q (u = q, or L q when whitened)."""
         return self._level_of(mesh).restrict(self.field(q.reshape(-1, self.dim)))
 
+    def level_predictions(self, q: Tensor, mesh: int | None) -> Tensor:
+        """F_n(q): the sensor values on the n x n mesh (None: the likelihood's), its inputs then its solve."""
+        return self.level_predictions_at(self.level_inputs(q, mesh), mesh)
+
     def level_predictions_at(self, field: Tensor, mesh: int | None) -> Tensor:
         """The 25 sensor values on the n x n mesh from the field at its nodes (:meth:`level_inputs`); NaN rows
         where a solve fails. l_n is their Gaussian misfit against :meth:`sensor_data`."""
