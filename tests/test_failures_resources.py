@@ -107,7 +107,7 @@ def needs_of(overrides: list[str]) -> tuple[list[memory.Need], object]:
 def test_a_wide_csvs_laplace_hessian_is_named_and_refused_where_it_does_not_fit(store, monkeypatch):
     """30 rows, 10,000 columns: the Laplace start's dense Hessian (800 MB in float64, 7 copies) is the
     estimate's largest part; on a machine with 2 GB available the run is refused in one line naming it and
-    the start without it; method.init=prior needs no Hessian."""
+    the start without it; method.init=prior needs no Hessian, and fits in those 2 GB."""
     root, uri = store
     path = wide_csv(root)
     data = ["model=logreg", "data=csv", f"data.path={path}", "data.target=label", "device.dtype=float64"]
@@ -116,7 +116,7 @@ def test_a_wide_csvs_laplace_hessian_is_named_and_refused_where_it_does_not_fit(
     assert hessian.part == "the Laplace Hessian (10000 x 10000, 7 copies)" and hessian.nbytes == 7 * 8 * 10000**2
     assert max(needs, key=lambda n: n.nbytes) is hessian
     prior_needs, _ = needs_of([*data, "method=nuts", "method.init=prior", "method.max_draws=null"])
-    assert not any("Hessian" in n.part for n in prior_needs) and sum(n.nbytes for n in prior_needs) < memory.GB
+    assert not any("Hessian" in n.part for n in prior_needs) and sum(n.nbytes for n in prior_needs) < 2.0 * memory.GB
     # NUTS's default draws on up to max_draws (5000) per chain: the estimate holds room for all of them
     assert any(n.part.startswith("the draws (4 x 5000 x 10000") for n in needs)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bayesx.diagnostics.convergence import ess_per_coordinate, rhat_per_coordinate
+from bayesx.diagnostics.convergence import coordinate_blocks, ess_per_coordinate, rhat_per_coordinate
 
 PRINTED_ROWS = 20
 COLUMNS = ("mean", "sd", "q5", "q95", "ess_bulk", "ess_tail", "r_hat")
@@ -23,15 +23,22 @@ def posterior_summary(draws: np.ndarray, names: list[str]) -> pd.DataFrame:
     and R-hat two chains: where they are missing the column is NaN (an approximation's iid draws come as one
     chain, so their R-hat is NaN and their ESS is about the number of draws)."""
     draws = np.asarray(draws, dtype=np.float64)
-    flat = draws.reshape(-1, draws.shape[-1])
-    table = pd.DataFrame({"mean": flat.mean(0), "sd": flat.std(0, ddof=1) if len(flat) > 1 else np.nan,
-                          "q5": np.quantile(flat, 0.05, axis=0), "q95": np.quantile(flat, 0.95, axis=0)},
+    moments = [_moments(draws[..., block].reshape(-1, len(range(*block.indices(draws.shape[-1])))))
+               for block in coordinate_blocks(draws)]  # numpy's std and quantiles copy what they are given
+    table = pd.DataFrame({key: np.concatenate([m[key] for m in moments]) for key in ("mean", "sd", "q5", "q95")},
                          index=pd.Index(names, name="parameter"))
     enough = draws.shape[1] >= 4
     table["ess_bulk"] = ess_per_coordinate(draws, "bulk") if enough else np.nan
     table["ess_tail"] = ess_per_coordinate(draws, "tail") if enough else np.nan
     table["r_hat"] = rhat_per_coordinate(draws) if enough and draws.shape[0] >= 2 else np.nan
     return table
+
+
+def _moments(flat: np.ndarray) -> dict[str, np.ndarray]:
+    """Mean, sd, 5% and 95% quantiles of each column of ``flat`` (n, k)."""
+    sd = flat.std(0, ddof=1) if len(flat) > 1 else np.full(flat.shape[1], np.nan)
+    return {"mean": flat.mean(0), "sd": sd, "q5": np.quantile(flat, 0.05, axis=0),
+            "q95": np.quantile(flat, 0.95, axis=0)}
 
 
 def summary_lines(table: pd.DataFrame, limit: int = PRINTED_ROWS) -> list[str]:
