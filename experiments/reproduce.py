@@ -35,15 +35,15 @@ class Reproduction:
 
 
 # every preset with published numbers; all run on this machine (digits, synthetic, the vendored MNIST subset and
-# posteriordb are in the repository, Fashion-MNIST in /usr/share/datasets); ordered from the shortest
+# posteriordb are in the repository, Fashion-MNIST in /usr/share/datasets); ordered roughly from the shortest
 REPRODUCTIONS = [
     Reproduction("svgd_mixture", 1.5, True, "SVGD on Liu and Wang's 1-D mixture, with its no-repulsion control"),
     Reproduction("ais_toy", 5.0, True, "AIS on the advanced-VI notes' example, 4 sample sizes x 10 seeds"),
-    Reproduction("hvi_betabinomial", 2.0, False, "Hamiltonian VI on the beta-binomial, 1-8 leapfrog steps, 3 seeds"),
+    Reproduction("hvi_betabinomial", 9.0, True, "Hamiltonian VI on the beta-binomial, 1-8 leapfrog steps, 3 seeds"),
     Reproduction("bench_flows", 3.0, False, "seconds per flowvi iteration, 6 flow families x 3 depths"),
-    Reproduction("flows_u1", 10.0, False, "planar flows on U1, K = 2..32, with and without annealing"),
-    Reproduction("gap_figures", 10.0, False, "GAP on t(1) and two mixtures beside Laplace, VFE, KL(p||q), Hellinger"),
-    Reproduction("deep_mcmc_table1", 10.0, False, "Deep MCMC Table 1: HMC and AE-HMC on synthetic and digits"),
+    Reproduction("flows_u1", 2.0, True, "planar flows on U1, K = 2..32, with and without annealing"),
+    Reproduction("gap_figures", 1.0, True, "GAP on t(1) and two mixtures beside Laplace, VFE, KL(p||q), Hellinger"),
+    Reproduction("deep_mcmc_table1", 6.0, True, "Deep MCMC Table 1: HMC and AE-HMC on synthetic and digits"),
     Reproduction("flows_families", 30.0, False, "six flow families on U1-U4 with and without annealing"),
     Reproduction("vi_comparison", 30.0, False, "every approximation against NUTS on digits"),
     Reproduction("deep_mcmc_table2", 60.0, False, "Deep MCMC Table 2: pCN, AE-pCN, delayed acceptance, meshes 20, 40"),
