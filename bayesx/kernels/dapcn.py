@@ -132,8 +132,8 @@ class ErrorModel:
 class PriorProposal(NamedTuple):
     """pCN's proposal: xi ~ N(0, C) from the target's prior sampler."""
 
-    def noise(self, target, n: int, gen: torch.Generator) -> tuple[Tensor, ...]:
-        return pcn.prior_draws(target)(n, gen)
+    def noise(self, density, n: int, gen: torch.Generator) -> tuple[Tensor, ...]:
+        return pcn.prior_draws(density)(n, gen)
 
     def latent(self, position: Tensor) -> Tensor:
         return position.new_zeros((position.shape[0], 0))
@@ -141,11 +141,11 @@ class PriorProposal(NamedTuple):
     def materialize(self, position: Tensor, offset: Tensor) -> Tensor:
         return position  # no offset: every move forms the whole position
 
-    def offset_inputs(self, target, offset: Tensor, mesh: int | None) -> Tensor | float:
+    def offset_inputs(self, density, offset: Tensor, mesh: int | None) -> Tensor | float:
         return 0.0
 
-    def level_inputs(self, target, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
-        return target.level_inputs(position, mesh)
+    def level_inputs(self, density, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
+        return density.level_inputs(position, mesh)
 
     def subchain_moves(self, n: int, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
         """Level 1's subchain: n pCN moves with h (the moves h adapts to)."""
@@ -178,10 +178,10 @@ class SubspaceProposal:
         """The span of Q = ``basis`` (D, d), orthonormal columns in whitened coordinates v = L^-1 q."""
         return cls(chol @ basis, torch.linalg.solve_triangular(chol.T, basis, upper=True))
 
-    def noise(self, target, n: int, gen: torch.Generator) -> tuple[Tensor, ...]:
+    def noise(self, density, n: int, gen: torch.Generator) -> tuple[Tensor, ...]:
         """A prior draw eta = L xi (the target's own sampler: circulant embedding on the elliptic model) and
         its latent part Q^T xi = (L^-T Q)^T eta."""
-        colored = target.sample_prior(n, gen)
+        colored = density.sample_prior(n, gen)
         return colored, colored @ self.dual_basis
 
     def latent(self, position: Tensor) -> Tensor:
@@ -191,15 +191,15 @@ class SubspaceProposal:
         """q = position + offset (L Q)^T."""
         return torch.addmm(position, offset, self._colored_rows)
 
-    def offset_inputs(self, target, offset: Tensor, mesh: int | None) -> Tensor:
+    def offset_inputs(self, density, offset: Tensor, mesh: int | None) -> Tensor:
         """What level ``mesh`` reads of offset (L Q)^T: offset level_inputs((L Q)^T), by linearity."""
         if mesh not in self._level_bases:
-            self._level_bases[mesh] = target.level_inputs(self._colored_rows, mesh)
+            self._level_bases[mesh] = density.level_inputs(self._colored_rows, mesh)
         return offset @ self._level_bases[mesh]
 
-    def level_inputs(self, target, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
+    def level_inputs(self, density, position: Tensor, offset: Tensor, mesh: int | None) -> Tensor:
         """What level ``mesh`` reads of q = position + offset (L Q)^T, by linearity without forming q."""
-        return target.level_inputs(position, mesh) + self.offset_inputs(target, offset, mesh)
+        return density.level_inputs(position, mesh) + self.offset_inputs(density, offset, mesh)
 
     def subchain_moves(self, n: int, h: float, h_latent: float | None) -> tuple[tuple[float, float | None, bool], ...]:
         """Level 1's subchain of n steps: latent, then (complement, latent) n times (h = 0 holds a part still),
@@ -262,18 +262,19 @@ class _Tally:
         self.coarse_solves, self.divergent = zeros(torch.long), zeros(torch.bool)
 
 
-def _predictions(target, position: Tensor, mesh: int | None) -> Tensor:
-    """F_mesh at ``position`` through the target's coarse levels: the level's inputs, then its solve."""
-    return target.level_predictions_at(target.level_inputs(position, mesh), mesh)
+def _predictions(density, position: Tensor, mesh: int | None) -> Tensor:
+    """F_mesh at ``position`` through the density's coarse levels: the level's inputs, then its solve."""
+    return density.level_predictions_at(density.level_inputs(position, mesh), mesh)
 
 
-def init(position: Tensor, target, meshes: tuple[int, ...], proposal: PriorProposal | SubspaceProposal) -> DAState:
+def init(position: Tensor, density: pcn.PriorLikelihood, meshes: tuple[int, ...],
+         proposal: PriorProposal | SubspaceProposal) -> DAState:
     """The state at ``position``: the exact log-likelihood, every coarse level's predictions, the subspace
     coordinates (the levels' log-likelihoods are filled in by each step, under its misfits)."""
-    predictions = torch.stack([_predictions(target, position, mesh) for mesh in meshes])
+    predictions = torch.stack([_predictions(density, position, mesh) for mesh in meshes])
     latent = proposal.latent(position)
-    return DAState(position, target.log_likelihood(position), predictions, predictions.new_zeros(predictions.shape[:2]),
-                   latent, pcn.EMPTY_NOISE, torch.zeros_like(latent), target.level_inputs(position, meshes[0]))
+    return DAState(position, density.log_likelihood(position), predictions, predictions.new_zeros(predictions.shape[:2]),
+                   latent, pcn.EMPTY_NOISE, torch.zeros_like(latent), density.level_inputs(position, meshes[0]))
 
 
 def log_density(state: DAState) -> Tensor:
@@ -281,32 +282,32 @@ def log_density(state: DAState) -> Tensor:
     return state.log_likelihood
 
 
-def level_misfits(target, params: DAParams) -> tuple[Misfit, ...]:
+def level_misfits(density, params: DAParams) -> tuple[Misfit, ...]:
     """The params' misfits, or the plain one of the target's observations at every level."""
     if params.misfits is not None:
         return params.misfits
-    observations, noise_sd = target.sensor_data()
+    observations, noise_sd = density.sensor_data()
     return (plain_misfit(observations, noise_sd),) * (len(params.meshes) + 1)
 
 
-def _evaluate(target, params: DAParams, misfits, level: int, position: Tensor,
+def _evaluate(density, params: DAParams, misfits, level: int, position: Tensor,
               offset: Tensor) -> tuple[Tensor, Tensor]:
     """Predictions F_level(q) (NaN where a solve failed) and l_level(q) under the step's misfit, at a coarse
     level's q = position + offset (L Q)^T, or at the exact level's q = position (formed by the caller)."""
     if level == len(params.meshes):
-        predictions = _predictions(target, position, None)
+        predictions = _predictions(density, position, None)
     else:
         mesh = params.meshes[level]
-        predictions = target.level_predictions_at(params.proposal.level_inputs(target, position, offset, mesh), mesh)
+        predictions = density.level_predictions_at(params.proposal.level_inputs(density, position, offset, mesh), mesh)
     return predictions, misfits[level](predictions)
 
 
-def _noise_with_inputs(target, params: DAParams) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
+def _noise_with_inputs(density, params: DAParams) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
     """The proposal's noise maker, each block followed by the coarsest level's inputs of its first tensor (the
     draws the position moves with), restricted in one batch."""
     def make(n: int, gen: torch.Generator) -> tuple[Tensor, ...]:
-        noise = params.proposal.noise(target, n, gen)
-        return (*noise, target.level_inputs(noise[0], params.meshes[0]))
+        noise = params.proposal.noise(density, n, gen)
+        return (*noise, density.level_inputs(noise[0], params.meshes[0]))
 
     return make
 
@@ -317,7 +318,7 @@ def _replace_level(levels: Tensor, level: int, values: Tensor) -> Tensor:
     return out
 
 
-def _coarsest_subchain(state: DAState, target, params: DAParams, misfits, n: int, gen, tally: _Tally) -> DAState:
+def _coarsest_subchain(state: DAState, density, params: DAParams, misfits, n: int, gen, tally: _Tally) -> DAState:
     """Level 1's proposal, a pi_0-reversible subchain of n steps: the proposal's pCN moves, each accepted on l_0."""
     mesh = params.meshes[0]
     for h, h_latent, adapted in params.proposal.subchain_moves(n, params.step_size, params.latent_step_size):
@@ -325,14 +326,14 @@ def _coarsest_subchain(state: DAState, target, params: DAParams, misfits, n: int
             noise, block = (None, torch.randn(state.latent.shape, generator=gen, dtype=state.latent.dtype,
                                               device=state.latent.device), None), state.noise
         else:
-            noise, block = pcn.draw_noise(state.noise, _noise_with_inputs(target, params), state.position.shape[0],
+            noise, block = pcn.draw_noise(state.noise, _noise_with_inputs(density, params), state.position.shape[0],
                                           params.noise_block, gen)
         noise, noise_inputs = tuple(noise[:-1]), noise[-1]
         proposal, offset, latent = params.proposal.move(state.position, state.offset, state.latent, noise, h, h_latent)
         # the move is linear in (position, noise[0]), row by row: applied to their inputs, it gives the proposal's
         inputs = params.proposal.move(state.coarse_inputs, state.offset, state.latent, (noise_inputs, *noise[1:]), h,
                                       h_latent)[0]
-        predictions = target.level_predictions_at(inputs + params.proposal.offset_inputs(target, offset, mesh), mesh)
+        predictions = density.level_predictions_at(inputs + params.proposal.offset_inputs(density, offset, mesh), mesh)
         log_lik = misfits[0](predictions)
         tally.coarse_solves += 1
         current = state.level_log_lik[0]
@@ -366,27 +367,27 @@ class FineSolves(NamedTuple):
     coarse: Tensor  # (levels, chains, m)
 
 
-def _level_step(state: DAState, target, params: DAParams, misfits, level: int, gen, tally: _Tally):
+def _level_step(state: DAState, density, params: DAParams, misfits, level: int, gen, tally: _Tally):
     """One step of the pi_level-reversible kernel (level >= 1); returns the state and, at the top, its FineSolves."""
     n = params.subchain_lengths[level - 1]
     if level == 1:
-        proposal = _coarsest_subchain(state, target, params, misfits, n, gen, tally)
+        proposal = _coarsest_subchain(state, density, params, misfits, n, gen, tally)
     else:
         proposal = state
         for _ in range(n):
-            proposal, _ = _level_step(proposal, target, params, misfits, level - 1, gen, tally)
+            proposal, _ = _level_step(proposal, density, params, misfits, level - 1, gen, tally)
     top = level == len(params.meshes)
     current = state.log_likelihood if top else state.level_log_lik[level]
     moved = (proposal.position != state.position).any(1) | (proposal.offset != state.offset).any(1)
     # the exact level reads the whole field: form it (a step starts with a zero offset, so state.position is q)
     position, offset, inputs = proposal.position, proposal.offset, proposal.coarse_inputs
     if top:  # the offset moves into the position, and its inputs into the coarsest level's
-        inputs = inputs + params.proposal.offset_inputs(target, offset, params.meshes[0])
+        inputs = inputs + params.proposal.offset_inputs(density, offset, params.meshes[0])
         position, offset = params.proposal.materialize(position, offset), torch.zeros_like(offset)
     new_log_lik = current.clone()
     new_predictions = torch.full_like(state.level_predictions[0], math.nan)
     if bool(moved.any()):
-        new_predictions[moved], new_log_lik[moved] = _evaluate(target, params, misfits, level, position[moved],
+        new_predictions[moved], new_log_lik[moved] = _evaluate(density, params, misfits, level, position[moved],
                                                                offset[moved])
     if not top:
         tally.coarse_solves += moved.long()
@@ -413,20 +414,20 @@ def _level_step(state: DAState, target, params: DAParams, misfits, level: int, g
     return new, FineSolves(accepted, prob, moved, new_predictions, proposal.level_predictions)
 
 
-def step_with_solves(state: DAState, target, params: DAParams,
+def step_with_solves(state: DAState, density: pcn.PriorLikelihood, params: DAParams,
                      gen: torch.Generator) -> tuple[DAState, DAInfo, FineSolves]:
     """One step (see :func:`step`) and what its fine solves saw."""
-    misfits = level_misfits(target, params)
+    misfits = level_misfits(density, params)
     levels = torch.stack([misfit(predictions) for misfit, predictions in zip(misfits, state.level_predictions)])
     state = state._replace(level_log_lik=levels)  # under this step's misfits (the error model may have moved)
     tally = _Tally(state.log_likelihood)
-    new, fine = _level_step(state, target, params, misfits, len(params.meshes), gen, tally)
+    new, fine = _level_step(state, density, params, misfits, len(params.meshes), gen, tally)
     zeros = torch.zeros(fine.accepted.shape[0], dtype=torch.long, device=fine.accepted.device)
     info = DAInfo(tally.accept_sum / max(tally.moves, 1), fine.accepted, fine.accept_prob, tally.divergent, zeros,
                   fine.solved.long(), tally.coarse_solves, new.log_likelihood)
     return new, info, fine
 
 
-def step(state: DAState, target, params: DAParams, gen: torch.Generator) -> tuple[DAState, DAInfo]:
-    new, info, _ = step_with_solves(state, target, params, gen)
+def step(state: DAState, density: pcn.PriorLikelihood, params: DAParams, gen: torch.Generator) -> tuple[DAState, DAInfo]:
+    new, info, _ = step_with_solves(state, density, params, gen)
     return new, info

@@ -49,9 +49,9 @@ def decoder_linearization(space: LatentSpace) -> tuple[Tensor, Tensor]:
 class LatentReference:
     """N(mu, P^-1): the prior restricted to the decoder's linearization (see the module docstring)."""
 
-    def __init__(self, space: LatentSpace, target):
+    def __init__(self, space: LatentSpace, prior):
         offset, basis = decoder_linearization(space)
-        chol_prior = target.prior_factor()
+        chol_prior = prior.prior_factor()
         y = torch.linalg.solve_triangular(chol_prior, basis, upper=False)  # L^-1 B
         w = torch.linalg.solve_triangular(chol_prior, offset[:, None], upper=False)  # L^-1 m
         precision = y.T @ y
@@ -99,26 +99,27 @@ def decoder_log_volume(space: LatentSpace, z: Tensor) -> Tensor:
     return 0.5 * gram_logdet(jac.mT @ space.decoder_gram_q @ jac)
 
 
-def correction(target, proposal: LatentProposal, z: Tensor, q: Tensor) -> Tensor:
+def correction(density: pcn.PriorLikelihood, proposal: LatentProposal, z: Tensor, q: Tensor) -> Tensor:
     if not (proposal.volume_correction and proposal.space.ae.nonlinear):  # constant for linear decoders
         return torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
-    return target.prior_log_prob(q) + decoder_log_volume(proposal.space, z) - proposal.reference.log_density(z)
+    return density.prior_log_prob(q) + decoder_log_volume(proposal.space, z) - proposal.reference.log_density(z)
 
 
-def init(proposal: LatentProposal, position: Tensor, target) -> LatentPCNState:
+def init(proposal: LatentProposal, position: Tensor, density: pcn.PriorLikelihood) -> LatentPCNState:
     """Project the start onto the decoder's manifold, q = psi(phi(position))."""
     z, _ = proposal.space.encode_position(position)
     q = proposal.space.decode_position(z)
-    return LatentPCNState(q, target.log_likelihood(q), z, correction(target, proposal, z, q))
+    return LatentPCNState(q, density.log_likelihood(q), z, correction(density, proposal, z, q))
 
 
-def step(proposal: LatentProposal, state: LatentPCNState, target, params: LatentPCNParams, gen: torch.Generator):
+def step(proposal: LatentProposal, state: LatentPCNState, density: pcn.PriorLikelihood, params: LatentPCNParams,
+         gen: torch.Generator):
     r = pcn.rho(params.step_size)
     ref = proposal.reference
     z_new = ref.mean + r * (state.latent - ref.mean) + math.sqrt(1.0 - r * r) * ref.sample(state.latent.shape[0], gen)
     q_new = proposal.space.decode_position(z_new)
-    log_lik = target.log_likelihood(q_new)
-    corr = correction(target, proposal, z_new, q_new)
+    log_lik = density.log_likelihood(q_new)
+    corr = correction(density, proposal, z_new, q_new)
     accept_prob, accepted, failed = pcn.metropolis(state.log_likelihood, log_lik, corr - state.correction, gen)
     new = LatentPCNState(where_rows(accepted, q_new, state.position),
                          torch.where(accepted, log_lik, state.log_likelihood),

@@ -12,26 +12,53 @@ acceptance rate does not collapse as the mesh is refined. ``h`` is the step size
 Prior draws xi are colored in blocks (one matrix product for many iterations) because a dense
 6561 x 6561 product per draw would cost as much as the PDE solve.
 
-The kernel takes the model's Gaussian-prior view (bayesx.targets.base.GaussianPrior: ``log_likelihood(q)`` and
-``sample_prior(n, gen)``) as its density. A proposal whose
-likelihood is NaN (a failed solve) is rejected and counted in ``divergent``.
+The kernel takes the density as a :class:`PriorLikelihood` value (the likelihood and the Gaussian prior as
+functions, as BlackJAX's elliptical slice sampler takes ``loglikelihood_fn`` and the prior's covariance), made
+once per run from the model's Gaussian-prior view. A proposal whose likelihood is NaN (a failed solve) is
+rejected and counted in ``divergent``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from bayesx.kernels.common import metropolis_accept, where_rows
 
-if TYPE_CHECKING:
-    from bayesx.targets.base import GaussianPrior
-
 MAX_H = 4.0
+
+
+@dataclass(frozen=True)
+class PriorLikelihood:
+    """pi(q) proportional to exp(l(q)) N(q; 0, C), C = L L^T, as the prior-preserving kernels (pCN, AE-pCN's latent
+    chain, delayed-acceptance pCN) take it: the log-likelihood l, prior draws, log N(q; 0, C) and L; with coarse
+    levels (delayed acceptance), each level's linear inputs of q, its predictions from them, and the observations
+    and noise sd. Made once per run by the method (:meth:`of`); the kernels ask nothing else of the model."""
+
+    dim: int
+    dtype: torch.dtype
+    device: torch.device
+    log_likelihood: Callable[[Tensor], Tensor]
+    sample_prior: Callable[[int, torch.Generator], Tensor]
+    prior_log_prob: Callable[[Tensor], Tensor]
+    prior_factor: Callable[[], Tensor]
+    level_inputs: Callable[[Tensor, int | None], Tensor] | None = None
+    level_predictions_at: Callable[[Tensor, int | None], Tensor] | None = None
+    sensor_data: Callable[[], tuple[Tensor, float]] | None = None
+
+    @classmethod
+    def of(cls, target) -> PriorLikelihood:
+        """The value of a model's Gaussian-prior view (bayesx.targets.base.GaussianPrior), with its coarse levels
+        where it has them (CoarseLevels: what delayed acceptance uses), on the model's parameter space."""
+        prior, levels = target.gaussian_prior(), target.coarse_levels()
+        coarse = (levels.level_inputs, levels.level_predictions_at, levels.sensor_data) if levels else (None,) * 3
+        return cls(target.dim, target.dtype, target.device, prior.log_likelihood, prior.sample_prior,
+                   prior.prior_log_prob, prior.prior_factor, *coarse)
 
 
 def rho(h: float) -> float:
@@ -49,7 +76,7 @@ class PriorNoise(NamedTuple):
 EMPTY_NOISE = PriorNoise((), 0)
 
 
-def prior_draws(prior: GaussianPrior) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
+def prior_draws(prior: PriorLikelihood) -> Callable[[int, torch.Generator], tuple[Tensor, ...]]:
     """pCN's noise: n prior draws xi ~ N(0, C) from the model's sampler, as a one-tensor tuple."""
     return lambda n, gen: (prior.sample_prior(n, gen),)
 
@@ -82,7 +109,7 @@ class PCNParams(NamedTuple):
     noise_block: int = 64  # iterations of prior draws made at once
 
 
-def init(position: Tensor, prior: GaussianPrior) -> PCNState:
+def init(position: Tensor, prior: PriorLikelihood) -> PCNState:
     return PCNState(position, prior.log_likelihood(position), EMPTY_NOISE)
 
 
@@ -98,7 +125,7 @@ def metropolis(state_ll: Tensor, proposal_ll: Tensor, extra_log_ratio: Tensor | 
     return accept_prob, accepted, failed
 
 
-def step(state: PCNState, prior: GaussianPrior, params: PCNParams, gen: torch.Generator) -> tuple[PCNState, PCNInfo]:
+def step(state: PCNState, prior: PriorLikelihood, params: PCNParams, gen: torch.Generator) -> tuple[PCNState, PCNInfo]:
     r = rho(params.step_size)
     (xi,), noise = draw_noise(state.noise, prior_draws(prior), state.position.shape[0], params.noise_block, gen)
     proposal = r * state.position + math.sqrt(1.0 - r * r) * xi

@@ -38,10 +38,11 @@ class CrankNicolsonSampler(MCMCMethod):
         h = min(step_size, pcn.MAX_H)
         return {**super()._summaries(stats, h, warmup_grad_evals), "rho": pcn.rho(h)}
 
-    def kernel_density(self, target, density):
-        """pCN-type kernels move in the prior's geometry and weigh the likelihood alone: they take the model's
-        Gaussian-prior view (bayesx.targets.base.GaussianPrior), not log pi."""
-        return target
+    def kernel_density(self, target, density) -> pcn.PriorLikelihood:
+        """pCN-type kernels move in the prior's geometry and weigh the likelihood alone: they take the likelihood
+        and the prior as a value (bayesx.kernels.pcn.PriorLikelihood, with the coarse levels where the model has
+        them), made here once from the model's views, not log pi."""
+        return pcn.PriorLikelihood.of(target)
 
     def search_step_size(self, state, target, metric, gen, guess):
         def one_step_accept(h: float) -> float:
