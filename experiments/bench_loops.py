@@ -137,6 +137,10 @@ def one_comp_scan(jnp, lax):
     return log_density
 
 
+SCANNED = ("hmm_drive_0", "hmm_drive_1", "lotka_volterra", "one_comp_mm_elim_abs")
+"""The posteriors whose transcription here is a lax.scan (the peers' harness takes it from here too)."""
+
+
 def scan_density(name: str):
     """The posterior's log density (q, data) in jax.numpy, its loop a ``lax.scan``."""
     import jax.numpy as jnp

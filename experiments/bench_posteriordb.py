@@ -158,6 +158,11 @@ def jax_log_density(name: str):
     scans = scan_densities(jnp, lax.scan, sigmoid)
     if name in scans:
         return lambda q: scans[name](q, data)
+    from bench_loops import SCANNED, scan_density  # noqa: PLC0415 (bench_loops imports this module)
+
+    if name in SCANNED:  # a Python loop over 400+ steps that XLA would unroll (20+ GB traced on this machine)
+        density = scan_density(name)
+        return lambda q: density(q, data)
     return lambda q: post.log_density(jnp, q, data)
 
 
