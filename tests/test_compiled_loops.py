@@ -145,28 +145,33 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["hmm_drive_0", "hmm_drive_1"])
-def test_the_suite_hmm_compiles_in_bounded_time_from_a_cold_cache(name, tmp_path, monkeypatch):
-    """posteriordb's 416-step HMM (its torch model's plain Python loop) traced, written and compiled with an empty
-    cache in under 10 CPU seconds (this process and the C compiler; wall time on a shared machine is longer), and
-    equal to autograd."""
+def _compiled_cold_and_checked(name: str, tmp_path, monkeypatch):
+    """posteriordb's ``name`` compiled from an empty cache: the density and the CPU seconds it took (this process
+    and the C compiler; wall time on a shared machine is longer), after checking it equals autograd at 5 points."""
     from bayesx.targets.posteriordb.target import PosteriorDB
 
     monkeypatch.setattr(compiled, "cache_dir", lambda: tmp_path / "native")
     target = PosteriorDB(name=name)
-    log_prob = target.autograd_log_prob()
     started, wall = _cpu_seconds(), time.perf_counter()
-    density = compiled.compiled_density(log_prob, target.dim, torch.float64)
+    density = compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
     cpu, wall = _cpu_seconds() - started, time.perf_counter() - wall
-    assert not density.cached and density.compiler == "plain C"
     print(f"{name}: compiled in {cpu:.1f} CPU s ({wall:.1f} s wall)")
-    assert cpu < 10.0
     q = _points(target.dim)
     lp, grad = density.log_prob_and_grad(q)
     expected, expected_grad = target.log_prob_and_grad(q)
     torch.testing.assert_close(lp, expected, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-9, atol=1e-9)
+    return density, cpu
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hmm_drive_0", "hmm_drive_1"])
+def test_the_suite_hmm_compiles_in_bounded_time_from_a_cold_cache(name, tmp_path, monkeypatch):
+    """posteriordb's 416-step HMM (its torch model's plain Python loop) traced, written and compiled with an empty
+    cache in under 10 CPU seconds, and equal to autograd."""
+    density, cpu = _compiled_cold_and_checked(name, tmp_path, monkeypatch)
+    assert not density.cached and density.compiler == "plain C"
+    assert cpu < 10.0
 
 
 def _per_call_seconds(call, calls: int = 3000) -> float:
@@ -222,21 +227,9 @@ def test_the_folded_gradient_equals_a_hand_written_c_loop(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["lotka_volterra", "one_comp_mm_elim_abs"])
 def test_the_suite_rk4_odes_compile_to_c_loops_equal_to_autograd(name, tmp_path, monkeypatch):
-    """posteriordb's 400-step RK4 ODE posteriors (plain Python loops) as plain C with nested loops (the steps between
-    two observations inside the loop over observations), equal to autograd, compiled from an empty cache in bounded
-    CPU time (30 s: their traces have 60,000-90,000 operations, the 10 s goal is not met yet)."""
-    from bayesx.targets.posteriordb.target import PosteriorDB
-
-    monkeypatch.setattr(compiled, "cache_dir", lambda: tmp_path / "native")
-    target = PosteriorDB(name=name)
-    log_prob = target.autograd_log_prob()
-    started, wall = _cpu_seconds(), time.perf_counter()
-    density = compiled.compiled_density(log_prob, target.dim, torch.float64)
-    cpu, wall = _cpu_seconds() - started, time.perf_counter() - wall
-    print(f"{name}: compiled in {cpu:.1f} CPU s ({wall:.1f} s wall)")
-    assert density.compiler == "plain C" and cpu < 30.0
-    q = _points(target.dim)
-    lp, grad = density.log_prob_and_grad(q)
-    expected, expected_grad = target.log_prob_and_grad(q)
-    torch.testing.assert_close(lp, expected, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(grad, expected_grad, rtol=1e-9, atol=1e-9)
+    """posteriordb's 400-step RK4 ODE posteriors (plain Python loops, 73,000 recorded operations) as plain C with
+    nested loops (the steps between two observations inside the loop over observations), equal to autograd,
+    compiled from an empty cache in bounded CPU time. Measured 7.6-8.5 s on the idle machine (the 10 s goal,
+    results/bench_loops.md); the bound leaves room for a busy one."""
+    density, cpu = _compiled_cold_and_checked(name, tmp_path, monkeypatch)
+    assert density.compiler == "plain C" and cpu < 15.0
