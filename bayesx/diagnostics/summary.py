@@ -23,8 +23,8 @@ def posterior_summary(draws: np.ndarray, names: list[str]) -> pd.DataFrame:
     and R-hat two chains: where they are missing the column is NaN (an approximation's iid draws come as one
     chain, so their R-hat is NaN and their ESS is about the number of draws)."""
     draws = np.asarray(draws, dtype=np.float64)
-    moments = [_moments(draws[..., block].reshape(-1, len(range(*block.indices(draws.shape[-1])))))
-               for block in coordinate_blocks(draws)]  # numpy's std and quantiles copy what they are given
+    parts = (draws[..., block] for block in coordinate_blocks(draws))  # numpy's std and quantiles copy their input
+    moments = [_moments(part.reshape(-1, part.shape[-1])) for part in parts]
     table = pd.DataFrame({key: np.concatenate([m[key] for m in moments]) for key in ("mean", "sd", "q5", "q95")},
                          index=pd.Index(names, name="parameter"))
     enough = draws.shape[1] >= 4
