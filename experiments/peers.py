@@ -529,18 +529,28 @@ def total_grads(sampling: float | None, warmup: float | None) -> float:
     return (sampling or 0.0) + (warmup or 0.0)
 
 
-def log_peer(tracker, parent_id: str, name: str, post: Posterior, out: PeerRun, settings: dict[str, object]) -> str:
-    """Record a peer's run as a child of the sweep ``parent_id``, tagged ``peer=<name>``; returns its id."""
-    metrics = peer_metrics(post, out)
-    keys = SAMPLER_METRICS if out.draws is not None else SVI_METRICS
+def log_peer(tracker, parent_id: str, name: str, post: Posterior, out: PeerRun | None, settings: dict[str, object],
+             stopped: tuple[str, str] | None = None) -> str:
+    """Record a peer's run as a child of the sweep ``parent_id``, tagged ``peer=<name>``; returns its id. A peer
+    that did not finish (``out`` None) is recorded with ``stopped``: its status (KILLED: stopped at a time
+    limit; FAILED: it raised) and why, as the run's error."""
+    if out is None:
+        status, why = stopped
+        record = RunRecord(status, error=why)
+        note = why
+    else:
+        metrics = peer_metrics(post, out)
+        keys = SAMPLER_METRICS if out.draws is not None else SVI_METRICS
+        record = RunRecord("FINISHED", metrics, summary=Summary(compared=tuple(k for k in keys if k in metrics)))
+        note = out.note
     tags = {"peer": name, "method": name, "model": post.model, "data": post.data, "seed": str(settings["seed"]),
-            "n_chains": str(settings["chains"]), "family": "peer", "peer_note": out.note}
+            "n_chains": str(settings["chains"]), "family": "peer", "peer_note": note}
     params = {"posterior": " ".join(post.overrides), **settings,
               **({"model.name": post.posteriordb} if post.posteriordb else {})}
     start = RunStart(f"{name}-{post.model}-{post.data}-seed{settings['seed']}", tags, params,
                      "".join(f"{k}: {v}\n" for k, v in params.items()), parent_id)
     with tracker.run(start) as run:
-        run.store(RunRecord("FINISHED", metrics, summary=Summary(compared=tuple(k for k in keys if k in metrics))))
+        run.store(record)
         return run.run_id
 
 

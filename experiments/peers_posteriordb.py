@@ -50,6 +50,7 @@ BAYESX = {"bayesx NUTS": "nuts", "bayesx MAMS": "mams"}
 PEER_COLUMNS = {"NumPyro": "numpyro-nuts", "nutpie default": "nutpie", "nutpie low-rank": "nutpie-lowrank",
                 "BlackJAX NUTS": "blackjax-nuts", "BlackJAX MAMS": "blackjax-mams",
                 "BlackJAX MAMS (ESS-based L)": "blackjax-mams-esslength"}
+STARTUP_LIMIT_S = 300.0  # the peers' child process imports JAX, the peers and the posterior's data
 NUTPIE_OWN_LENGTHS = {"nutpie", "nutpie-lowrank"}  # nutpie 0.16.8's defaults as its users run it: 400 + 1000
 # transitions with the diagonal metric, 800 + 1000 with the low-rank one
 
@@ -67,26 +68,74 @@ def cold_environment(tmp: Path, warm: bool) -> dict[str, str]:
     return env
 
 
-def run_peers(names: list[str], posterior: str, parent: str, tracker, args) -> dict[tuple[str, str], str]:
-    """Each peer on one posterior, logged under ``parent``; returns why a (posterior, peer) was not logged."""
-    missing: dict[tuple[str, str], str] = {}
-    settings = {"chains": args.chains, "warmup": args.warmup, "draws": args.draws, "seed": args.seed}
+def peer_worker(posterior: str, names: list[str], settings: dict, results) -> None:
+    """In a child process: each peer in ``names`` on ``posterior``, one after the other; puts (name, 'started',
+    None) before a peer's run and (name, 'done' | 'skipped' | 'failed', PeerRun or why) after it."""
+    import jax  # noqa: F401  (imported before any peer's clock starts: its import is no peer's cost)
+
+    args = argparse.Namespace(**settings)
     post = peers.posterior_from(["model=posteriordb", f"model.name={posterior}"])
     for name in names:
         args.nutpie_defaults = name in NUTPIE_OWN_LENGTHS
+        results.put((name, "started", None))
         try:
-            out = peers.PEERS[name](post, args)
+            results.put((name, "done", peers.PEERS[name](post, args)))
         except ImportError as exc:
-            missing[(posterior, name)] = f"not installed ({exc.name})"
-            print(f"{posterior} {name}: skipped, {exc}", flush=True)
-            continue
+            results.put((name, "skipped", f"not installed ({exc.name})"))
         except Exception as exc:  # a peer that fails on one posterior is a result, not the end of the run
             traceback.print_exc()
-            missing[(posterior, name)] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
-            continue
-        own = {"warmup": "nutpie's own", "draws": "nutpie's own"} if args.nutpie_defaults else {}
-        peers.log_peer(tracker, parent, name, post, out, {**settings, **own})
-        print(f"{posterior} {name}: {out.wall:.1f} s", flush=True)
+            results.put((name, "failed", f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"))
+
+
+def run_peers(names: list[str], posterior: str, parent: str, tracker, args) -> dict[tuple[str, str], str]:
+    """Each peer on one posterior in a child process, logged under ``parent``; returns why a (posterior, peer)
+    was not logged. A peer still running after --peer-limit seconds (BlackJAX MAMS's shipped tuning went on for
+    9 minutes and more on arma11 and earn_height, one jitted call that no signal interrupts) is stopped with its
+    process, recorded as such, and the next peer starts in a fresh process."""
+    import multiprocessing
+    import queue
+
+    missing: dict[tuple[str, str], str] = {}
+    settings = {k: v for k, v in vars(args).items() if k != "argv"}
+    post = peers.posterior_from(["model=posteriordb", f"model.name={posterior}"])
+
+    def log(name: str, out, stopped: tuple[str, str] | None) -> None:
+        own = {"warmup": "nutpie's own", "draws": "nutpie's own"} if name in NUTPIE_OWN_LENGTHS else {}
+        run_settings = {"chains": args.chains, "warmup": args.warmup, "draws": args.draws, "seed": args.seed}
+        peers.log_peer(tracker, parent, name, post, out, {**run_settings, **own}, stopped)
+        print(f"{posterior} {name}: " + (f"{out.wall:.1f} s" if out is not None else stopped[1]), flush=True)
+
+    context = multiprocessing.get_context("spawn")  # JAX is multithreaded: a forked child can deadlock
+    pending = list(names)
+    while pending:
+        results = context.Queue()
+        worker = context.Process(target=peer_worker, args=(posterior, pending, settings, results), daemon=True)
+        worker.start()
+        running, limit = None, STARTUP_LIMIT_S
+        try:
+            while pending:
+                try:
+                    name, what, value = results.get(timeout=limit)
+                except queue.Empty:
+                    if running is None:
+                        raise RuntimeError(f"the peers' process did not start within {STARTUP_LIMIT_S} s") from None
+                    why = f"stopped at the {args.peer_limit:g} s limit"
+                    log(running, None, ("KILLED", why))
+                    pending.remove(running)
+                    break
+                if what == "started":
+                    running, limit = name, args.peer_limit
+                    continue
+                pending.remove(name)
+                running, limit = None, STARTUP_LIMIT_S
+                if what == "skipped":  # not installed: nothing ran, so nothing goes to the store
+                    missing[(posterior, name)] = value
+                    print(f"{posterior} {name}: {value}", flush=True)
+                else:
+                    log(name, value, None) if what == "done" else log(name, None, ("FAILED", value))
+        finally:
+            worker.kill()
+            worker.join()
     return missing
 
 
@@ -108,17 +157,23 @@ def cell_values(run) -> dict[str, float | None]:
     grads = (metric("n_grad_evals") or 0.0) + (metric("n_grad_evals_warmup") or 0.0)
     return {"rate": ess / wall if ess and wall else None, "rhat": metric("rhat_max"),
             "grads_per_ess": grads / ess if ess and grads else None, "ref": metric("ref_mean_err_max"),
-            "wall": wall}
+            "wall": wall, "compile": metric("compile_time_s")}
 
 
-def suite_cells(runs, posteriors: list[str]) -> dict[tuple[str, str], dict]:
-    """(posterior, column heading) -> cell_values, for the runs of one parent."""
-    cells = {}
+def suite_cells(runs, posteriors: list[str]) -> tuple[dict[tuple[str, str], dict], dict[str, str]]:
+    """(posterior, column heading) -> cell_values for the finished runs of ``runs``, and 'posterior/heading' ->
+    why for those that did not finish (a peer stopped at the time limit or failed: the run's error tag)."""
+    cells, why = {}, {}
     for _, run in runs.iterrows():
         heading, name = contender(run), run.get("params.model.name")
-        if heading and name in posteriors and run.get("status") == "FINISHED":
+        if not heading or name not in posteriors:
+            continue
+        if run.get("status") == "FINISHED":
             cells[(name, heading)] = cell_values(run)
-    return cells
+        else:
+            error = run.get("tags.error")
+            why[f"{name}/{heading}"] = error if isinstance(error, str) and error else str(run.get("status")).lower()
+    return cells, why
 
 
 def converged(cell: dict | None) -> bool:
@@ -139,11 +194,38 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 
 
+def why_not_twice(cells: dict, posterior: str) -> str:
+    """Where bayesx's best sampler is not 2x the best converged peer: why, from the runs. The ratio of two
+    min-ESS/s is exactly (the peer's gradients per ESS / bayesx's) x (the peer's wall time per gradient /
+    bayesx's): the sampler's efficiency times the cost of a gradient with everything else (compile, JIT,
+    adaptation, overheads) spread over it; bayesx's compile time is named beside its share of the wall time."""
+    peer, peer_rate = best(cells, posterior, PEER_COLUMNS)
+    mine, mine_rate = best(cells, posterior, BAYESX)
+    if peer is None:
+        return "no peer converged: no ratio"
+    if mine is None:
+        worst = [cells[(posterior, h)]["rhat"] for h in BAYESX if cells.get((posterior, h))]
+        return (f"no bayesx sampler converged (R-hat {fmt(min(w for w in worst if w is not None))})"
+                if any(w is not None for w in worst) else "no bayesx run")
+    if mine_rate >= 2 * peer_rate:
+        return ""
+    a, b = cells[(posterior, peer)], cells[(posterior, mine)]
+    if not (a["grads_per_ess"] and b["grads_per_ess"]):
+        return "-"
+    efficiency = a["grads_per_ess"] / b["grads_per_ess"]
+    per_grad = (mine_rate / peer_rate) / efficiency
+    compile_s = b.get("compile")
+    compiled = f"; compile {compile_s:.3g} s of its {b['wall']:.3g} s" if compile_s and b["wall"] else ""
+    return (f"{mine} needs {1 / efficiency:.2g}x {peer}'s gradients per ESS, at {per_grad:.2g}x its speed per "
+            f"gradient (wall time included){compiled}")
+
+
 def suite_table(cells: dict, posteriors: list[str], dims: dict[str, int], why_empty: dict[str, str]) -> list[str]:
     """The suite table: one row per posterior; for each contender 'min-ESS/s (R-hat, grads/ESS, ref err)'."""
     headings = [*PEER_COLUMNS, *BAYESX]
     lines = ["| posterior | dim | " + " | ".join(headings) + " | best peer | bayesx NUTS / best peer | "
-             "bayesx best / best peer |", "|" + "---|" * (len(headings) + 5)]
+             "bayesx best / best peer | where bayesx's best is not 2x the best peer, why |",
+             "|" + "---|" * (len(headings) + 6)]
     for posterior in posteriors:
         row = [posterior, str(dims[posterior])]
         for heading in headings:
@@ -159,7 +241,8 @@ def suite_table(cells: dict, posteriors: list[str], dims: dict[str, int], why_em
         nuts = cells.get((posterior, "bayesx NUTS"))
         nuts_rate = nuts["rate"] if converged(nuts) else None
         row += [peer or "none converged", fmt(nuts_rate / peer_rate if nuts_rate and peer_rate else None),
-                fmt(mine_rate / peer_rate if mine_rate and peer_rate else None) + (f" ({mine})" if mine else "")]
+                fmt(mine_rate / peer_rate if mine_rate and peer_rate else None) + (f" ({mine})" if mine else ""),
+                why_not_twice(cells, posterior)]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -171,7 +254,9 @@ def write_table(args, parent: str, started: str, missing: dict, posteriors: list
 
     runs = search_runs(args.tracking_uri, args.experiment)
     runs = runs[runs["tags.mlflow.parentRunId"] == parent]
+    cells, stopped = suite_cells(runs, posteriors)
     why = {f"{p}/{h}": reason for (p, n), reason in missing.items() for h, m in PEER_COLUMNS.items() if m == n}
+    why.update(stopped)
     why.update({h: "not in --peers" for h, n in PEER_COLUMNS.items() if n not in args.peers})
     why.update({h: "not in --bayesx" for h, m in BAYESX.items() if m not in args.bayesx})
     why.update({h: "the bayesx run failed (see its run in the store)" for h in BAYESX if h not in why})
@@ -192,7 +277,7 @@ def write_table(args, parent: str, started: str, missing: dict, posteriors: list
         "as best. Ratios: bayesx NUTS (defaults) and bayesx's best sampler over the best converged peer by "
         "min-ESS/s. Peers' notes (tuning, front end) are the runs' `peer_note` tags.",
         "",
-        *suite_table(suite_cells(runs, posteriors), posteriors, {p: SUITE[p].dim for p in posteriors}, why),
+        *suite_table(cells, posteriors, {p: SUITE[p].dim for p in posteriors}, why),
         "",
     ]
     text = "\n".join(lines)
@@ -212,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1000, help="the peers' warm-up (nutpie: its own)")
     parser.add_argument("--draws", type=int, default=1000, help="the peers' draws per chain (nutpie: its own 1000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--peer-limit", type=float, default=600.0,
+                        help="seconds a peer may run on one posterior before it is stopped and recorded as such")
     parser.add_argument("--warm", action="store_true", help="keep bayesx's compiled-density cache")
     parser.add_argument("--experiment", default=EXPERIMENT, help="MLflow experiment")
     parser.add_argument("--tracking-uri", help="default: the tracking config / MLFLOW_TRACKING_URI")
@@ -235,8 +322,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             parent = tracker.start_parent(f"peers {' '.join(overrides)}", {"sweep": "parent",
                                                                            "sweep_overrides": " ".join(overrides)})
-        import jax  # noqa: F401  (imported once, before any peer's clock starts: its import is no peer's cost)
-
         missing: dict[tuple[str, str], str] = {}
         for done, posterior in enumerate(args.posteriors, 1):
             missing.update(run_peers(args.peers, posterior, parent, tracker, args))

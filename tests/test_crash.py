@@ -125,11 +125,11 @@ def test_checkpoint_chunks_join_in_order_and_stop_at_a_gap(tmp_path):
     kept = []
     for i in range(8):
         kept.append(torch.full((2, 1), float(i)))
-        ckpt.update(kept)
+        ckpt.update(torch.stack(kept, dim=1))
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["draws_0000000-0000003.npy",
                                                                     "draws_0000003-0000006.npy"]
     kept.append(torch.full((2, 1), 8.0))
-    ckpt.update(kept)
+    ckpt.update(torch.stack(kept, dim=1))
     draws = checkpoint.load_draws(tmp_path / "run")
     assert np.array_equal(draws[0, :, 0], np.arange(9.0))
     (tmp_path / "run" / "draws_0000003-0000006.npy").unlink()

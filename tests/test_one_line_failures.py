@@ -238,11 +238,11 @@ def killed_run(monkeypatch, states: int, pause_s: float = 0.0) -> str:
 
     real, saved = checkpoint.RunCheckpoint.update, []
 
-    def update(self, kept, stats=None, state=None):
-        if len(kept) - self.saved >= self.every:
+    def update(self, draws, stats=None, state=None):
+        if draws.shape[1] - self.saved >= self.every:
             time.sleep(pause_s)
         before = self.saved
-        real(self, kept, stats, state)
+        real(self, draws, stats, state)
         if self.saved != before:
             saved.append(self.saved)
             if len(saved) == states:

@@ -93,3 +93,27 @@ def test_suite_driver_logs_the_peers_and_writes_every_column(experiments, tmp_pa
     rate = float(row["BlackJAX NUTS"].split(" ")[0])
     assert rate > 0 and rate == pytest.approx(child["metrics.ess_bulk_min"] / child["metrics.wall_time_s"], rel=6e-3)
     assert row["NumPyro"] == "not run: not in --peers" and row["bayesx NUTS"] == "not run: not in --bayesx"
+
+
+def test_a_peer_past_the_time_limit_is_stopped_and_recorded_as_killed(experiments, tmp_path):
+    """BlackJAX MAMS's shipped tuning ran for 9 minutes and more on two posteriors, in one jitted call no signal
+    stops: a peer past --peer-limit is stopped with its process, recorded KILLED with the reason, and the next
+    peer runs in a fresh process. Here BlackJAX NUTS and then NumPyro with a 1 s limit (their JIT alone takes
+    longer) are each stopped, NumPyro in the process started after BlackJAX's was stopped. The control, the same
+    BlackJAX NUTS run under the default limit, finishes in the test above."""
+    pytest.importorskip("blackjax")
+    pytest.importorskip("numpyro")
+    driver = experiments("peers_posteriordb")
+    from bayesx.store.tracking import search_runs
+
+    out, uri = tmp_path / "suite.md", f"sqlite:///{tmp_path}/mlflow.db"
+    argv = ["--posteriors", "kidscore_momiq", "--peers", "blackjax-nuts", "numpyro-nuts", "--bayesx", "",
+            "--chains", "2", "--warmup", "100", "--draws", "100", "--peer-limit", "1", "--tracking-uri", uri,
+            "--out", str(out)]
+    assert driver.main(argv) == 0
+    runs = search_runs(uri, driver.EXPERIMENT)
+    stopped = runs[runs["tags.peer"] == "blackjax-nuts"].iloc[0]
+    assert stopped["status"] == "KILLED" and stopped["tags.error"] == "stopped at the 1 s limit"
+    assert runs[runs["tags.peer"] == "numpyro-nuts"].iloc[0]["status"] == "KILLED"  # the next peer ran
+    row = [line for line in out.read_text().splitlines() if line.startswith("| kidscore_momiq")][0]
+    assert row.count("not run: stopped at the 1 s limit") == 2 and "no peer converged" in row

@@ -138,18 +138,45 @@ def test_targets_not_above_target_accept_are_skipped():
     assert out.metrics["target_accept_final"] == 0.99 and out.draws.shape[1] == 50
 
 
-def test_a_draw_kept_only_in_part_by_an_interrupted_add_is_dropped():
-    """A Ctrl-C between KeptDraws.add's appends left the positions a draw longer than the divergences; ArviZ then
-    aligned them with NaN and the trace plot failed (CI, stop 54). The draws and statistics come out equally long."""
+def test_a_ctrl_c_on_any_line_of_an_add_leaves_draws_and_statistics_that_agree():
+    """A Ctrl-C between the appends of the list-based KeptDraws.add left the positions a draw longer than the
+    divergences; ArviZ then aligned them with NaN and the trace plot failed (CI, stop 54). A KeyboardInterrupt is
+    raised on each line of ``add`` in turn (as a signal lands between any two bytecodes): the draws kept are
+    always the three whole ones before, or the fourth as well when the add had counted it."""
+    import sys
     from collections import namedtuple
 
     Info = namedtuple("Info", "accept divergent")
-    kept = KeptDraws(1)
-    for _ in range(3):
-        kept.add(torch.zeros(2, 4), Info(torch.ones(2), torch.zeros(2, dtype=torch.bool)))
-    kept.positions.append(torch.zeros(2, 4))  # what an add stopped after its first append leaves
-    kept.stats["accept"].append(np.ones(2))
-    assert len(kept.positions) == 4 and len(kept.stats["divergent"]) == 3  # the control: the lists disagree
-    assert kept.draws().shape == (2, 3, 4)
-    assert {k: v.shape for k, v in kept.sample_stats().items()} == {"accept": (2, 3), "divergent": (2, 3)}
-    assert len(kept) == 3 and kept.convergence().draws == 3
+
+    def info(i):
+        return Info(torch.full((2,), float(i)), torch.zeros(2, dtype=torch.bool))
+
+    lines = sorted({line for _, _, line in KeptDraws.add.__code__.co_lines() if line is not None})
+    interrupted = 0
+    for line in lines[1:]:  # the first is the def itself
+        kept = KeptDraws(1)
+        kept.reserve(3)  # the fourth add grows the buffers: their lines are interrupted too
+        for i in range(3):
+            kept.add(torch.full((2, 4), float(i)), info(i))
+
+        def trace(frame, event, arg, line=line):
+            if frame.f_code is KeptDraws.add.__code__:
+                if event == "line" and frame.f_lineno == line:
+                    raise KeyboardInterrupt
+                return trace
+            return None
+
+        sys.settrace(trace)
+        try:
+            kept.add(torch.full((2, 4), 3.0), info(3))
+        except KeyboardInterrupt:
+            interrupted += 1
+        finally:
+            sys.settrace(None)
+        n = len(kept)
+        assert n in (3, 4)
+        assert kept.draws().shape == (2, n, 4)
+        assert {k: v.shape for k, v in kept.sample_stats().items()} == {"accept": (2, n), "divergent": (2, n)}
+        np.testing.assert_array_equal(kept.sample_stats()["accept"][0], np.arange(n))
+        np.testing.assert_array_equal(kept.draws()[0, :, 0].numpy(), np.arange(n))
+    assert interrupted >= 8  # the control: the interrupt did land, on every line of the body that ran

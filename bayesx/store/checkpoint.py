@@ -75,19 +75,19 @@ class RunCheckpoint:
         self.save(path)
         path.unlink()
 
-    def update(self, kept: list[torch.Tensor], stats: dict[str, list[np.ndarray]] | None = None,
+    def update(self, draws: torch.Tensor | np.ndarray, stats: dict[str, np.ndarray] | None = None,
                state: Callable[[], dict] | None = None) -> None:
-        """Save the draws in ``kept`` (each (chains, dim)) beyond those saved, with their statistics
-        (name -> one (chains,) array per draw) and ``state()``, once ``every`` of them have gathered."""
-        end = len(kept)
+        """Save the draws (chains, n, dim) beyond those saved, with their statistics (name -> (chains, n)) and
+        ``state()``, once ``every`` of them have gathered."""
+        end = draws.shape[1]
         if end - self.saved < self.every:
             return
         span = f"{self.saved:07d}-{end:07d}"
         files = [self.scratch / f"draws_{span}.npy"]
-        np.save(files[0], torch.stack(kept[self.saved:], dim=1).numpy())
+        np.save(files[0], np.asarray(draws[:, self.saved:]))
         if stats:
             files.append(self.scratch / f"stats_{span}.npz")
-            np.savez(files[-1], **{k: np.stack(v[self.saved:], axis=1) for k, v in stats.items()})
+            np.savez(files[-1], **{k: v[:, self.saved:] for k, v in stats.items()})
         if state is not None:
             files.append(self.scratch / f"state_{end:07d}.pt")
             torch.save(self._timed(state()), files[-1])

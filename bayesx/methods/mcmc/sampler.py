@@ -352,6 +352,7 @@ class MCMCMethod(Sampler):
                     warmup["n_grad_evals_warmup"] += dropped + retune_grad_evals
                     clock.retuned()
                     params, it = self.kernel.parameters(step_size, metric), 0
+                kept.reserve(stage.until)
                 while stage.phase in SAMPLING and it < stage.until * cfg.thin:
                     state, info = self.kernel.step(state, density, params, gen)
                     faults.observe(info, sampling=True, kept=kept.keeps(it))
@@ -410,8 +411,7 @@ class MCMCMethod(Sampler):
         """What the run-length machine reads at the end of ``stage``: a probe's energy-error divergences (those
         that met a NaN density left out) and transitions; the kept draws' diagnostics where it may extend them."""
         if stage.phase is Phase.PROBE:
-            n_chains = kept.positions[0].shape[0] if len(kept) else 0
-            return ProbeCount(kept.total("divergent") - faults.nan_divergent, len(kept) * n_chains)
+            return ProbeCount(kept.total("divergent") - faults.nan_divergent, len(kept) * kept.n_chains)
         if rules.needs_convergence(stage):
             return kept.convergence()
         return None
