@@ -28,6 +28,7 @@ draws) and blackjax-mams-esslength (the same with the paper's ESS-based L; see p
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shutil
@@ -157,7 +158,7 @@ def cell_values(run) -> dict[str, float | None]:
     grads = (metric("n_grad_evals") or 0.0) + (metric("n_grad_evals_warmup") or 0.0)
     return {"rate": ess / wall if ess and wall else None, "rhat": metric("rhat_max"),
             "grads_per_ess": grads / ess if ess and grads else None, "ref": metric("ref_mean_err_max"),
-            "wall": wall, "compile": metric("compile_time_s")}
+            "wall": wall, "compile": metric("compile_time_s"), "ess": ess}
 
 
 def suite_cells(runs, posteriors: list[str]) -> tuple[dict[tuple[str, str], dict], dict[str, str]]:
@@ -247,28 +248,77 @@ def suite_table(cells: dict, posteriors: list[str], dims: dict[str, int], why_em
     return lines
 
 
-def write_table(args, parent: str, started: str, missing: dict, posteriors: list[str], search_runs) -> None:
-    """The suite table of ``posteriors`` from the runs of ``parent`` in the store, printed and written to --out
-    (after each posterior, so that a run cut short leaves the table of what it finished)."""
+def reference_tolerance(ess: float, dim: int) -> float:
+    """The largest worst |mean error| in reference sds that Monte Carlo error explains: a mean's standard error
+    is about 1 / sqrt(ESS) reference sds (the min bulk ESS bounds every coordinate's), Bonferroni over ``dim``
+    two-sided tests at 0.1% (z = 3.3 to 4.1 for 1 to 10 coordinates), plus 0.05 for the reference draws' own
+    error and the constrained coordinates' ESS differing from the unconstrained ones'."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(1.0 - 0.001 / (2 * dim))
+    return z / math.sqrt(max(ess, 1.0)) + 0.05
+
+
+def goals(cells: dict, posteriors: list[str], dims: dict[str, int]) -> list[str]:
+    """The issue's goals counted on the table: bayesx NUTS (defaults) at or above the best converged peer's
+    min-ESS/s while converged and within the reference check; bayesx's best sampler at 2x or more."""
+    compared = [p for p in posteriors if best(cells, p, PEER_COLUMNS)[0] is not None]
+    nuts_wins, twice = [], []
+    for posterior in compared:
+        peer_rate = best(cells, posterior, PEER_COLUMNS)[1]
+        nuts = cells.get((posterior, "bayesx NUTS"))
+        if converged(nuts) and nuts["rate"] and nuts["rate"] >= peer_rate and nuts["ref"] is not None and \
+                nuts["ref"] < reference_tolerance(nuts["ess"], dims[posterior]):
+            nuts_wins.append(posterior)
+        mine_rate = best(cells, posterior, BAYESX)[1]
+        if mine_rate and mine_rate >= 2 * peer_rate:
+            twice.append(posterior)
+    n = len(compared)
+    share = f" ({100 * len(nuts_wins) / n:.0f}%)" if n else ""
+    lost = sorted(set(compared) - set(nuts_wins))
+    return [f"**Goals, counted on the {n} posteriors where a peer converged** (of {len(posteriors)}; on the rest "
+            f"no peer reached R-hat <= {RHAT_GOAL}):",
+            f"- bayesx NUTS with its defaults at or above the best converged peer's min-ESS/s, converged and within "
+            f"the reference check (worst mean error below Monte Carlo error, see `reference_tolerance`): "
+            f"{len(nuts_wins)} of {n}{share}" + (f"; not on {', '.join(lost)}" if lost else "") + ".",
+            f"- bayesx's best sampler at 2x the best converged peer or more: {len(twice)} of {n}; the last column "
+            "says why where not."]
+
+
+def write_table(args, sources: list[tuple[str, str]], started: str, missing: dict, posteriors: list[str],
+                search_runs) -> None:
+    """The suite table of ``posteriors`` from the runs of the sweep parents ``sources`` ((tracking URI, parent
+    id) pairs), printed and written to --out (after each posterior, so that a run cut short leaves the table of
+    what it finished)."""
+    import pandas as pd
+
     from bayesx.targets.posteriordb import SUITE
 
-    runs = search_runs(args.tracking_uri, args.experiment)
-    runs = runs[runs["tags.mlflow.parentRunId"] == parent]
+    found = []
+    for uri, parent in sources:
+        runs = search_runs(uri, args.experiment)
+        found.append(runs[runs["tags.mlflow.parentRunId"].astype(str).str.startswith(parent)])
+    for i, runs in enumerate(found):  # a posterior run in several sweeps: the last one's runs only
+        later = {name for after in found[i + 1:] for name in after["params.model.name"].dropna()}
+        found[i] = runs[~runs["params.model.name"].isin(later)]
+    runs = pd.concat(found, ignore_index=True)
     cells, stopped = suite_cells(runs, posteriors)
     why = {f"{p}/{h}": reason for (p, n), reason in missing.items() for h, m in PEER_COLUMNS.items() if m == n}
     why.update(stopped)
     why.update({h: "not in --peers" for h, n in PEER_COLUMNS.items() if n not in args.peers})
     why.update({h: "not in --bayesx" for h, m in BAYESX.items() if m not in args.bayesx})
     why.update({h: "the bayesx run failed (see its run in the store)" for h in BAYESX if h not in why})
+    stores = "; ".join(f"`{uri}` parent `{parent[:8]}` (`bayesx report --uri {uri} --parent {parent[:8]}`)"
+                       for uri, parent in sources)
+    dims = {p: SUITE[p].dim for p in posteriors}
     lines = [
         "# The posteriordb suite against the best peers",
         "",
         f"Command: `python experiments/peers_posteriordb.py {' '.join(args.argv)}`",
         "",
-        f"Run {started}; machine: {platform.machine()}, {os.cpu_count()} cores; one run each, seed {args.seed}, "
-        f"{args.chains} chains, every contender one after the other; MLflow store `{args.tracking_uri}`, "
-        f"experiment `{args.experiment}`, sweep parent `{parent[:8]}` "
-        f"(`bayesx report --uri {args.tracking_uri} --parent {parent[:8]}`). {args.note}",
+        f"Table written {started}; machine: {platform.machine()}, {os.cpu_count()} cores; one run each, seed "
+        f"{args.seed}, {args.chains} chains, every contender one after the other; MLflow experiment "
+        f"`{args.experiment}`, from {stores}. {args.note}",
         "",
         "Each cell: **min-ESS/s** (min bulk ESS over the unconstrained coordinates per second of total wall time: "
         "bayesx's wall_time_s with the density compiled on a cold cache, the JAX peers' JIT and nutpie's "
@@ -277,7 +327,9 @@ def write_table(args, parent: str, started: str, missing: dict, posteriors: list
         "as best. Ratios: bayesx NUTS (defaults) and bayesx's best sampler over the best converged peer by "
         "min-ESS/s. Peers' notes (tuning, front end) are the runs' `peer_note` tags.",
         "",
-        *suite_table(cells, posteriors, {p: SUITE[p].dim for p in posteriors}, why),
+        *goals(cells, posteriors, dims),
+        "",
+        *suite_table(cells, posteriors, dims, why),
         "",
     ]
     text = "\n".join(lines)
@@ -290,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     from bayesx.targets.posteriordb import NAMES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--posteriors", nargs="+", required=True, choices=list(NAMES), metavar="NAME")
+    parser.add_argument("--posteriors", nargs="+", choices=list(NAMES), metavar="NAME",
+                        help="the posteriors to run (with --from: to tabulate; default every one found)")
     parser.add_argument("--peers", nargs="*", default=list(PEER_COLUMNS.values()), choices=list(peers.PEERS))
     parser.add_argument("--bayesx", default="method=nuts,mams", help="bayesx's contenders: sweep overrides, '' for none")
     parser.add_argument("--chains", type=int, default=4)
@@ -304,15 +357,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", help="default: the tracking config / MLFLOW_TRACKING_URI")
     parser.add_argument("--note", default="", help="a line for the table's header (e.g. how busy the machine was)")
     parser.add_argument("--out", help="the suite table (markdown)")
+    parser.add_argument("--from", dest="sources", nargs=2, action="append", metavar=("URI", "PARENT"),
+                        help="run nothing: tabulate the runs of these sweep parents (repeatable; a parent id's "
+                             "first characters do)")
     args = parser.parse_args(argv)
+    if not args.posteriors and not args.sources:
+        parser.error("--posteriors is required (or --from URI PARENT to tabulate earlier runs)")
     args.argv = argv if argv is not None else sys.argv[1:]
     args.jax_dtype, args.mcmc_lengths = "float64", False  # what peers.py's samplers and sweep read
     from bayesx.cli.config import compose
     from bayesx.errors import BayesxError
     from bayesx.store.tracking import Tracker, search_runs
 
-    tmp = Path(tempfile.mkdtemp(prefix="peers_pdb_"))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if args.sources:
+        sources = [(uri, parent) for uri, parent in args.sources]
+        if not args.posteriors:
+            tabulated = set()
+            for uri, parent in sources:
+                runs = search_runs(uri, args.experiment)
+                runs = runs[runs["tags.mlflow.parentRunId"].astype(str).str.startswith(parent)]
+                tabulated.update(runs["params.model.name"].dropna())
+            args.posteriors = [name for name in NAMES if name in tabulated]
+        write_table(args, sources, started, {}, args.posteriors, search_runs)
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="peers_pdb_"))
     try:
         args.tracking_uri = args.tracking_uri or str(compose([]).tracking.uri)
         tracker = Tracker(args.tracking_uri, args.experiment)
@@ -325,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         missing: dict[tuple[str, str], str] = {}
         for done, posterior in enumerate(args.posteriors, 1):
             missing.update(run_peers(args.peers, posterior, parent, tracker, args))
-            write_table(args, parent, started, missing, args.posteriors[:done], search_runs)
+            write_table(args, [(args.tracking_uri, parent)], started, missing, args.posteriors[:done],
+                        search_runs)
         if not args.bayesx.strip():
             tracker.terminate(parent, "FINISHED")
     except BayesxError as exc:
