@@ -111,7 +111,10 @@ def jax_platform() -> str:
 def blackjax_cell(overrides: list[str], peer: str, chains: int, args) -> Cell:
     """The BlackJAX sampler on the same posterior, ``chains`` chains, on JAX's default device."""
     wanted = "cpu" if args.device == "cpu" else "gpu"
-    found = jax_platform()
+    try:
+        found = jax_platform()
+    except ImportError as exc:
+        return Cell(reason=f"not installed ({exc.name}; pip install -e '.[bench]')")
     if found != wanted:
         return Cell(reason=f"JAX's device is {found}, not {wanted} (install jax[cuda] on the GPU machine)")
     post = peers.posterior_from(overrides)

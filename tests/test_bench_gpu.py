@@ -71,8 +71,10 @@ def test_small_cpu_run_fills_every_column(bench_gpu, tmp_path):
     """--small on the CPU: ChEES, MAMS and NUTS of bayesx and of BlackJAX on the 20-d synthetic regression, 16
     chains, 100 + 60 transitions; every measured cell holds a number, and R-hat says bayesx's samplers moved their
     chains into one region (below 1.5: a warm-up of 100 is short; measured 1.21 for ChEES, 1.02 for MAMS; BlackJAX's
-    per-chain MAMS tuning is not held to it: 1.55 at this length)."""
-    pytest.importorskip("blackjax")
+    per-chain MAMS tuning is not held to it: 1.55 at this length). Without the bench extra (CI's install) the
+    BlackJAX cells say it is not installed and bayesx's are still filled."""
+    import importlib
+
     out = tmp_path / "bench_gpu_samplers.md"
     argv = ["--small", "--device", "cpu", "--posteriors", "logreg 500-d (synthetic)", "--draws", "60",
             "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--out", str(out)]
@@ -80,6 +82,16 @@ def test_small_cpu_run_fills_every_column(bench_gpu, tmp_path):
     header, rows = table_of(out.read_text())
     assert header == bench_gpu.COLUMNS
     assert [r[1] for r in rows] == ["ChEES", "MAMS", "NUTS"] and all(r[2] == "16" for r in rows)
-    assert unfilled(rows, header) == []
+    try:
+        importlib.import_module("blackjax")
+        installed = True
+    except ImportError:
+        installed = False
+    if installed:
+        assert unfilled(rows, header) == []
+    else:  # bayesx's cells are filled; BlackJAX's (and the ratio) say why they are empty
+        theirs = tuple(f"/{name}" for name in header if name.startswith("BlackJAX"))
+        assert unfilled(rows, header) and all(cell.endswith(theirs) for cell in unfilled(rows, header))
+        assert all("not installed" in r[header.index("BlackJAX min-ESS/s")] for r in rows)
     rhats = {r[1]: float(r[header.index("bayesx R-hat")]) for r in rows}
     assert all(value < 1.5 for value in rhats.values()), rhats
