@@ -203,7 +203,8 @@ def why_not_twice(cells: dict, posterior: str) -> str:
     peer, peer_rate = best(cells, posterior, PEER_COLUMNS)
     mine, mine_rate = best(cells, posterior, BAYESX)
     if peer is None:
-        return "no peer converged: no ratio"
+        ran = any(cells.get((posterior, h)) for h in PEER_COLUMNS)
+        return "no peer converged: no ratio" if ran else "no peer finished: no ratio"
     if mine is None:
         worst = [cells[(posterior, h)]["rhat"] for h in BAYESX if cells.get((posterior, h))]
         return (f"no bayesx sampler converged (R-hat {fmt(min(w for w in worst if w is not None))})"
@@ -241,7 +242,8 @@ def suite_table(cells: dict, posteriors: list[str], dims: dict[str, int], why_em
         mine, mine_rate = best(cells, posterior, BAYESX)
         nuts = cells.get((posterior, "bayesx NUTS"))
         nuts_rate = nuts["rate"] if converged(nuts) else None
-        row += [peer or "none converged", fmt(nuts_rate / peer_rate if nuts_rate and peer_rate else None),
+        ran = any(cells.get((posterior, h)) for h in PEER_COLUMNS)
+        row += [peer or ("none converged" if ran else "none finished"), fmt(nuts_rate / peer_rate if nuts_rate and peer_rate else None),
                 fmt(mine_rate / peer_rate if mine_rate and peer_rate else None) + (f" ({mine})" if mine else ""),
                 why_not_twice(cells, posterior)]
         lines.append("| " + " | ".join(row) + " |")
@@ -276,8 +278,11 @@ def goals(cells: dict, posteriors: list[str], dims: dict[str, int]) -> list[str]
     n = len(compared)
     share = f" ({100 * len(nuts_wins) / n:.0f}%)" if n else ""
     lost = sorted(set(compared) - set(nuts_wins))
-    return [f"**Goals, counted on the {n} posteriors where a peer converged** (of {len(posteriors)}; on the rest "
-            f"no peer reached R-hat <= {RHAT_GOAL}):",
+    finished = [p for p in posteriors if any(cells.get((p, h)) for h in PEER_COLUMNS)]
+    return [f"**Goals, counted on the {n} posteriors where a peer converged** (of {len(posteriors)}; on "
+            f"{len(finished) - n} no peer that finished reached R-hat <= {RHAT_GOAL}"
+            + (f", on {len(posteriors) - len(finished)} no peer finished" if len(finished) < len(posteriors) else "")
+            + "):",
             f"- bayesx NUTS with its defaults at or above the best converged peer's min-ESS/s, converged and within "
             f"the reference check (worst mean error below Monte Carlo error, see `reference_tolerance`): "
             f"{len(nuts_wins)} of {n}{share}" + (f"; not on {', '.join(lost)}" if lost else "") + ".",

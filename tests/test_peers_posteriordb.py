@@ -130,7 +130,8 @@ def test_the_table_counts_the_goals_and_says_why_bayesx_is_not_twice_the_best_pe
     assert driver.why_not_twice(cells, "b") == ""  # 4x: nothing to explain
     assert driver.why_not_twice(cells, "e") == "no peer converged: no ratio"
     assert driver.why_not_twice(cells, "d").startswith("no bayesx sampler converged (R-hat 1.05)")
+    assert driver.why_not_twice({("f", "bayesx NUTS"): cell(40.0, 40.0)}, "f") == "no peer finished: no ratio"
     lines = "\n".join(driver.goals(cells, list("abcde"), dict.fromkeys("abcde", 3)))
-    assert "on the 4 posteriors where a peer converged" in lines
+    assert "on the 4 posteriors where a peer converged** (of 5; on 1 no peer that finished" in lines
     assert "2 of 4 (50%); not on c, d." in lines  # c: 3 sds off the reference; d: not converged
     assert "at 2x the best converged peer or more: 2 of 4" in lines  # b and c (c's rate, not its reference)
