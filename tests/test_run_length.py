@@ -3,6 +3,7 @@ target acceptance, and drawing on until R-hat and the ESS pass; each with the fi
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import numpy as np
@@ -56,9 +57,14 @@ def test_more_draws_for_chains_that_disagree_and_none_for_chains_that_agree():
 
 
 def test_a_posterior_that_diverges_raises_the_target_and_the_control_does_not(tmp_path, monkeypatch):
-    """posteriordb's gp_pois_regr with a dense metric diverges on ~2-8% of its transitions at target 0.8: the
+    """posteriordb's gp_pois_regr with a dense metric diverges on ~0.5-1.4% of its transitions at target 0.8: the
     probe's draws are dropped, the target goes to 0.95, and the kept draws are exactly num_draws from it, with
-    far fewer divergences per transition. The control, without a ladder, stays at 0.8."""
+    fewer divergences per transition. The control, without a ladder, stays at 0.8.
+
+    The divergences of one seed are too few to compare (2,000 transitions; on plain C, seeds 0-5 gave 14, 0, 1,
+    18, 14, 0 divergences raised against 27, 13, 10, 22, 24, 12 fixed), so four seeds are pooled and the raised
+    runs' share of all divergences must be below one half by a one-sided binomial test at 1% (seeds 0-3: 33 of
+    105, p ~ 1e-4)."""
     monkeypatch.setenv("BAYESX_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("BAYESX_COMPILE", "always")  # its density as plain C (a second): the PyTorch path takes minutes
     gp = PosteriorDB(name="gp_pois_regr")
@@ -68,8 +74,14 @@ def test_a_posterior_that_diverges_raises_the_target_and_the_control_does_not(tm
     assert raised.metrics["target_accept_final"] == 0.95 and "0.8 -> 0.95" in raised.tags["raised_target_accept"]
     assert "target_accept_final" not in fixed.metrics and "raised_target_accept" not in fixed.tags
     assert raised.draws.shape == fixed.draws.shape == (4, 500, 13)
-    assert fixed.sample_stats["divergent"].mean() > 0.01
-    assert raised.sample_stats["divergent"].mean() < fixed.sample_stats["divergent"].mean() / 4
+    assert fixed.sample_stats["divergent"].mean() > 0.005
+    counts = {"raised": int(raised.sample_stats["divergent"].sum()), "fixed": int(fixed.sample_stats["divergent"].sum())}
+    for seed in (1, 2, 3):
+        counts["raised"] += int(run(NUTS(**options, raise_target_accept=(0.95,)), gp, seed=seed).sample_stats["divergent"].sum())
+        counts["fixed"] += int(run(NUTS(**options), gp, seed=seed).sample_stats["divergent"].sum())
+    total = counts["raised"] + counts["fixed"]
+    p_value = sum(math.comb(total, k) for k in range(counts["raised"] + 1)) / 2**total
+    assert counts["fixed"] >= 20 and p_value < 0.01, counts  # the control diverges; the ladder divides that
     # what the dropped probe cost is warm-up: more warm-up gradients than the fixed run's
     assert raised.metrics["n_grad_evals_warmup"] > fixed.metrics["n_grad_evals_warmup"]
 
