@@ -870,7 +870,10 @@ def _check(density: CompiledDensity, log_prob, dim: int, dtype: torch.dtype, poi
         extra = points.detach().to("cpu", torch.float64)[:EXTRA_POINTS]
         checked = torch.cat([checked, extra])
         tolerances += [CHECK_TOLERANCE[dtype]] * extra.shape[0]
-    tolerances = _widened(log_prob, checked.to(dtype), tolerances, dtype)
+    if _agrees_at_once(density, log_prob, checked.to(dtype), tolerances):
+        return
+    tolerances = _widened(log_prob, checked.to(dtype), tolerances, dtype)  # only where the fixed ones refuse: two
+    # more eager passes (0.1-0.2 s each for a 400-step loop), and a tolerance only ever widens
     if _agrees_at_once(density, log_prob, checked.to(dtype), tolerances):
         return
     raised = []
