@@ -35,7 +35,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from bayesx.native import codegen, compiled
-from bayesx.native.build import LINK_FLAGS, _compiler, load
+from bayesx.native.build import LINK_FLAGS, _compiler, load, vector_math
 from bayesx.native.entry_points import bind
 
 LAYOUTS = ("contiguous", "transposed", "strided", "expanded")
@@ -75,6 +75,7 @@ class Case:
     graph: torch.fx.GraphModule | None = None
     operators: set = field(default_factory=set)  # the ATen operators the graph runs on parameter-dependent values
     source: str = ""
+    data: object = None  # the run-time data blob the C reads (codegen.Generated.data)
     skipped: str = ""  # why the case has no C (codegen.Unsupported), or ""
     crashed: str = ""  # an exception other than Unsupported from tracing or writing (a bug), or ""
 
@@ -166,7 +167,8 @@ def trace(case: Case) -> Case:
     try:
         case.graph = compiled._trace(case.function, case.point.numel(), case.dtype)
         case.operators = dynamic_operators(case.graph)
-        case.source = codegen.generate(case.graph, case.point.numel(), case.dtype).source
+        generated, _ = compiled.plain_c(case.graph, case.point.numel(), case.dtype, _compiler())
+        case.source, case.data = generated.source, generated.data
     except (codegen.Unsupported, compiled.NotCompiled) as exc:
         case.skipped = str(exc)
     except Exception as exc:  # noqa: BLE001 - the writer itself failed: a bug, reported as such
@@ -175,7 +177,7 @@ def trace(case: Case) -> Case:
     return case
 
 
-ENTRY_POINTS = ("bayesx_density", "bayesx_density_work", "bayesx_density_check")
+ENTRY_POINTS = ("bayesx_density", "bayesx_density_work", "bayesx_density_check", "bayesx_density_data_bytes")
 
 
 def _unit(source: str, k: int) -> str:
@@ -210,7 +212,8 @@ def library(cases: list[Case], folder: Path | None = None) -> ctypes.CDLL:
             with concurrent.futures.ThreadPoolExecutor(max(os.cpu_count() or 1, 1)) as pool:
                 objects = list(pool.map(lambda s: _object(compiler, s), sources))
             partial = Path(tmp) / "cases.so"
-            subprocess.run([compiler, *LINK_FLAGS, *map(str, objects), "-o", str(partial), "-lm"], check=True,
+            libraries = ("-lmvec",) if vector_math(compiler) else ()
+            subprocess.run([compiler, *LINK_FLAGS, *map(str, objects), "-o", str(partial), *libraries, "-lm"], check=True,
                            capture_output=True, text=True, timeout=600)
             os.replace(partial, path)
     return ctypes.CDLL(str(path))
@@ -225,9 +228,10 @@ def densities(cases: list[Case]) -> list[compiled.CompiledDensity]:
     for k, case in enumerate(cases):
         function = ctypes.cast(getattr(lib, f"bayesx_density_{k}"), ctypes.c_void_p).value
         work = ctypes.c_size_t.in_dll(lib, f"bayesx_density_work_{k}").value
-        model = compiled._GeneratedModel(function, work)
+        data = case.data
+        model = compiled._GeneratedModel(function, work, None, data.data_ptr() if data is not None else None)
         result.append(compiled.CompiledDensity(case.point.numel(), case.dtype, Path(lib._name), 0.0, True, functions,
-                                               lib, model, compiled.PLAIN_C))
+                                               lib, model, compiled.PLAIN_C, data=data))
     return result
 
 

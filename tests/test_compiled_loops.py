@@ -213,7 +213,8 @@ def test_the_folded_gradient_equals_a_hand_written_c_loop(tmp_path):
              ctypes.c_int64(steps))
 
     def call_generated():
-        generated(p(q.data_ptr()), p(g_gen.data_ptr()), p(lp_gen.data_ptr()), p(work.data_ptr()), p(fault.data_ptr()))
+        generated(p(q.data_ptr()), p(g_gen.data_ptr()), p(lp_gen.data_ptr()), p(work.data_ptr()), p(fault.data_ptr()),
+                  p(density.data.data_ptr() if density.data is not None else None))
 
     call_hand()
     call_generated()

@@ -88,7 +88,8 @@ class Preparation:
 
     def tags(self) -> dict[str, str]:
         how = "cached" if self.cached else f"compiled in {self.compile_s:.1f} s"
-        if self.kernels == COMPILED:
+        if self.kernels == COMPILED:  # the reason, where there is one: why the compiler is not plain C
+            how += f"; not plain C: {self.reason}" if self.reason else ""
             return {"compiled_density": how, **({"density_compiler": self.compiler} if self.compiler else {})}
         if self.cached or self.compile_s:  # compiled, and PyTorch measured faster
             return {"compiled_density": f"{how}, not used: {self.reason}"}
@@ -180,10 +181,14 @@ def _choose(target, workload: Workload, policy: str, identity: str | None):
                                             quick_only=quick_only, points=points)  # checked where the chains start
     except compiler.NotCompiled as exc:
         return None, _not_compiled(str(exc))
+    not_plain_c = f" because plain C could not: {density.plain_c_reason}" if density.plain_c_reason else ""
     if not density.cached:
-        _say(f"bayesx: compiled the density for the native kernels ({density.compiler}) in {density.compile_s:.1f} s "
-             f"(cached: {density.library_path})")
-    prepared = Preparation(COMPILED, density.compile_s, density.cached, compiler=density.compiler)
+        _say(f"bayesx: compiled the density for the native kernels ({density.compiler}{not_plain_c}) in "
+             f"{density.compile_s:.1f} s (cached: {density.library_path})")
+    elif not_plain_c:
+        _say(f"bayesx: the density runs compiled by {density.compiler}{not_plain_c}")
+    prepared = Preparation(COMPILED, density.compile_s, density.cached, density.plain_c_reason,
+                           compiler=density.compiler)
     if sampler or policy != "auto":
         return Compiled(density), prepared
     compiled_s = _best_time(density.log_prob_and_grad, points)

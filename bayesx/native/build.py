@@ -112,16 +112,60 @@ def load(name: str) -> ctypes.CDLL | None:
 
 
 def build(compiler: str, source: Path, target: Path, extra_flags: tuple[str, ...] = (),
-          compile_flags: tuple[str, ...] = COMPILE_FLAGS) -> None:
-    """Compile and link into a temporary folder, then move into place (safe for parallel runs); raises
-    subprocess.SubprocessError (CalledProcessError with the compiler's stderr, or a timeout) or OSError."""
+          compile_flags: tuple[str, ...] = COMPILE_FLAGS, libraries: tuple[str, ...] = ()) -> None:
+    """Compile and link into a temporary folder, then move into place (safe for parallel runs); ``libraries``
+    (``-lNAME``) are linked after the object, before libm; raises subprocess.SubprocessError (CalledProcessError
+    with the compiler's stderr, or a timeout) or OSError."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         obj, lib = Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
         run = {"check": True, "capture_output": True, "text": True, "timeout": 120}
         subprocess.run([compiler, *compile_flags, *extra_flags, "-c", str(source), "-o", str(obj)], **run)
-        subprocess.run([compiler, *LINK_FLAGS, *extra_flags, str(obj), "-o", str(lib), "-lm"], **run)
+        subprocess.run([compiler, *LINK_FLAGS, *extra_flags, str(obj), "-o", str(lib), *libraries, "-lm"], **run)
         os.replace(lib, target)
+
+
+VECTOR_MATH = ("exp", "log", "sin", "cos", "pow", "log1p", "expm1", "tanh", "atan", "asin", "acos", "sinh", "cosh",
+               "asinh", "acosh", "atanh", "erf", "erfc", "log2", "log10", "exp2", "atan2", "hypot")
+"""C's math functions that glibc's vector math library (libmvec) has SIMD variants of, for double and float: exp,
+log, sin, cos and pow since glibc 2.22, the rest since 2.35."""
+VECTOR_MATH_OLDEST = 5
+
+
+def simd_declarations(functions: tuple[str, ...]) -> str:
+    """C declarations that tell the compiler ``functions`` (and their float forms) have SIMD variants, so that a
+    ``#pragma omp simd`` loop calling them is vectorized through libmvec (what glibc's math.h declares only under
+    -ffast-math, which the generated densities are not compiled with: it would drop infinities and NaNs). The
+    variants keep C's special values (inf, NaN, overflow) and are within 4 ulp."""
+    arity = {"pow": 2, "atan2": 2, "hypot": 2}
+    lines = []
+    for name in functions:
+        for real, suffix in (("double", ""), ("float", "f")):
+            arguments = ", ".join([real] * arity.get(name, 1))
+            lines.append(f'{real} ({name}{suffix})({arguments}) __attribute__((__simd__("notinbranch")));')
+    return "\n".join(lines)
+
+
+@cache
+def vector_math(compiler: str) -> tuple[str, ...]:
+    """The VECTOR_MATH functions whose SIMD variants this compiler and C library build and load (a probe library
+    compiled once per process: the newest set, else glibc 2.22's five, else none)."""
+    flags = ("-O2", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-fPIC", "-std=c11")
+    for functions in (VECTOR_MATH, VECTOR_MATH[:VECTOR_MATH_OLDEST]):
+        calls = "\n".join(f"    y[i] += {name}({', '.join(['x[i]'] * (2 if name in ('pow', 'atan2', 'hypot') else 1))});"
+                          for name in functions)
+        source = ("#include <tgmath.h>\n" + simd_declarations(functions) + "\nvoid probe(const double *x, double *y, "
+                  "int n) {\n#pragma omp simd\nfor (int i = 0; i < n; i++) {\n" + calls + "\n}\n}\n")
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "probe.c"
+                path.write_text(source)
+                build(compiler, path, Path(tmp) / "probe.so", compile_flags=flags, libraries=("-lmvec",))
+                ctypes.CDLL(str(Path(tmp) / "probe.so"))
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return functions
+    return ()
 
 
 def build_all() -> list[str]:

@@ -11,7 +11,9 @@ posteriors use 41 ATen operators after core-ATen decomposition), so this module 
    strides and offsets of the buffer); a view (``view``, ``expand``, ``permute``, ``select``, ...) shares
    its input's storage, so it is recognised by that, costs no code, and is read through its own sizes,
    strides and offset; what does not depend on the parameters (data, ``arange``, ``full``) is a constant
-   array, its bytes those of the eager value;
+   array, its bytes those of the eager value: written into the source where it is small (INLINE_NUMBERS), else
+   *data*, packed into one byte blob (:attr:`Generated.data`) that the caller passes at run time, so that the
+   source, its compile time and the library depend on the data's shapes, not on its size or its values;
 2. write: each other operation becomes a loop nest over its output, reading every input through its
    strides (broadcast dimensions have stride 0): elementwise arithmetic and comparisons, reductions,
    matrix products, concatenation, padding, slice and select scatters, advanced indexing and its
@@ -19,8 +21,9 @@ posteriors use 41 ATen operators after core-ATen decomposition), so this module 
 3. reuse: a buffer whose last reader (views included) has run is handed to the next buffer of its size,
    so the workspace stays near the graph's live size.
 
-The result is ``int bayesx_density(const REAL *u, REAL *g, REAL *lp, void *work, int64_t *fault)`` writing
-log pi(u) to lp and its gradient to g, with ``bayesx_density_work`` bytes of workspace per calling thread:
+The result is ``int bayesx_density(const REAL *u, REAL *g, REAL *lp, void *work, int64_t *fault, const char *data)``
+writing log pi(u) to lp and its gradient to g, with ``bayesx_density_work`` bytes of workspace per calling thread and
+``data`` the blob of ``bayesx_density_data_bytes`` bytes (NULL where there is none; 64-byte aligned):
 reentrant, so the C kernels may run chains on several threads. It returns 0, or 1 where PyTorch would raise: an
 index computed from the parameters (advanced indexing, index_select, gather, scatter_add, index_add, embedding)
 outside its dimension is checked, as PyTorch checks it, and the evaluation stops with the check's number, the
@@ -47,9 +50,12 @@ aten = torch.ops.aten
 C_TYPES = {torch.float64: "double", torch.float32: "float", torch.int64: "int64_t", torch.int32: "int32_t",
            torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "uint8_t"}
 ALIGN = 64
-MAX_CONSTANT_NUMBERS = 1_000_000
-"""A constant larger than this is not written into C source (about 25 characters a number: the 550 x 500 logistic
-design, 275,000 numbers, compiles in 1.3 s); the density goes to AOTInductor, which stores its data in binary."""
+INLINE_NUMBERS = 4096
+"""A constant of at most this many numbers is written into the C source (where the compiler may fold it: a loop's
+step sizes, a small table); a larger one is data, passed at run time (:attr:`Generated.data`). Written as source,
+data cost about 25 characters a number and the compiler's time grew with them (the 550 x 500 logistic design,
+275,000 numbers, took 1.3 s; a 100,000 x 61 design, 6.1 million, would take minutes), and every new data set was a
+new library."""
 
 
 DIGAMMA = r"""/* digamma(x) = d/dx log Gamma(x), which C's library lacks (lgamma's derivative): the reflection
@@ -107,6 +113,7 @@ class Generated:
     allocated_bytes: int  # what the buffers would take without reuse
     checks: list[str] = field(default_factory=list)  # the operator of each bounds check, by its number
     folded: loops.Folded | None = None  # the repeated blocks written as C loops (None: not folded)
+    data: Tensor | None = None  # the data passed at run time: one uint8 blob, each array at a 64-byte offset
 
 
 @dataclass
@@ -147,14 +154,18 @@ def _c_type(dtype: torch.dtype) -> str:
 class _Writer:
     """The interpreter and C writer of one graph (module docstring)."""
 
-    def __init__(self, graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fold_loops: bool = True):
+    def __init__(self, graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fold_loops: bool = True,
+                 simd_math: str = ""):
         self.graph, self.dim, self.dtype = graph, dim, dtype
         self.fold_loops = fold_loops
+        self.simd_math = simd_math
         self.real = _c_type(dtype)
         self.buffers: dict[int, _Buffer] = {}  # storage address -> buffer
         self.storages: dict[int, object] = {}  # storage address -> storage (kept alive: addresses stay unique)
         self.constants: list[str] = []
         self.constant_names: dict[str, str] = {}  # a constant's type, size and numbers -> its array's name
+        self.data: list[tuple[str, str, Tensor, int]] = []  # run-time data: (name, C type, flat values, offset)
+        self.data_bytes = 0
         self.body: list[str] = []
         self.env: dict[torch.fx.Node, object] = {}
         self.dynamic: set[torch.fx.Node] = set()
@@ -189,10 +200,12 @@ class _Writer:
             return
         storage = t.untyped_storage()
         numbers = storage.nbytes() // t.element_size()
-        if numbers > MAX_CONSTANT_NUMBERS:
-            raise Unsupported(f"a constant of {numbers:,} numbers is too large to write as C source")
         c_type = _c_type(t.dtype)
         flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (numbers,), (1,))
+        if numbers > INLINE_NUMBERS:
+            self.buffers[key] = _Buffer(self._data_array(flat, c_type), c_type, numbers, constant=True)
+            self.storages[key] = storage
+            return
         values = flat.tolist()
         text = ",".join(_literal(v, c_type) if c_type in ("double", "float") else str(int(v)) for v in values)
         declaration = f"{c_type} [{max(numbers, 1)}] = {{{text or '0'}}};"
@@ -202,6 +215,26 @@ class _Writer:
             self.constants.append(f"static const {c_type} {name}[{max(numbers, 1)}] = {{{text or '0'}}};")
         self.buffers[key] = _Buffer(name, c_type, numbers, constant=True)
         self.storages[key] = storage
+
+    def _data_array(self, flat: Tensor, c_type: str) -> str:
+        """The name of the run-time data array holding ``flat``'s numbers (the same numbers: one array)."""
+        for name, known_type, values, _ in self.data:
+            if known_type == c_type and values.numel() == flat.numel() and torch.equal(values, flat):
+                return name
+        name = self._name("c")
+        self.data.append((name, c_type, flat, self.data_bytes))
+        self.data_bytes += (flat.numel() * flat.element_size() + ALIGN - 1) // ALIGN * ALIGN
+        return name
+
+    def _data_blob(self) -> Tensor | None:
+        """The run-time data as one byte blob at the offsets the source reads them from."""
+        if not self.data:
+            return None
+        blob = torch.zeros(self.data_bytes, dtype=torch.uint8)
+        for _, _, values, offset in self.data:
+            raw = values.contiguous().view(torch.uint8)
+            blob[offset:offset + raw.numel()] = raw
+        return blob
 
     def _allocate(self, t: Tensor) -> Tensor:
         """A fresh contiguous copy of ``t`` (an operation's eager result) with a workspace buffer of its own."""
@@ -267,14 +300,19 @@ class _Writer:
                 terms.append(f"{index[lead + d]}*{t.stride(d)}" if t.stride(d) != 1 else index[lead + d])
         return f"{buffer.name}[{' + '.join(terms) or '0'}]"
 
-    def loops(self, shape: tuple[int, ...], statement) -> None:
-        """Nested loops over ``shape`` around ``statement(index)`` (index: the loop variables' names)."""
+    def loops(self, shape: tuple[int, ...], statement, simd: bool = False) -> None:
+        """Nested loops over ``shape`` around ``statement(index)`` (index: the loop variables' names); ``simd``: the
+        innermost loop's iterations are independent (``omp simd``: vectorized, math functions through their SIMD
+        variants where the header declares them)."""
         index = [self._name("i") for _ in shape]
         lines = []
         for depth, (var, size) in enumerate(zip(index, shape)):
+            if simd and depth == len(shape) - 1 and size > 1:
+                lines.append("#pragma omp simd")
             lines.append("  " * depth + f"for (int64_t {var} = 0; {var} < {size}; {var}++)")
         lines.append("  " * len(shape) + statement(index))
-        self.body.append("{ " + "\n".join(lines) + " }" if shape else "{ " + statement(index) + " }")
+        opening = "{\n" if lines[0].startswith("#") else "{ "  # a pragma starts a line of its own
+        self.body.append(opening + "\n".join(lines) + " }" if shape else "{ " + statement(index) + " }")
 
     @staticmethod
     def flat(shape: tuple[int, ...], index: list[str], strides: tuple[int, ...] | None = None,
@@ -305,7 +343,7 @@ class _Writer:
                 values.append(text)
             return f"{buffer.name}[{self.flat(shape, index)}] = {expression(*values)};"
 
-        self.loops(shape, statement)
+        self.loops(shape, statement, simd=True)  # out is a fresh buffer: no iteration reads another's result
 
     def copy_region(self, out: Tensor, source, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
                     accumulate: bool = False) -> None:
@@ -466,22 +504,29 @@ class _Writer:
         tail = [f"for (int64_t j = 0; j < {self.dim}; j++) g[j] = ({self.real}){self.read(grad, (self.dim,), index)};",
                 f"*lp = ({self.real}){self.read(log_prob.reshape(()), (), [])};", "return 0;"]
         header = ["#include <stdint.h>", "#include <stddef.h>", "#include <tgmath.h>", "",
-                  "#ifndef NAN", "#define NAN (0.0 / 0.0)", "#endif", "", DIGAMMA, "", TRIGAMMA, "", FAIL, ""]
+                  "#ifndef NAN", "#define NAN (0.0 / 0.0)", "#endif", "", *([self.simd_math, ""] if self.simd_math else []),
+                  DIGAMMA, "", TRIGAMMA, "", FAIL, ""]
         work = max(self.work_bytes, ALIGN)
         names = ", ".join('"' + name.replace('"', "") + '"' for name in self.checks) or '""'
         body, tables, folded = self.body, [], None
         if self.fold_loops:
             types = {buffer.name: buffer.c_type for buffer in self.buffers.values()}
-            body, tables, folded = loops.fold(self.segments, self.addresses, types)
+            external = frozenset(name for name, *_ in self.data)
+            body, tables, folded = loops.fold(self.segments, self.addresses, types, external)
+        data = [f"const {c_type} *restrict {name} = (const {c_type} *)(data + {offset});"
+                for name, c_type, _, offset in self.data]
         code = "\n".join([*header, *self.constants, *tables, "",
                           f"const size_t bayesx_density_work = {work};",
+                          f"const size_t bayesx_density_data_bytes = {self.data_bytes};",
                           f"static const char *const bx_checks[] = {{{names}}};",
                           "const char *bayesx_density_check(int64_t check) {",
                           f"    return check >= 0 && check < {len(self.checks)} ? bx_checks[check] : \"\";", "}", "",
                           f"int bayesx_density(const {self.real} *restrict u, {self.real} *restrict g, "
-                          f"{self.real} *restrict lp, void *restrict work, int64_t *restrict fault) {{",
-                          "char *restrict w = (char *)work;", *body, *tail, "}", ""])
-        return Generated(code, work, self.operations, self.allocated_bytes, list(self.checks), folded)
+                          f"{self.real} *restrict lp, void *restrict work, int64_t *restrict fault, "
+                          f"const char *restrict data) {{",
+                          "char *restrict w = (char *)work;", *data, *body, *tail, "}", ""])
+        return Generated(code, work, self.operations, self.allocated_bytes, list(self.checks), folded,
+                         self._data_blob())
 
 
 def _functional(target):
@@ -1126,9 +1171,11 @@ VALUE_FREE = {aten.full_like.default, aten.zeros_like.default, aten.ones_like.de
 """Operators whose numbers do not depend on their inputs' numbers (only on shapes): constants."""
 
 
-def generate(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fold_loops: bool = True) -> Generated:
+def generate(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fold_loops: bool = True,
+             simd_math: str = "") -> Generated:
     """The C source of ``graph`` (one input (dim,), outputs (log pi, grad)) in ``dtype`` (module docstring), its
     repeated blocks written as C loops (bayesx.native.loops; ``fold_loops=False``: every operation written out);
-    raises Unsupported with the reason where an operation has no C here."""
+    ``simd_math``: declarations of the math functions' SIMD variants (bayesx.native.build.simd_declarations; the
+    library is then linked with libmvec). Raises Unsupported with the reason where an operation has no C here."""
     with torch.no_grad():
-        return _Writer(graph, dim, dtype, fold_loops).run()
+        return _Writer(graph, dim, dtype, fold_loops, simd_math).run()

@@ -58,7 +58,8 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import DensityError
-from bayesx.native.build import _compiler, _cpu_signature, build, cache_dir, enabled, load
+from bayesx.native.build import (_compiler, _cpu_signature, build, cache_dir, enabled, load, simd_declarations,
+                                 vector_math)
 from bayesx.native.logistic import kernel_threads
 from bayesx.native.calls import NUTSTransition, Trajectory, evaluate, leapfrog, ptr, transition
 from bayesx.native import codegen, recorder, unrolled_linalg
@@ -105,9 +106,11 @@ class _Model(ctypes.Structure):
 
 
 class _GeneratedModel(ctypes.Structure):
-    """generated_model of compiled_density.h: the plain C function, its workspace bytes and its fault."""
+    """generated_model of compiled_density.h: the plain C function, its workspace bytes, its fault and its data (the
+    address of the run-time data blob, or NULL)."""
 
-    _fields_ = [("function", ctypes.c_void_p), ("work", ctypes.c_size_t), ("fault", ctypes.POINTER(_Fault))]
+    _fields_ = [("function", ctypes.c_void_p), ("work", ctypes.c_size_t), ("fault", ctypes.POINTER(_Fault)),
+                ("data", ctypes.c_void_p)]
 
 
 AOTINDUCTOR, PLAIN_C = 0, 1
@@ -123,7 +126,8 @@ class CompiledDensity:
     ``model`` is what the C functions receive, ``kind`` which kind it is (AOTINDUCTOR: a container of THREADS
     models, so the chains take turns on one thread; PLAIN_C: reentrant, the chains split over torch's threads);
     ``compile_s`` is the time this process spent tracing and compiling (0 when the library came from the cache);
-    ``cached`` says whether it did."""
+    ``cached`` says whether it did; ``plain_c_reason`` why an AOTInductor density is not plain C ('' for plain C);
+    ``data`` the plain C density's run-time data (held here: the model holds only its address)."""
 
     dim: int
     dtype: torch.dtype
@@ -134,6 +138,8 @@ class CompiledDensity:
     _library: ctypes.CDLL = field(repr=False)
     _model: ctypes.Structure = field(repr=False)
     kind: int = AOTINDUCTOR
+    plain_c_reason: str = ""
+    data: object = field(default=None, repr=False)
     _fault: _Fault = field(default_factory=_Fault, repr=False)
     _fault_position: Tensor | None = field(default=None, repr=False)
 
@@ -323,7 +329,7 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, identity: str | Non
     folder = cache_dir().parent / "compiled"
     index = folder / f"identity-{_identity_digest(identity, dtype)}.txt" if identity is not None else None
     if index is not None and index.exists():
-        known = _known(folder / index.read_text().strip(), log_prob, dim, dtype, functions, points)
+        known = _known(folder, index, log_prob, dim, dtype, functions, points)
         if known is not None:
             return known
     started = time.perf_counter()
@@ -331,15 +337,16 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, identity: str | Non
     try:  # plain C first: compiled in about a second where AOTInductor takes 8-26 s
         if os.environ.get("BAYESX_PLAIN_C", "1") == "0":
             raise codegen.Unsupported("turned off (BAYESX_PLAIN_C=0)")
-        path, cached = _write_plain_c(graph, dim, dtype, folder)
-        density = _load(path, dim, dtype, 0.0 if cached else time.perf_counter() - started, cached, functions)
+        path, cached, data = _write_plain_c(graph, dim, dtype, folder)
+        density = _load(path, dim, dtype, 0.0 if cached else time.perf_counter() - started, cached, functions, data)
         _check(density, log_prob, dim, dtype, points)
+        data_path = _store_data(folder, data) if index is not None and data is not None else None
     except CacheUnwritable:
         raise
     except (codegen.Unsupported, NotCompiled) as exc:
         plain_c_reason = str(exc)
     else:
-        _remember(index, path)
+        _remember(index, path, data_path)
         return density
     try:
         density = _aotinductor(log_prob, graph, dim, dtype, folder, quick_only, started, functions, points)
@@ -349,15 +356,37 @@ def compiled_density(log_prob, dim: int, dtype: torch.dtype, identity: str | Non
         if str(exc) == NOT_CACHED:
             raise
         raise NotCompiled(f"{exc} (and as plain C: {plain_c_reason})") from None
+    density.plain_c_reason = plain_c_reason
     _remember(index, density.library_path)
     return density
 
 
-def _remember(index: Path | None, path: Path) -> None:
-    """Point the identity's index at the library (where the folder lets us: a read-only cache traces next time)."""
+def _remember(index: Path | None, path: Path, data: Path | None = None) -> None:
+    """Point the identity's index at the library and its data file (where the folder lets us: a read-only cache
+    traces next time)."""
     if index is not None:
         with contextlib.suppress(OSError):
-            _write_atomically(index, path.name)
+            _write_atomically(index, path.name + (f" {data.name}" if data is not None else ""))
+
+
+def _store_data(folder: Path, data: Tensor) -> Path | None:
+    """The plain C density's run-time data as a file in the cache, named by its digest and sealed like a library,
+    so that a density found by its identity maps its data instead of tracing the density for it; None where the
+    folder does not take it (the density is traced next time)."""
+    raw = data.numpy()
+    path = folder / f"data-{hashlib.sha256(raw.data).hexdigest()[:20]}.bin"
+    if path.exists() and _sealed(path):
+        return path
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".tmp") as tmp:
+            tmp.write(raw.data)
+        os.replace(tmp.name, path)
+        _seal(path)
+    except OSError:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp.name)
+        return None
+    return path
 
 
 def _aotinductor(log_prob, graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, folder: Path,
@@ -416,14 +445,25 @@ def _optimization(lines: int) -> str:
     return next((level for limit, level in OPTIMIZATION_LIMITS if lines <= limit), "-O0")
 
 
-def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, folder: Path) -> tuple[Path, bool]:
+def plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype,
+            compiler: str) -> tuple[codegen.Generated, tuple[str, ...]]:
+    """The graph's plain C as this compiler builds it, and the libraries it links: the math functions vectorized
+    through libmvec where this compiler and C library have it (bayesx.native.build.vector_math)."""
+    vectorized = vector_math(compiler)
+    generated = codegen.generate(graph, dim, dtype, simd_math=simd_declarations(vectorized))
+    return generated, ("-lmvec",) if vectorized else ()
+
+
+def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype,
+                   folder: Path) -> tuple[Path, bool, Tensor | None]:
     """The graph as plain C (bayesx.native.codegen) compiled to a library in the cache, named by the digest of
-    its source and the compiler's settings, and whether it was there already; raises codegen.Unsupported with the reason where it cannot be
-    written or compiled."""
-    generated = codegen.generate(graph, dim, dtype)
+    its source and the compiler's settings, whether it was there already, and the data it reads at run time (the
+    source holds only the data's shapes: the same library serves other data of the same shapes); raises
+    codegen.Unsupported with the reason where it cannot be written or compiled."""
     compiler = _compiler()
     if compiler is None:
         raise codegen.Unsupported("no C compiler (install gcc or set CC)")
+    generated, libraries = plain_c(graph, dim, dtype, compiler)
     lines = generated.source.count("\n")
     level = _optimization(lines)
     flags = tuple(level if flag == "-O2" else flag for flag in GENERATED_FLAGS)
@@ -436,7 +476,7 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
         digest.update(part.encode())
     path = folder / f"generated-{digest.hexdigest()[:20]}.so"
     if path.exists() and _sealed(path):
-        return path, True
+        return path, True, generated.data
     _discard(path)
     with _writing(folder):
         folder.mkdir(parents=True, exist_ok=True)
@@ -444,7 +484,7 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
             source = Path(tmp) / "density.c"
             source.write_text(generated.source)
             try:
-                build(compiler, source, path, compile_flags=flags)
+                build(compiler, source, path, compile_flags=flags, libraries=libraries)
             except (OSError, subprocess.SubprocessError) as exc:
                 unwritable = _unwritable(folder, exc)
                 if unwritable is not None:
@@ -453,17 +493,23 @@ def _write_plain_c(graph: torch.fx.GraphModule, dim: int, dtype: torch.dtype, fo
                 raise codegen.Unsupported(f"the C compiler failed ({detail[-1] if detail else type(exc).__name__})") \
                     from None
         _seal(path)
-    return path, False
+    return path, False, generated.data
 
 
-def _known(path: Path, log_prob, dim: int, dtype: torch.dtype, functions: dict,
+def _known(folder: Path, index: Path, log_prob, dim: int, dtype: torch.dtype, functions: dict,
            points: Tensor | None = None) -> CompiledDensity | None:
-    """The library an identity points to, where it is whole, loads and still agrees with autograd; else None
-    (traced)."""
-    if not path.exists() or not _sealed(path):
+    """The library an identity points to (and its data file, mapped), where both are whole, load and still agree
+    with autograd; else None (traced)."""
+    try:
+        names = index.read_text().split()
+    except OSError:
+        return None
+    paths = [folder / name for name in names]
+    if not 1 <= len(paths) <= 2 or not all(path.exists() and _sealed(path) for path in paths):
         return None
     try:
-        density = _load(path, dim, dtype, 0.0, True, functions)
+        data = _mapped(paths[1]) if len(paths) == 2 else None
+        density = _load(paths[0], dim, dtype, 0.0, True, functions, data)
         _check(density, log_prob, dim, dtype, points)
     except Exception:  # noqa: BLE001 - stale, unloadable, or the density itself failed: trace it afresh
         return None
@@ -793,31 +839,45 @@ def _probe_child(argv: list[str]) -> None:
     density.log_prob_and_grad(torch.stack([torch.zeros(dim, dtype=dtype), torch.full((dim,), 0.1, dtype=dtype)]))
 
 
+def _mapped(path: Path) -> Tensor:
+    """A data file of the cache as a read-only byte tensor over its pages (memory-mapped, not read)."""
+    import numpy as np
+
+    with warnings.catch_warnings():  # read-only memory: nothing here writes to it
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.memmap(path, dtype=np.uint8, mode="r"))
+
+
 def _load(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,
-          functions: dict) -> CompiledDensity:
-    """The library as a CompiledDensity: plain C directly (bayesx's own code, linking nothing but libm), an
-    AOTInductor library once a child process has loaded it without harm (:func:`_probe`)."""
+          functions: dict, data: Tensor | None = None) -> CompiledDensity:
+    """The library as a CompiledDensity: plain C directly (bayesx's own code, linking nothing but libm; ``data``
+    the run-time data its source reads), an AOTInductor library once a child process has loaded it without harm
+    (:func:`_probe`)."""
     if not _sealed(path):
         _discard(path)
         raise NotCompiled(f"the compiled library {path.name} is not the one that was built (its size or sha256 "
                           f"differs); it is built again next time")
     if path.name.startswith("generated-"):
-        return _load_plain_c(path, dim, dtype, compile_s, cached, functions)
+        return _load_plain_c(path, dim, dtype, compile_s, cached, functions, data)
     _probe(path, dim, dtype)
     return _load_in_process(path, dim, dtype, compile_s, cached, functions)
 
 
 def _load_plain_c(path: Path, dim: int, dtype: torch.dtype, compile_s: float, cached: bool,
-                  functions: dict) -> CompiledDensity:
+                  functions: dict, data: Tensor | None = None) -> CompiledDensity:
     try:
         library = ctypes.CDLL(str(path))
         function = ctypes.cast(library.bayesx_density, ctypes.c_void_p).value
         work = ctypes.c_size_t.in_dll(library, "bayesx_density_work").value
+        data_bytes = ctypes.c_size_t.in_dll(library, "bayesx_density_data_bytes").value
     except (OSError, AttributeError, ValueError) as exc:
         raise NotCompiled(f"the compiled library {path} could not be loaded ({exc}); delete it to recompile") \
             from None
-    return CompiledDensity(dim, dtype, path, compile_s, cached, functions, library, _GeneratedModel(function, work),
-                           PLAIN_C)
+    given = 0 if data is None else data.numel() * data.element_size()
+    if given != data_bytes:
+        raise NotCompiled(f"the compiled library {path.name} reads {data_bytes:,} bytes of data, given {given:,}")
+    model = _GeneratedModel(function, work, None, data.data_ptr() if data is not None else None)
+    return CompiledDensity(dim, dtype, path, compile_s, cached, functions, library, model, PLAIN_C, data=data)
 
 
 def _point(values: Tensor) -> str:

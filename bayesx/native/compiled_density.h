@@ -83,15 +83,17 @@ static REAL CAT(compiled_log_prob_grad, SUFFIX)(const void *model, int k, const 
     return value;
 }
 
-/* A density written as plain C (bayesx/native/codegen.py): status = function(u, g, &lp, work, detail), log pi(u)
- * in lp and its gradient in g where the status is 0, else the failed bounds check in detail; `work` bytes of
- * workspace per call (aligned here to 64 bytes). Reentrant: chains may run on several threads. */
+/* A density written as plain C (bayesx/native/codegen.py): status = function(u, g, &lp, work, detail, data), log
+ * pi(u) in lp and its gradient in g where the status is 0, else the failed bounds check in detail; `work` bytes of
+ * workspace per call (aligned here to 64 bytes); `data` the density's data arrays, one read-only blob passed at run
+ * time (NULL where all of its constants are in its source). Reentrant: chains may run on several threads. */
 #ifndef BAYESX_GENERATED_MODEL
 #define BAYESX_GENERATED_MODEL
 typedef struct {
     void *function;
     size_t work;
     compiled_fault *fault;
+    const void *data;
 } generated_model;
 /* The kinds of compiled model (bayesx.native.compiled's AOTINDUCTOR, PLAIN_C). */
 enum { AOTINDUCTOR_MODEL = 0, PLAIN_C_MODEL = 1 };
@@ -100,13 +102,13 @@ enum { AOTINDUCTOR_MODEL = 0, PLAIN_C_MODEL = 1 };
 static REAL CAT(generated_log_prob_grad, SUFFIX)(const void *model, int k, const REAL *u, REAL *g, REAL *scratch,
                                                  int want_log_prob) {
     const generated_model *m = model;
-    int (*function)(const REAL *, REAL *, REAL *, void *, int64_t *) =
-        (int (*)(const REAL *, REAL *, REAL *, void *, int64_t *))m->function;
+    int (*function)(const REAL *, REAL *, REAL *, void *, int64_t *, const void *) =
+        (int (*)(const REAL *, REAL *, REAL *, void *, int64_t *, const void *))m->function;
     int64_t detail[4];
     REAL lp;
     (void)want_log_prob;
     if (faulted(m->fault)) return CAT(fail, SUFFIX)(m->fault, FAULT_INDEX, NULL, k, u, g);
-    if (function(u, g, &lp, (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), detail))
+    if (function(u, g, &lp, (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), detail, m->data))
         return CAT(fail, SUFFIX)(m->fault, FAULT_INDEX, detail, k, u, g);
     return lp;
 }

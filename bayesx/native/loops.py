@@ -146,10 +146,12 @@ def _find_runs(keys: np.ndarray, lo: int, hi: int, found: list[tuple[int, int, i
 class _Emitter:
     """Writes the folded body: segments outside loops as they were, loops with their parameters' expressions."""
 
-    def __init__(self, addresses: dict[str, tuple[str, int]]):
+    def __init__(self, addresses: dict[str, tuple[str, int]], external: frozenset[str] = frozenset()):
         self.addresses = addresses  # workspace buffer -> (C type, byte offset)
+        self.external = external  # constants passed at run time (pointers set inside the function)
         self.declared: set[str] = set()
         self.tables: list[str] = []
+        self.local_tables: list[str] = []  # tables of pointers to run-time data: declared inside the function
         self.lines: list[str] = []
         self.loops = 0
         self.nested = 0
@@ -246,24 +248,29 @@ class _Emitter:
 
     def _table(self, c_type: str, values: list[str], shape: tuple[int, ...], counters: tuple[str, ...],
                pointer: bool = False) -> str:
-        name = f"bx_table{len(self.tables)}"
+        name = f"bx_table{len(self.tables) + len(self.local_tables)}"
         qualifier = f"const {c_type}const" if pointer else f"const {c_type}"
-        self.tables.append(f"static {qualifier} {name}[{len(values)}] = {{{','.join(values)}}};")
+        declaration = f"{qualifier} {name}[{len(values)}] = {{{','.join(values)}}};"
+        if pointer and any(value in self.external for value in values):  # addresses known only at run time
+            self.local_tables.append(declaration)
+        else:
+            self.tables.append("static " + declaration)
         index = counters[0] if len(shape) == 1 else f"{counters[0]}*{shape[1]} + {counters[1]}"
         return f"{name}[{index}]"
 
 
 def fold(segments: list[list[str]], addresses: dict[str, tuple[str, int]],
-         types: dict[str, str]) -> tuple[list[str], list[str], Folded]:
+         types: dict[str, str], external: frozenset[str] = frozenset()) -> tuple[list[str], list[str], Folded]:
     """The writer's body (one list of lines per operation) with its repeated blocks as loops (module docstring):
     (the body's lines, the tables the loops read (file scope), what was folded). ``addresses``: every workspace
-    buffer's C type and byte offset; ``types``: every buffer's and constant's C type."""
+    buffer's C type and byte offset; ``types``: every buffer's and constant's C type; ``external``: the constants
+    that are data passed at run time (a table of their addresses is declared at the top of the body instead)."""
     split = [split_segment(lines, types) for lines in segments if lines]
     interned: dict[str, int] = {}
     keys = np.array([interned.setdefault(s.structure, len(interned)) for s in split], dtype=np.int64)
     runs: list[tuple[int, int, int]] = []
     _find_runs(keys, 0, len(split), runs)
-    emitter = _Emitter(addresses)
+    emitter = _Emitter(addresses, external)
     position = 0
     for start, period, reps in runs:
         for segment in split[position:start]:
@@ -272,4 +279,5 @@ def fold(segments: list[list[str]], addresses: dict[str, tuple[str, int]],
         position = start + period * reps
     for segment in split[position:]:
         emitter.straight(segment)
-    return emitter.lines, emitter.tables, Folded(tuple((r, p) for _, p, r in runs), len(split), emitter.nested)
+    return ([*emitter.local_tables, *emitter.lines], emitter.tables,
+            Folded(tuple((r, p) for _, p, r in runs), len(split), emitter.nested))
