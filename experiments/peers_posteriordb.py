@@ -23,6 +23,11 @@ The peers: numpyro-nuts (defaults, 1000 + 1000), nutpie and nutpie-lowrank (nutp
 1000, and with ``low_rank_modified_mass_matrix=True`` 800 + 1000), blackjax-nuts (window adaptation, 1000 + 1000), blackjax-mams
 (``adjusted_mclmc_dynamic`` tuned by ``adjusted_mclmc_find_L_and_step_size`` over 1000 transitions, 1000
 draws) and blackjax-mams-esslength (the same with the paper's ESS-based L; see peers.blackjax_mams).
+
+The suite's second tier (posteriors where a run takes minutes: bayesx/targets/posteriordb/suite.py ``TIER2``) runs
+the same way, its names given to --posteriors (``--posteriors sv_latent hier_normal logistic_100k``); the peers
+sample its JAX transcription (tier2_xp.py, written without Python loops over time, so XLA unrolls nothing)
+and its errors are against its reference draws (experiments/make_tier2.py).
 """
 
 from __future__ import annotations
@@ -297,7 +302,7 @@ def write_table(args, sources: list[tuple[str, str]], started: str, missing: dic
     what it finished)."""
     import pandas as pd
 
-    from bayesx.targets.posteriordb import SUITE
+    from bayesx.targets.posteriordb.suite import ENTRIES
 
     found = []
     for uri, parent in sources:
@@ -315,7 +320,7 @@ def write_table(args, sources: list[tuple[str, str]], started: str, missing: dic
     why.update({h: "the bayesx run failed (see its run in the store)" for h in BAYESX if h not in why})
     stores = "; ".join(f"`{uri}` parent `{parent[:8]}` (`bayesx report --uri {uri} --parent {parent[:8]}`)"
                        for uri, parent in sources)
-    dims = {p: SUITE[p].dim for p in posteriors}
+    dims = {p: ENTRIES[p].dim for p in posteriors}
     lines = [
         "# The posteriordb suite against the best peers",
         "",
@@ -344,7 +349,7 @@ def write_table(args, sources: list[tuple[str, str]], started: str, missing: dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bayesx.targets.posteriordb import NAMES
+    from bayesx.targets.posteriordb import ALL_NAMES as NAMES  # either tier
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--posteriors", nargs="+", choices=list(NAMES), metavar="NAME",

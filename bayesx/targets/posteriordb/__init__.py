@@ -27,9 +27,14 @@ import numpy as np
 import torch
 
 from bayesx.settings import InvalidSetting
-from bayesx.targets.posteriordb.suite import NAMES, SUITE, SuiteEntry
+from bayesx.targets.posteriordb.suite import ALL_NAMES, ENTRIES, NAMES, SUITE, TIER2, TIER2_NAMES, SuiteEntry
+from bayesx.targets.posteriordb.tier2_models import TIER2_TORCH
+from bayesx.targets.posteriordb.tier2_xp import TIER2_XP, design_digest, logistic_design
 from bayesx.targets.posteriordb.torch_models import TORCH_MODELS, TorchModel
 from bayesx.targets.posteriordb.xp_models import XP_MODELS, XPModel
+
+MODELS = {**TORCH_MODELS, **TIER2_TORCH}
+TRANSCRIPTIONS = {**XP_MODELS, **TIER2_XP}
 
 DATA = Path(str(resources.files("bayesx.targets.posteriordb") / "data"))
 
@@ -44,6 +49,7 @@ class Posterior:
     reference: np.ndarray  # (n, p) gold-standard draws of the constrained parameters
     param_names: tuple[str, ...]  # Stan's names, theta[1], ...
     xp_model: XPModel
+    info: str = ""  # how the reference draws were made and checked (the second tier's)
 
     @property
     def dim(self) -> int:
@@ -69,23 +75,38 @@ class Posterior:
         return self.xp_model.unconstrain(np.asarray(params, dtype=np.float64), self.data)
 
     def torch_model(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> TorchModel:
-        return TORCH_MODELS[self.name](self.data, dtype, torch.device(device))
+        return MODELS[self.name](self.data, dtype, torch.device(device))
 
 
 def check_name(name: str, key: str = "name") -> None:
-    if name not in SUITE:
-        raise InvalidSetting(key, f"is {name!r}, not a posterior of the suite; choose one of {', '.join(NAMES)}")
+    if name not in ENTRIES:
+        raise InvalidSetting(key, f"is {name!r}, not a posterior of the suite; choose one of {', '.join(ALL_NAMES)}")
+
+
+def generated_data(saved) -> dict[str, np.ndarray]:
+    """Arrays a data file names instead of storing: the 100,000-row GLM's design, made from its seed
+    (tier2_xp.logistic_design) and checked against the digest written with the data."""
+    if "design.seed" not in saved.files:
+        return {}
+    n, k = (int(v) for v in saved["design.shape"])
+    x = logistic_design(int(saved["design.seed"]), n, k)
+    if design_digest(x) != str(saved["design.sha256"]):
+        raise RuntimeError("the GLM's design made from its seed differs from the one its data were simulated on "
+                           "(tier2_xp.logistic_design); its reference draws do not apply")
+    return {"X": x}
 
 
 @cache
 def load(name: str) -> Posterior:
     """The suite's posterior ``name`` (see suite.py); InvalidSetting naming model.name otherwise."""
     check_name(name)
-    entry = SUITE[name]
+    entry = ENTRIES[name]
     with np.load(DATA / f"{entry.file}.npz") as saved:
         data = {k[len("data."):]: saved[k] for k in saved.files if k.startswith("data.")}
+        data.update(generated_data(saved))
         reference, names = saved["reference"], tuple(str(n) for n in saved["param_names"])
-    return Posterior(name, entry, data, reference, names, XP_MODELS[name])
+        info = str(saved["info"]) if "info" in saved.files else ""
+    return Posterior(name, entry, data, reference, names, TRANSCRIPTIONS[name], info)
 
 
-__all__ = ["NAMES", "Posterior", "load"]
+__all__ = ["ALL_NAMES", "NAMES", "TIER2_NAMES", "Posterior", "load"]

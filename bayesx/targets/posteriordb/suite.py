@@ -24,6 +24,8 @@ class SuiteEntry:
     coordinates: tuple[str, ...] | None = None  # names of the unconstrained coordinates; None: the constrained
     # names with the last (a positive scale) as log(...)
     loop_steps: int = 0  # iterations of the torch density's Python loop over time (0: no loop)
+    tier: int = 1  # 1: posteriordb's posteriors; 2: the second tier, where a run takes minutes (TIER2)
+    kind: str = ""  # tier 2: the kind of model it stands for in the suite
 
 
 def _indexed(name: str, n: int) -> tuple[str, ...]:
@@ -128,3 +130,48 @@ SUITE: dict[str, SuiteEntry] = {
 }
 
 NAMES = tuple(SUITE)
+"""The first tier: posteriordb's posteriors (the ``experiment=posteriordb`` sweep, docs/posteriordb.md's table)."""
+
+
+def _tier2(name: str, dim: int, kind: str, shape: str, coordinates: tuple[str, ...], loop_steps: int = 0) -> SuiteEntry:
+    return SuiteEntry(f"bayesx-tier2-{name}", f"tier2_{name}", dim, shape, coordinates=coordinates,
+                      loop_steps=loop_steps, tier=2, kind=kind)
+
+
+# The second tier: posteriors where a run takes minutes, written as users write them (tier2_models.py), transcribed
+# again (tier2_xp.py), on data simulated by experiments/make_tier2.py (seeded); no published reference exists, so
+# each reference is a long NumPyro NUTS run on the JAX transcription, how it was made and checked stored with it
+# (``Posterior.info``; docs/models.md).
+TIER2: dict[str, SuiteEntry] = {
+    "sv_latent": _tier2("sv_latent", 203, "stochastic volatility with latent states",
+                        "stochastic volatility, 200 latent log-volatilities (non-centred, a Python loop over time), "
+                        "phi near 1", ("mu", "logit((phi+1)/2)", "log(sigma)", *_indexed("h_std", 200)),
+                        loop_steps=199),
+    "local_level": _tier2("local_level", 502, "latent states (linear Gaussian state space)",
+                          "local-level model, 500 latent states as a random walk (a Python loop over time); the "
+                          "states' posterior given the scales is Gaussian (Kalman smoother)",
+                          ("log(sigma_eps)", "log(sigma_eta)", *_indexed("x", 500)), loop_steps=499),
+    "hier_normal": _tier2("hier_normal", 604, "hierarchical, 600 groups",
+                          "hierarchical normal regression, 600 groups of 1-12 observations (non-centred), 3,000 rows",
+                          ("mu", "beta", "log(tau)", "log(sigma)", *_indexed("z", 600))),
+    "hier_logistic": _tier2("hier_logistic", 505, "hierarchical GLM, 500 groups",
+                            "hierarchical logistic regression, 500 groups (non-centred), 3 predictors, 5,000 rows",
+                            ("mu", *_indexed("beta", 3), "log(tau)", *_indexed("z", 500))),
+    "logistic_100k": _tier2("logistic_100k", 21, "GLM on 100,000 rows",
+                            "logistic regression on 100,000 rows and 20 correlated predictors (the design made from "
+                            "a seed at load time)", ("alpha", *_indexed("beta", 20))),
+    "gp_latent_poisson": _tier2("gp_latent_poisson", 252, "latent Gaussian process, 250 latent values",
+                                "latent Matern-3/2 Gaussian process (non-centred) under Poisson counts at 250 inputs",
+                                ("mu", "log(alpha)", *_indexed("z", 250))),
+    "horseshoe": _tier2("horseshoe", 444, "sparse regression (regularized horseshoe), 220 coefficients",
+                        "regularized horseshoe, 220 coefficients on 100 rows (p > n), 8 of them non-zero: funnels "
+                        "in (tau, lambda, z)",
+                        ("beta0", "log(sigma)", "log(tau)", "log(caux)", *_indexed("z", 220),
+                         *_indexed("log(lambda)", 220))),
+    "irt_2pl": _tier2("irt_2pl", 1042, "1,000+ dimensions",
+                      "two-parameter item response, 1,000 students x 20 items: 1,042 parameters",
+                      (*_indexed("theta", 1000), *_indexed("log(a)", 20), *_indexed("b", 20), "mu_b", "log(sigma_b)")),
+}
+TIER2_NAMES = tuple(TIER2)
+ENTRIES: dict[str, SuiteEntry] = {**SUITE, **TIER2}
+ALL_NAMES = tuple(ENTRIES)
