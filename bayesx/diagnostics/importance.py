@@ -38,7 +38,6 @@ the weights' effective sample size (sum w)^2 / sum w^2 (Kong, Liu and Wong 1994)
 
 from __future__ import annotations
 
-import logging
 import math
 import warnings
 
@@ -46,12 +45,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bayesx.diagnostics.lazy import arviz
 from bayesx.diagnostics.stein import SD_TOLERANCE
-
-logging.getLogger("arviz").setLevel(logging.WARNING)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", FutureWarning)
-    import arviz as az
 
 KHAT_LIMIT = 0.7  # above this the weights' variance is effectively infinite (Vehtari et al.)
 ESS_FRACTION_LIMIT = 0.25
@@ -74,7 +69,7 @@ def psis_khat(log_weights: np.ndarray) -> float:
         return 0.0  # constant weights (q is the posterior up to its normalizer): no tail to fit (ArviZ would say inf)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return float(az.psislw(finite.copy(), reff=1.0)[1])
+        return float(arviz().psislw(finite.copy(), reff=1.0)[1])
 
 
 def pareto_smoothed(log_weights: np.ndarray) -> np.ndarray:
@@ -88,7 +83,7 @@ def pareto_smoothed(log_weights: np.ndarray) -> np.ndarray:
     smoothed = lw.copy()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        smoothed[finite] = az.psislw(lw[finite].copy(), reff=1.0)[0]
+        smoothed[finite] = arviz().psislw(lw[finite].copy(), reff=1.0)[0]
     return smoothed
 
 

@@ -17,17 +17,16 @@
     trainer        elbo.png     the ELBO per epoch (train, and test where evaluated)
 
 Figures are small and few (``plots.n_coords`` coordinates) so a run spends well under a second or two on them.
+matplotlib (with the Agg backend) and ArviZ load when the first plot is drawn (bayesx.diagnostics.lazy).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from bayesx.diagnostics.lazy import arviz, pyplot
 
 BFMI_LIMIT = 0.3  # Betancourt (2016): below this the energy is explored poorly
 DPI = 80
@@ -35,7 +34,7 @@ DPI = 80
 
 def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -47,8 +46,7 @@ def _label(coordinate_names: list[str] | None, name: str, j: int) -> str:
 def _selected(draws: np.ndarray, sample_stats: dict, coords: list[int], name: str,
               coordinate_names: list[str] | None):
     """An InferenceData with only the chosen coordinates (as their own named variables, so ArviZ titles them)."""
-    import arviz as az
-
+    az = arviz()
     posterior = {_label(coordinate_names, name, j): np.asarray(draws[:, :, j]) for j in coords}
     stats = {k: np.asarray(v) for k, v in (sample_stats or {}).items() if np.asarray(v).ndim == 2}
     if "divergent" in stats:
@@ -59,8 +57,7 @@ def _selected(draws: np.ndarray, sample_stats: dict, coords: list[int], name: st
 def sampler_trace(idata, n_divergent: int, path: Path) -> Path:
     """ArviZ's trace plot: density (left) and trace (right) per coordinate, one colour per chain; divergent
     transitions as ticks under the trace."""
-    import arviz as az
-
+    az = arviz()
     n = len(idata.posterior.data_vars)
     axes = az.plot_trace(idata, compact=False, divergences="bottom", figsize=(9, 1.9 * n + 0.6),
                          backend_kwargs={"layout": "constrained"})
@@ -72,8 +69,7 @@ def sampler_trace(idata, n_divergent: int, path: Path) -> Path:
 
 def sampler_rank(idata, path: Path) -> Path:
     """Rank histograms per chain of each coordinate (ArviZ ``plot_rank``): uniform when the chains agree."""
-    import arviz as az
-
+    az = arviz()
     n = len(idata.posterior.data_vars)
     ncols = min(n, 4)
     axes = az.plot_rank(idata, kind="bars", figsize=(2.6 * ncols, 2.4 * -(-n // ncols) + 0.5),
@@ -85,8 +81,7 @@ def sampler_rank(idata, path: Path) -> Path:
 
 def sampler_energy(idata, path: Path) -> Path:
     """The marginal energy and the energy-transition densities (ArviZ ``plot_energy``), BFMI per chain."""
-    import arviz as az
-
+    az = arviz()
     bfmi = np.atleast_1d(az.bfmi(idata))
     ax = az.plot_energy(idata, figsize=(6, 3.6), bfmi=False)
     low = "" if bfmi.min() >= BFMI_LIMIT else f"; below {BFMI_LIMIT}: the energy is explored poorly"
@@ -124,7 +119,7 @@ def approximation_marginals(draws: np.ndarray, coords: list[int], name: str, pat
     flat = draws.reshape(-1, draws.shape[-1])
     ncols = min(len(coords), 4)
     nrows = -(-len(coords) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(2.6 * ncols, 2.2 * nrows + 0.6), squeeze=False,
+    fig, axes = pyplot().subplots(nrows, ncols, figsize=(2.6 * ncols, 2.2 * nrows + 0.6), squeeze=False,
                              layout="constrained")
     for ax, j in zip(axes.flat, coords):
         ax.hist(flat[:, j], bins=40, density=True, color="C0", alpha=0.55, label="draws")
@@ -156,7 +151,7 @@ def elbo_curves(traces: dict[str, list[tuple[int, float]]], path: Path) -> Path 
     curves = {k: v for k, v in traces.items() if "elbo" in k and v}
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(6, 3.4), layout="constrained")
+    fig, ax = pyplot().subplots(figsize=(6, 3.4), layout="constrained")
     for key, points in curves.items():
         epochs, values = zip(*points)
         ax.plot(epochs, values, marker="o" if len(points) < 30 else None, ms=3, label=key)
@@ -191,6 +186,7 @@ def latent_trajectory(latent_draws: np.ndarray, latent_path: np.ndarray, draws: 
     """Left: pre-samples encoded to the first two latent coordinates and one latent leapfrog
     trajectory; right: the pre-samples and the decoded trajectory in the first original coordinates
     (3-D when there are three), where the trajectory lies on the decoder's manifold."""
+    plt = pyplot()
     fig = plt.figure(figsize=(11, 4.8))
     ax = fig.add_subplot(1, 2, 1)
     ax.scatter(latent_draws[:, 0], latent_draws[:, 1], s=4, alpha=0.3, label="pre-samples, encoded")
