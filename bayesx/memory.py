@@ -109,6 +109,34 @@ def resident_bytes() -> float:
         return 0.0
 
 
+def peak_resident_bytes() -> float | None:
+    """This process's peak resident memory (VmHWM of /proc/self/status: its high-water mark since it started, or
+    since :func:`reset_peak`); None where /proc does not say."""
+    try:
+        with open("/proc/self/status") as status:
+            kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+        return float(kb) * 1024
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
+def peak_resident_gb() -> float | None:
+    """:func:`peak_resident_bytes` in GB (1024^3 bytes): a run's ``peak_memory_gb``."""
+    peak = peak_resident_bytes()
+    return None if peak is None else peak / GB
+
+
+def reset_peak() -> bool:
+    """Start this process's high-water mark again from its resident memory now (Linux: ``5`` written to
+    /proc/self/clear_refs), so that a job of a sweep run in one process measures its own peak, not an earlier job's;
+    False where the kernel does not allow it (the peak then counts from the process's start)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
 def _cgroup_room() -> float | None:
     """A cgroup's memory limit less its usage (v2, then v1); None without a limit."""
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),

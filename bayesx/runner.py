@@ -23,16 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-# libraries that load lazily on first use, loaded here with the others, so that a run's wall_time_s is its own work
-# and not library loading: torch._dynamo (torch.optim's optimizers and make_fx load it; 1.3 s on this machine) and
-# MLflow's SQLite store (the default store; 0.5-1 s; store.tracking.load_sqlite_store, below)
-import torch._dynamo  # noqa: F401
 from omegaconf import DictConfig, OmegaConf
 
-from bayesx.diagnostics import convergence, plots
+from bayesx.diagnostics import convergence, lazy, plots
 from bayesx.diagnostics.summary import posterior_summary, summary_lines, write_summary
 from bayesx.errors import BayesxError, InterruptKept, RunInterrupted
-from bayesx.memory import check_room, dtype_name
+from bayesx.memory import check_room, dtype_name, peak_resident_gb, reset_peak
 from bayesx.methods.base import Method, RunInputs, check_fits
 from bayesx.reports.sweep_summary import parent_ended
 from bayesx.result import Result
@@ -45,10 +41,8 @@ from bayesx.store.record import Artifact, RunRecord, RunStart, Summary
 from bayesx.store.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, posterior_error
 from bayesx.store.reference import remark as reference_remark
 from bayesx.store.run_note import describe_run
-from bayesx.store.tracking import Tracker, check_store, load_sqlite_store
+from bayesx.store.tracking import Tracker, check_store
 from bayesx.targets.base import Capabilities, Evaluation
-
-load_sqlite_store()
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -367,6 +361,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     read the run back however it ends (bayesx run --json).
     """
     wall_start = time.perf_counter()
+    reset_peak()  # peak_memory_gb: this run's, not an earlier job's of a sweep in this process
     job, device_settings, tracking = run_settings(cfg)
     check_store(tracking.uri)  # a URI that names no store is refused before anything is built
     model = capabilities_of(cfg.model)
@@ -406,6 +401,7 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             datasets = data_inputs(data, names["data"]) if data is not None else ()
             reference = obtain(target, identity, job.reference, tracker, names, parent_run_id, job.progress, datasets,
                                compile_policy, identity_json)
+            reset_peak()  # the reference's memory was its own run's
         start = run_start(cfg, choices, job, dtype, device, method, target, params, parent_run_id,
                           resumed, data)
         # the run's wall time: its own (without a reference computed for it, its own run), and where it resumes a
@@ -419,13 +415,16 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         opened = (lambda run_id: on_open(tracker, run_id)) if on_open is not None else None
         with tracker.run(start, opened) as run, tempfile.TemporaryDirectory(prefix="bayesx-") as tmp:
             checkpoint = make_checkpoint(job, run, Path(tmp), wall_time)
+            lazy.preload(*after_method(job, method))  # while the method runs (the native sampler frees the GIL)
+            stages = {"setup_time_s": wall_time()}
             result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
                                                     resumed[1] if resumed else None,
                                                     compile=compile_policy,
                                                     density_identity=identity_json))
+            stages["method_time_s"] = wall_time() - stages["setup_time_s"]
             with recording(interrupts):  # what the method made is stored, whatever signal comes now
                 record = make_record(job, method, target, result, reference, Path(tmp), checkpoint, wall_time,
-                                     start.tags)
+                                     start.tags, stages)
                 run.store(record)
             print_summary(f"{start.name} (run {run.run_id})", record)
             if record.error is not None:  # recorded with what the method had; the run ends FAILED
@@ -438,6 +437,31 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
     return {**record.metrics, **{k: math.nan for k in record.not_finite}}  # a tuner sees a NaN objective as failed
 
 
+def after_method(job: RunSettings, method: Method) -> tuple[str, ...]:
+    """The late libraries (bayesx.diagnostics.lazy) the run's record will load once its method has run: ArviZ for a
+    sampler's or an approximation's diagnostics, plots and draws file, matplotlib where it plots, h5netcdf where it
+    writes draws.nc."""
+    draws = method.family in ("sampler", "approximation")
+    wanted = {"arviz": draws, "matplotlib.pyplot": job.plots.n_coords > 0, "h5netcdf": draws and job.save_draws}
+    return tuple(name for name in lazy.RUN_LIBRARIES if wanted[name])
+
+
+class StageClock:
+    """The seconds of each stage of a run's record, as ``<stage>_time_s`` (``with clock("plots"): ...``)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"{stage}_time_s"
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+
+
 def earlier_wall_time(resume: Resume) -> float:
     """The wall time a killed run had spent up to the checkpoint it is resumed from (0 for a checkpoint saved
     before states kept it)."""
@@ -445,34 +469,56 @@ def earlier_wall_time(resume: Resume) -> float:
 
 
 def make_record(job: RunSettings, method: Method, target, result: Result, reference: Reference | None, tmp: Path,
-                checkpoint: RunCheckpoint | None, wall_time, identity: dict[str, str] | None = None) -> RunRecord:
+                checkpoint: RunCheckpoint | None, wall_time, identity: dict[str, str] | None = None,
+                stages: dict[str, float] | None = None) -> RunRecord:
     """The run's record from the method's result: the family's metrics of the draws, the target's
     evaluation, the error against the reference, the files, the summary and the description (``identity``:
     the run's tags, for its headline). ``wall_time()`` is the run's own time so far (without a reference
     computed for it, which is its own run; with a resumed run's time before it was killed). Metrics that came out NaN or infinite are left out (a metric
-    that does not apply is absent) and named in a remark."""
-    metrics = {**result.metrics, **result.timings}
-    has_draws = result.draws is not None and result.draws.shape[1] > 0
-    evaluation = target.evaluate(result.draws, result.sample_stats) if has_draws else Evaluation()
-    metrics.update(method.draw_metrics(result, evaluation))
-    metrics.update(evaluation.metrics)
-    tags = dict(result.tags)
-    remarks = list(evaluation.remarks)
-    if reference is not None and has_draws and not result.interrupted:
-        metrics.update(posterior_error(result.draws.numpy(), reference))
-        tags[USED_TAG] = reference.run_id
-        remarks.append(reference_remark(reference))
-    if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
-        metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
-    artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
-    posterior = posterior_table(method, target, result) if has_draws else None
-    if posterior is not None:
-        artifacts += (Artifact(write_summary(posterior, tmp)),)
-    naming = (target.param_name, target.coordinate_names()) if has_draws else ("", None)  # a trained model: no draws
-    artifacts += tuple(Artifact(path, "plots") for path in plots.run_plots(
-        method, result.draws.numpy() if has_draws else None, result.sample_stats, result.traces, job.plots.n_coords,
-        tmp, *naming, reference, metrics.get("psis_khat")))
+    that does not apply is absent) and named in a remark.
+
+    ``stages`` (the runner's ``setup_time_s`` and ``method_time_s``) join the record's own stages, each timed once:
+    ``evaluate_time_s`` (the target's evaluation), ``diagnostics_time_s`` (the family's metrics of the draws and the
+    error against the reference), ``files_time_s`` (the draws file and the target's and method's files),
+    ``summary_time_s`` (the per-parameter summary), ``plots_time_s``, and ``record_time_s``, all of the record; and
+    ``peak_memory_gb``, the process's peak resident memory over the run (bayesx.memory.peak_resident_gb). Within
+    the record every per-coordinate diagnostic is computed once (convergence.computed_once)."""
+    started = time.perf_counter()
+    clock = StageClock()
+    with convergence.computed_once():
+        metrics = {**result.metrics, **result.timings}
+        has_draws = result.draws is not None and result.draws.shape[1] > 0
+        with clock("evaluate"):
+            evaluation = target.evaluate(result.draws, result.sample_stats) if has_draws else Evaluation()
+        with clock("diagnostics"):
+            metrics.update(method.draw_metrics(result, evaluation))
+        metrics.update(evaluation.metrics)
+        tags = dict(result.tags)
+        remarks = list(evaluation.remarks)
+        if reference is not None and has_draws and not result.interrupted:
+            with clock("diagnostics"):
+                metrics.update(posterior_error(result.draws.numpy(), reference))
+            tags[USED_TAG] = reference.run_id
+            remarks.append(reference_remark(reference))
+        if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
+            metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
+        with clock("files"):
+            artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
+        with clock("summary"):
+            posterior = posterior_table(method, target, result) if has_draws else None
+            if posterior is not None:
+                artifacts += (Artifact(write_summary(posterior, tmp)),)
+        naming = (target.param_name, target.coordinate_names()) if has_draws else ("", None)  # a trained model: no draws
+        with clock("plots"):
+            artifacts += tuple(Artifact(path, "plots") for path in plots.run_plots(
+                method, result.draws.numpy() if has_draws else None, result.sample_stats, result.traces,
+                job.plots.n_coords, tmp, *naming, reference, metrics.get("psis_khat")))
     complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
+    metrics.update(stages or {})
+    metrics.update(clock.seconds, record_time_s=time.perf_counter() - started)
+    peak = peak_resident_gb()
+    if peak is not None:
+        metrics["peak_memory_gb"] = peak
     metrics["wall_time_s"] = wall_time()
     warnings = tuple(result.warnings + method.warnings(metrics))
     not_finite = tuple(sorted(k for k, v in metrics.items() if not math.isfinite(v)))

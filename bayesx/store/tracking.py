@@ -319,12 +319,6 @@ def is_dataset_race(exc: BaseException) -> bool:
     return sqlite or postgres
 
 
-def load_sqlite_store() -> None:
-    """Load MLflow's SQLite store (0.5-1 s, else on its first use): the runner does at import, so that a run's
-    wall_time_s is its own work and not library loading."""
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-
-
 def retry_locked(call, *args, also=None, **kwargs):
     """``call(*args, **kwargs)``, retried with back-off while SQLite answers ``database is locked`` (or while the
     error satisfies ``also``)."""
