@@ -210,6 +210,11 @@ class TargetBase(ModelBase):
         """The names of the p parameters :meth:`constrain` returns (the run's posterior summary)."""
         return self.coordinate_names() or [f"{self.param_name}[{j}]" for j in range(self.dim)]
 
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """The reported parameters by name with their shapes, in :meth:`reported_names`' order (their numbers
+        flattened in C order), where the target declares them (the draws file's variables); None: one vector."""
+        return None
+
     def initial_point(self, n_chains: int, gen: torch.Generator) -> Tensor:
         u = torch.rand((n_chains, self.dim), generator=gen, dtype=self.dtype, device=self.device)
         return self.init_scale * (2.0 * u - 1.0)

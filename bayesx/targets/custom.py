@@ -17,7 +17,21 @@ at fixed points and by the data file's bytes, not by the bytes of the function's
 
 Optional: ``model.init`` (the point the chains start around, jittered by ``model.init_scale``; default
 the origin) and ``model.param_names`` (names of the dim coordinates, used in the draws file, the
-plots and the tags). Every method that needs only a log density and its gradient runs on it (MCMC,
+plots and the tags).
+
+**Named, constrained parameters** (``model.params``): declare each parameter's support and shape instead of
+``model.dim``, and the function takes them by name, constrained, with their shapes (batched over chains in front)::
+
+    bayesx run model=custom model.log_density=examples/eight_schools_constrained.py \
+        'model.params={mu: real, tau: positive, eta: "real[8]"}'
+
+    def log_density(p, data):          # p.mu (...,), p.tau (...,) > 0, p.eta (..., 8)
+        ...
+
+bayesx samples the unconstrained vector, maps it onto the supports and adds the log-Jacobian of the map
+(bayesx.targets.parameters: the supports, their maps and why they are written there); the draws, the summary and
+``draws.nc`` are on the declared parameters, and ``model.init`` is given by name in constrained values
+(``'model.init={mu: 0, tau: 1, eta: [0, 0, 0, 0, 0, 0, 0, 0]}'``). Every method that needs only a log density and its gradient runs on it (MCMC,
 VI, flows, SVGD, AIS/SMC, Laplace, Pathfinder); those that need more structure (pCN's Gaussian prior,
 the logistic bound of ``method=vi divergence=jj``) say so.
 """
@@ -42,6 +56,7 @@ from torch import Tensor
 from bayesx.data.download import sha256_of
 from bayesx.errors import BayesxError, DensityError
 from bayesx.settings import AtLeast, Described, InvalidSetting, Positive, Settings
+from bayesx.targets import parameters as constrained
 from bayesx.targets.base import Capabilities, TargetBase
 
 
@@ -62,44 +77,66 @@ class CustomSettings(Settings):
     log_density: Annotated[str | None, Described("package.module:function or path/to/file.py:function")] = None
     dim: Annotated[int | None, AtLeast(1)] = None
     data_file: str | None = None  # a .csv (columns by header) or .npz file, passed to the function as a dict of tensors
-    init: tuple[float, ...] | None = None  # where the chains start (jittered); null: the origin
+    init: tuple[float, ...] | dict | None = None  # where the chains start (jittered); null: the origin
     init_scale: Annotated[float, Positive()] = 1.0  # chains start uniformly in init +- init_scale
     param_names: tuple[str, ...] | None = None  # one name per coordinate
+    params: dict | None = None  # name -> support[shape]: the function takes named, constrained parameters
 
     def check(self):
         if not self.log_density:
             raise InvalidSetting("log_density", "must be set: model.log_density=package.module:function or "
                                                 "path/to/file.py:function")
+        if self.params is not None:
+            self._check_declared()
+            return
+        if isinstance(self.init, dict):
+            raise InvalidSetting("init", "by name needs model.params (the declared parameters); without it give a "
+                                         "list of dim numbers")
         if self.dim is None:
-            raise InvalidSetting("dim", "must be set to the number of parameters, e.g. model.dim=10")
+            raise InvalidSetting("dim", "must be set to the number of parameters, e.g. model.dim=10, or declare "
+                                        "them by name: 'model.params={mu: real, tau: positive, eta: \"real[8]\"}'")
         for name, value in (("init", self.init), ("param_names", self.param_names)):
             if value is not None and len(value) != self.dim:
                 raise InvalidSetting(name, f"has {len(value)} entries but model.dim={self.dim}; give one per parameter")
 
+    def _check_declared(self):
+        declared = constrained.parse(self.params)
+        dim = constrained.dimension(declared)
+        if self.dim is not None and self.dim != dim:
+            raise InvalidSetting("dim", f"={self.dim}, but model.params declares {dim} unconstrained numbers; leave "
+                                        f"model.dim out (model.params sets it)")
+        if self.param_names is not None:
+            raise InvalidSetting("param_names", "is not used with model.params (the declared names are the names); "
+                                                "leave it out")
+        if self.init is not None and not isinstance(self.init, dict):
+            raise InvalidSetting("init", "with model.params is given by name in constrained values, e.g. "
+                                         "'model.init={tau: 1.0, eta: [0, 0]}'")
 
-def load_function(spec: str) -> Callable:
-    """The function ``spec`` names: ``package.module:function`` or ``path/to/file.py:function``."""
+
+def load_function(spec: str, key: str = "model.log_density", default: str = "log_density") -> Callable:
+    """The function ``spec`` names: ``package.module:function`` or ``path/to/file.py:function`` (``key``: the option
+    the errors name; ``default``: the function's name where the spec gives none)."""
     where, _, name = spec.partition(":")
-    name = name or "log_density"
+    name = name or default
     if where.endswith(".py"):
         path = Path(where).expanduser()
         if not path.is_file():
-            raise BayesxError(f"model.log_density: no file {path}; give an existing .py file (path/to/file.py:function)")
+            raise BayesxError(f"{key}: no file {path}; give an existing .py file (path/to/file.py:function)")
         module_spec = importlib.util.spec_from_file_location(f"bayesx_custom_{path.stem}", path)
         module = importlib.util.module_from_spec(module_spec)
         try:
             module_spec.loader.exec_module(module)
         except Exception as exc:  # noqa: BLE001 - the user's module failed to import: name it, in one line
-            raise BayesxError(f"model.log_density: importing {path} failed: {type(exc).__name__}: {exc}") from None
+            raise BayesxError(f"{key}: importing {path} failed: {type(exc).__name__}: {exc}") from None
     else:
         try:
             module = importlib.import_module(where)
         except ImportError as exc:
-            raise BayesxError(f"model.log_density: cannot import module '{where}' ({exc}); check the name and "
+            raise BayesxError(f"{key}: cannot import module '{where}' ({exc}); check the name and "
                               f"PYTHONPATH, or give a file as path/to/file.py:function") from None
     function = getattr(module, name, None)
     if not callable(function):
-        raise BayesxError(f"model.log_density: {where} has no function '{name}'; "
+        raise BayesxError(f"{key}: {where} has no function '{name}'; "
                           f"define it or name another one after the colon")
     return function
 
@@ -168,11 +205,19 @@ class CustomModel(TargetBase):
     def __init__(self, settings: CustomSettings | None = None, data=None, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float64, **options):
         self.settings = self.configure(settings, options)
-        self.device, self.dtype, self.dim = torch.device(device), dtype, int(self.settings.dim)
+        self.device, self.dtype = torch.device(device), dtype
         self.init_scale = self.settings.init_scale
         self.function = load_function(self.settings.log_density)
+        self.parameters = constrained.parse(self.settings.params) if self.settings.params is not None else None
+        if self.parameters is None:
+            self.dim = int(self.settings.dim)
+            self.centre = torch.as_tensor(self.settings.init or [0.0] * self.dim, dtype=dtype, device=self.device)
+        else:
+            self.dim = constrained.dimension(self.parameters)
+            self.function = _taking_parameters(self.function, self.parameters)
+            self.centre = (constrained.unconstrain(self.parameters, self.settings.init, dtype).to(self.device)
+                           if self.settings.init is not None else torch.zeros(self.dim, dtype=dtype, device=self.device))
         self.data = load_data(self.settings.data_file, dtype, self.device) if self.settings.data_file else None
-        self.centre = torch.as_tensor(self.settings.init or [0.0] * self.dim, dtype=dtype, device=self.device)
         self._batched = self._probe()
 
     def _call(self, q: Tensor) -> Tensor:
@@ -349,7 +394,26 @@ class CustomModel(TargetBase):
         return self.centre + self.init_scale * (2.0 * u - 1.0)
 
     def coordinate_names(self) -> list[str] | None:
+        if self.parameters is not None:  # the sampled coordinates: each parameter's unconstrained numbers
+            return [p.name if p.size == 1 and not p.shape and p.kind == "real" else
+                    f"unconstrained({p.name})" + (f"[{i}]" if p.size > 1 else "")
+                    for p in self.parameters for i in range(p.size)]
         return list(self.settings.param_names) if self.settings.param_names else None
+
+    def constrain(self, q: Tensor) -> Tensor:
+        if self.parameters is None:
+            return q
+        return constrained.flatten(self.parameters, constrained.constrain(self.parameters, q)[0])
+
+    def reported_names(self) -> list[str]:
+        if self.parameters is None:
+            return super().reported_names()
+        return constrained.reported_names(self.parameters)
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        if self.parameters is None:
+            return None
+        return {p.name: p.shape for p in self.parameters}
 
     def content_digests(self) -> dict[str, str]:
         """What identifies this posterior for the reference cache, resume and the compiled cache: the density by
@@ -389,4 +453,28 @@ class CustomModel(TargetBase):
             tags["data_file"] = str(self.settings.data_file)
         if self.settings.param_names:
             tags["param_names"] = ",".join(self.settings.param_names)
+        if self.parameters is not None:
+            tags["params"] = ", ".join(f"{name}: {spec}" for name, spec in self.settings.params.items())
         return tags
+
+
+class Parameters(dict):
+    """The constrained parameters a declared density takes: by attribute (``p.tau``) or by key (``p["tau"]``)."""
+
+    def __getattr__(self, name: str) -> Tensor:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no parameter '{name}' is declared in model.params (declared: "
+                                 f"{', '.join(self)})") from None
+
+
+def _taking_parameters(function: Callable, declared: tuple) -> Callable:
+    """The user's density of named, constrained parameters as a density of the unconstrained vector: the values
+    mapped onto their supports (bayesx.targets.parameters) and the map's log-Jacobian added."""
+    def log_density(theta: Tensor, data: dict | None = None) -> Tensor:
+        values, log_jacobian = constrained.constrain(declared, theta)
+        p = Parameters(values)
+        value = function(p) if data is None else function(p, data)
+        return torch.as_tensor(value) + log_jacobian
+    return log_density
