@@ -333,11 +333,12 @@ def table() -> None:
         if info is None:
             print(f"| `{name}` | {dim} | {suite.TIER2[name].kind} | not made yet | | | |")
             continue
+        wall = f"{info['wall_s']} s" if info["wall_s"] else "wall time not recorded"
         how = ("NumPyro NUTS" if info["sampler"].startswith("NumPyro") else "independence MH (Laplace-t)")
         extra = (f", target {info['target_accept']}, {info['divergences']} divergences" if "divergences" in info
                  else f", acceptance {info['acceptance']}")
         print(f"| `{name}` | {dim} | {suite.TIER2[name].kind} | {how}, {info['chains']} chains x ({info['warmup']} + {info['draws_per_chain']})"
-              f"{extra}, {info['wall_s']} s | {info['kept']} (every {info['thinned_every']}) | "
+              f"{extra}, {wall} | {info['kept']} (every {info['thinned_every']}) | "
               f"{info['rhat_max']} ({info['rhat_max_constrained']} constrained) | {info['ess_bulk_min']} |")
 
 
