@@ -116,7 +116,8 @@ def conf_nodes():
             yield pytest.param(group, path, id=f"{group}={path.stem}")
 
 
-REQUIRED = {"model=custom": ["model.log_density=examples/eight_schools.py", "model.dim=10"]}
+REQUIRED = {"model=custom": ["model.log_density=examples/eight_schools.py", "model.dim=10"],
+            "model=pyro": ["model.fn=examples/eight_schools_pyro.py:model"]}
 """Options a config leaves for the user to set (its yaml alone is rejected, with a message naming them)."""
 
 

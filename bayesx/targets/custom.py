@@ -43,6 +43,7 @@ import hashlib
 import importlib
 import importlib.util
 import math
+import sys
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ from bayesx.errors import BayesxError, DensityError
 from bayesx.settings import AtLeast, Described, InvalidSetting, Positive, Settings
 from bayesx.targets import parameters as constrained
 from bayesx.targets.base import Capabilities, TargetBase
+from bayesx.targets.precision import float32_operation
 
 
 UNUSED_PROBES = 4
@@ -260,7 +262,22 @@ class CustomModel(TargetBase):
         self._no_gradient = self._gradient_problem(evaluate)
         if self._no_gradient is None:
             self._refuse_unused_coordinates(evaluate)
+        self.precision_warning = self._float32_inside(evaluate)
         return evaluate
+
+    def _float32_inside(self, evaluate: Callable[[Tensor], Tensor]) -> str:
+        """For a float64 run: the first operation of the density that computes in float32, said on stderr in one
+        line with the fix, before the run (bayesx.targets.precision); '' where there is none."""
+        if self.dtype != torch.float64:
+            return ""
+        found = float32_operation(evaluate, self.centre[None].clone())
+        if found is None:
+            return ""
+        line = (f"model.log_density {self.settings.log_density} is not float64 throughout: {found} (a "
+                f"torch.distributions parameter or a tensor made from Python floats is float32 by default); make "
+                f"those tensors with theta.new_tensor(...) or dtype=theta.dtype")
+        print(f"bayesx: warning: {line}", file=sys.stderr, flush=True)
+        return line
 
     def _probe_points(self, spread: float) -> Tensor:
         """PROBE_POINTS distinct points, uniform in centre +- spread * init_scale (a batch size other than dim: a
@@ -455,6 +472,8 @@ class CustomModel(TargetBase):
             tags["param_names"] = ",".join(self.settings.param_names)
         if self.parameters is not None:
             tags["params"] = ", ".join(f"{name}: {spec}" for name, spec in self.settings.params.items())
+        if self.precision_warning:
+            tags["precision_warning"] = self.precision_warning
         return tags
 
 
