@@ -19,19 +19,18 @@ Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0], dtype=torch.floa
 SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0], dtype=torch.float64)
 
 
-def _priors(p):
-    five = p.mu.new_tensor(5.0)
-    return Normal(p.mu.new_tensor(0.0), five).log_prob(p.mu) + HalfCauchy(five).log_prob(p.tau)
-
-
 def noncentered(p):
     """p.mu (...,), p.tau (...,) > 0, p.eta (..., 8) -> log p(mu, tau, eta | y) up to a constant."""
+    zero, one, five = (p.mu.new_tensor(v) for v in (0.0, 1.0, 5.0))  # float64 like p (bayesx warns otherwise)
+    prior = Normal(zero, five).log_prob(p.mu) + HalfCauchy(five).log_prob(p.tau)
+    prior = prior + Normal(zero, one).log_prob(p.eta).sum(-1)
     theta = p.mu[..., None] + p.tau[..., None] * p.eta
-    prior = _priors(p) + Normal(p.eta.new_tensor(0.0), p.eta.new_tensor(1.0)).log_prob(p.eta).sum(-1)
     return prior + Normal(theta, SIGMA.to(theta)).log_prob(Y.to(theta)).sum(-1)
 
 
 def centered(p):
     """p.mu (...,), p.tau (...,) > 0, p.theta (..., 8) -> log p(mu, tau, theta | y) up to a constant."""
-    prior = _priors(p) + Normal(p.mu[..., None], p.tau[..., None]).log_prob(p.theta).sum(-1)
+    zero, five = p.mu.new_tensor(0.0), p.mu.new_tensor(5.0)
+    prior = Normal(zero, five).log_prob(p.mu) + HalfCauchy(five).log_prob(p.tau)
+    prior = prior + Normal(p.mu[..., None], p.tau[..., None]).log_prob(p.theta).sum(-1)
     return prior + Normal(p.theta, SIGMA.to(p.theta)).log_prob(Y.to(p.theta)).sum(-1)

@@ -110,3 +110,53 @@ def test_a_bad_declaration_is_refused_in_one_line_and_records_nothing(tmp_path, 
     uri = empty_store(tmp_path)
     assert_rejected(["run", "model=custom", f"model.log_density={EXAMPLE}:noncentered", "method=nuts",
                      f"tracking.uri={uri}", *overrides], uri, message)
+
+
+RESUMABLE = ["model=custom", f"model.log_density={EXAMPLE}:noncentered",
+             "model.params={mu: real, tau: positive, eta: \"real[8]\"}", "method=hmc", "method.num_warmup=100",
+             "method.num_draws=1500", "method.num_steps=10", "checkpoint_every=200", "seed=3", "progress=false",
+             "plots.n_coords=0", "device.compile=always"]
+
+
+@pytest.mark.slow
+def test_a_killed_constrained_run_resumes_with_the_same_draws(tmp_path, monkeypatch):
+    """SIGKILL after two checkpoints, then resume=<id>: the run ends FINISHED with the draws of the same command run
+    without interruption, on the declared parameters."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import arviz as az
+    from cli_helpers import call
+    from test_crash import wait_for_checkpoints
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
+    victim = subprocess.Popen([sys.executable, "-m", "bayesx", "run", *RESUMABLE], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        run_id = wait_for_checkpoints(client, 3, 2, victim).info.run_id
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = call(["run", *RESUMABLE, f"resume={run_id}"])
+    assert code == 0, err
+    resumed = client.get_run(run_id)
+    assert resumed.info.status == "FINISHED" and int(resumed.data.tags["resumed_at_draw"]) >= 400
+    code, _, err = call(["run", *RESUMABLE, "run_name=uninterrupted"])
+    assert code == 0, err
+    reference = next(r for r in client.search_runs([resumed.info.experiment_id])
+                     if r.data.tags.get("mlflow.runName") == "uninterrupted")
+
+    def draws(rid):
+        posterior = az.from_netcdf(client.download_artifacts(rid, "draws.nc", str(tmp_path / rid))).posterior
+        return {name: posterior[name].values for name in posterior.data_vars}
+
+    ours, theirs = draws(run_id), draws(reference.info.run_id)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-12, atol=1e-12)
