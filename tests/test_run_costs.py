@@ -91,3 +91,13 @@ def test_a_run_records_its_stages_and_its_peak_memory(store):
     record_parts = sum(metrics[k] for k in STAGES[2:-1])
     assert record_parts <= metrics["record_time_s"] + 1e-6
     assert metrics["method_time_s"] >= metrics["sampling_time_s"]
+
+
+def test_the_processs_own_command_freezes_the_collector_and_an_in_process_call_does_not():
+    """The command line's own call (no argv) ends with gc.freeze(), so the interpreter's exit skips collecting the
+    libraries' objects; a caller that passes argv (the tests, a script) keeps its collector as it was."""
+    code = ("import gc, sys\nfrom bayesx.cli.commands import main\nmain(['--help'])\nbefore = gc.get_freeze_count()\n"
+            "sys.argv = ['bayesx', '--help']\nmain()\nprint(before, gc.get_freeze_count() > 0)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0 True"

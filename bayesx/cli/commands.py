@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -602,7 +603,20 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """``bayesx ARGV``; without ``argv`` (the console script, ``python -m bayesx``) the process's own command, which
+    ends by freezing the garbage collector's objects: the interpreter's final collections then skip the millions
+    of objects torch, MLflow, ArviZ and their libraries made: a process that had loaded a run's libraries took 27-37 s
+    to exit at load 8 on the 2-core machine, 2-3 s frozen (results/bench_fixed_costs.md). A caller that goes on (the
+    tests) passes argv, and nothing is frozen."""
+    if argv is not None:
+        return _main(argv)
+    try:
+        return _main(sys.argv[1:])
+    finally:
+        gc.freeze()
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(help_text())
         return EXIT_OK
