@@ -21,15 +21,12 @@ sds, Bonferroni over coordinates). The goal (issue 57) is 10x Pyro's min-ESS/s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
+from _header import header  # noqa: E402
 from _runs import bayesx_run  # noqa: E402
 
 MODELS = {  # name -> (model.fn, data file or None)
@@ -105,7 +103,6 @@ def min_ess(draws: np.ndarray) -> float:
 
 def main(argv=None) -> int:
     from bayesx.cli.gpu_check import compare_draws
-    from bayesx.store.provenance import cpu_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
@@ -128,17 +125,9 @@ def main(argv=None) -> int:
                          theirs_ess / theirs_s, theirs_s, (ours_ess / ours_s) / (theirs_ess / theirs_s),
                          "agree" if verdict.passed else "DIFFER", verdict.detail))
             print(rows[-1], flush=True)
-    load_after = os.getloadavg()
     command = f"python experiments/bench_pyro.py {shlex.join(argv if argv is not None else sys.argv[1:])}"
     lines = [
-        "# Pyro models: bayesx NUTS against Pyro's NUTS, both at their defaults",
-        "",
-        f"Command: `{command}`  ",
-        f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()} ({platform.machine()}, "
-        f"{os.cpu_count()} cores)  ",
-        f"Load average (1, 5, 15 min): {', '.join(f'{v:.2f}' for v in load_before)} before, "
-        f"{', '.join(f'{v:.2f}' for v in load_after)} after (2 cores idle = 0)",
-        "",
+        *header("Pyro models: bayesx NUTS against Pyro's NUTS, both at their defaults", command, load_before),
         f"bayesx: `bayesx run model=pyro model.fn=... method=nuts` (4 chains, its defaults). Pyro: `MCMC(NUTS(model), "
         f"num_samples={args.pyro_draws}, warmup_steps={args.pyro_draws})`, {args.pyro_chains} chains one after another. "
         "Both timed as whole commands (imports, compile or tracing included); min bulk ESS over every latent number. "

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_helpers import assert_rejected, empty_store, isolated_store, run_ok
+import arviz as az
+from cli_helpers import assert_rejected, call, empty_store, isolated_store, run_ok
 from mlflow.tracking import MlflowClient
+from test_crash import killed_after_checkpoints
 
 from bayesx.cli.gpu_check import compare_draws
 from bayesx.methods.base import RunInputs
@@ -122,27 +124,7 @@ RESUMABLE = ["model=custom", f"model.log_density={EXAMPLE}:noncentered",
 def test_a_killed_constrained_run_resumes_with_the_same_draws(tmp_path, monkeypatch):
     """SIGKILL after two checkpoints, then resume=<id>: the run ends FINISHED with the draws of the same command run
     without interruption, on the declared parameters."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    import arviz as az
-    from cli_helpers import call
-    from test_crash import wait_for_checkpoints
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
-    victim = subprocess.Popen([sys.executable, "-m", "bayesx", "run", *RESUMABLE], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = MlflowClient(tracking_uri=uri)
-    try:
-        run_id = wait_for_checkpoints(client, 3, 2, victim).info.run_id
-    finally:
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=30)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(tmp_path)
+    run_id, client = killed_after_checkpoints(RESUMABLE, tmp_path, monkeypatch, seed=3)
     code, _, err = call(["run", *RESUMABLE, f"resume={run_id}"])
     assert code == 0, err
     resumed = client.get_run(run_id)

@@ -140,21 +140,29 @@ RESUMABLE = ["method=hmc", "method.num_warmup=100", "method.num_draws=1500", "me
              "checkpoint_every=200", "seed=3", "progress=false", "plots.n_coords=0"]
 
 
-def test_a_killed_run_resumes_into_the_same_run_with_the_same_draws(tmp_path, monkeypatch):
-    """SIGKILL after two checkpoints, then resume=<id>: the run ends FINISHED under its own id, and its
-    draws equal those of the same command run without interruption (same seed stream)."""
+def killed_after_checkpoints(argv: list[str], tmp_path: Path, monkeypatch, seed: int, checkpoints: int = 2):
+    """``bayesx run ARGV`` in a child (store: tmp_path/mlflow.db), SIGKILLed once ``checkpoints`` checkpoints of its
+    draws are stored; then this process works in tmp_path on that store. Returns (the killed run's id, the store's
+    client)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
-    victim = subprocess.Popen([sys.executable, "-m", "bayesx", "run", *RESUMABLE], cwd=tmp_path, env=env,
+    victim = subprocess.Popen([sys.executable, "-m", "bayesx", "run", *argv], cwd=tmp_path, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = MlflowClient(tracking_uri=uri)
     try:
-        run_id = wait_for_checkpoints(client, 3, 2, victim).info.run_id
+        run_id = wait_for_checkpoints(client, seed, checkpoints, victim).info.run_id
     finally:
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=30)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
+    return run_id, client
+
+
+def test_a_killed_run_resumes_into_the_same_run_with_the_same_draws(tmp_path, monkeypatch):
+    """SIGKILL after two checkpoints, then resume=<id>: the run ends FINISHED under its own id, and its
+    draws equal those of the same command run without interruption (same seed stream)."""
+    run_id, client = killed_after_checkpoints(RESUMABLE, tmp_path, monkeypatch, seed=3)
 
     code, _, err = call(["run", *RESUMABLE, "method.num_steps=11", f"resume={run_id}"])
     assert code == 2 and "this command's config differs from the run's (method.num_steps: 10 there, 11 here)" in err
