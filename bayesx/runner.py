@@ -566,12 +566,22 @@ def run_files(job: RunSettings, method: Method, target, result: Result, evaluati
 
 
 def draw_files(job: RunSettings, method: Method, target, result: Result, tmp: Path) -> list[Artifact]:
-    draws = result.draws.numpy()
+    """draws.nc: one variable per parameter the user reads, with its shape, where the target names them
+    (``parameter_shapes``: declared parameters, posteriordb's), else the sampled vector with its coordinates' names."""
     out = []
     if job.save_draws:
-        idata = convergence.to_inference_data(draws, result.sample_stats, target.param_name,
-                                              target.coordinate_names())
         path = tmp / "draws.nc"
-        idata.to_netcdf(str(path), engine="h5netcdf")
+        draws_data(target, result).to_netcdf(str(path), engine="h5netcdf")
         out.append(Artifact(path))
     return out
+
+
+def draws_data(target, result: Result):
+    """The run's draws as ArviZ InferenceData (draw_files)."""
+    shapes = target.parameter_shapes()
+    if shapes is None:
+        return convergence.to_inference_data(result.draws.numpy(), result.sample_stats, target.param_name,
+                                             target.coordinate_names())
+    with torch.no_grad():
+        values = target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
+    return convergence.named_inference_data(values, shapes, result.sample_stats)

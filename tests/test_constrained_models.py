@@ -90,15 +90,23 @@ def store(tmp_path_factory):
         yield root, uri
 
 
-def test_a_run_reports_the_declared_names_on_the_compiled_path(store):
+def test_a_run_reports_the_declared_names_on_the_compiled_path_and_in_its_draws_file(store, tmp_path):
     _, uri = store
     run = run_ok(uri, ["run", "model=custom", f"model.log_density={EXAMPLE}:noncentered",
                        "model.params={mu: real, tau: positive, eta: \"real[8]\"}", "method=nuts",
                        "method.num_warmup=200", "method.num_draws=200", "n_chains=2", "device.compile=always"])
-    assert run.data.tags["compiled_density"].startswith(("compiled", "cached")), run.data.tags
-    summary = MlflowClient(tracking_uri=uri).download_artifacts(run.info.run_id, "posterior_summary.csv")
+    assert run.data.tags["kernels"] == "compiled", run.data.tags
+    client = MlflowClient(tracking_uri=uri)
+    summary = client.download_artifacts(run.info.run_id, "posterior_summary.csv", str(tmp_path))
     names = [line.split(",")[0] for line in Path(summary).read_text().splitlines()[1:]]
     assert names[:3] == ["mu", "tau", "eta[0]"], names
+    idata = az.from_netcdf(client.download_artifacts(run.info.run_id, "draws.nc", str(tmp_path)))
+    assert set(idata.posterior.data_vars) == {"mu", "tau", "eta"}
+    draws = idata.posterior["tau"].shape[1]  # 200, or more where the run-length rules asked for more
+    assert idata.posterior["eta"].shape == (2, draws, 8) and idata.posterior["tau"].shape == (2, draws)
+    assert (idata.posterior["tau"].values > 0).all()
+    table = az.summary(idata)
+    assert {"mu", "tau", "eta[0]", "eta[7]"} <= set(table.index), table.index
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -142,3 +150,49 @@ def test_a_killed_constrained_run_resumes_with_the_same_draws(tmp_path, monkeypa
     assert ours.keys() == theirs.keys()
     for name in ours:
         np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-12, atol=1e-12)
+
+
+EXAMPLES = ROOT / "examples"
+EXAMPLE_REFERENCES = Path(__file__).resolve().parent / "models" / "example_references.npz"
+LONGER = {  # name -> (the constrained form's options, the Pyro form's options, the map whose Jacobian is doubled)
+    "sv": ({"log_density": f"{EXAMPLES / 'sv_constrained.py'}", "data_file": f"{EXAMPLES / 'sv_returns.npz'}",
+            "params": {"mu": "real", "phi": "interval(-1, 1)", "sigma": "positive", "z": "real[150]"}},
+           {"fn": f"{EXAMPLES / 'sv_pyro.py'}:model", "data_file": f"{EXAMPLES / 'sv_returns.npz'}"}, "positive"),
+    "mixture": ({"log_density": f"{EXAMPLES / 'mixture_constrained.py'}",
+                 "data_file": f"{EXAMPLES / 'mixture_data.npz'}",
+                 "params": {"w": "simplex[3]", "loc": "ordered[3]", "scale": "positive[3]"}},
+                {"fn": f"{EXAMPLES / 'mixture_pyro.py'}:model", "data_file": f"{EXAMPLES / 'mixture_data.npz'}"},
+                "simplex"),
+}
+
+
+def _compiled_nuts(target, seed: int = 0) -> np.ndarray:
+    gen = torch.Generator().manual_seed(seed)
+    result = NUTS(num_warmup=500, num_draws=1000, target_accept=0.9).infer(
+        target, RunInputs(target.initial_point(4, gen), gen, False))
+    with torch.no_grad():
+        return target.constrain(result.draws).numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(LONGER))
+@pytest.mark.parametrize("form", ["constrained", "pyro"])
+def test_the_longer_examples_match_an_independent_reference_and_a_wrong_jacobian_does_not(name, form, monkeypatch):
+    """Stochastic volatility (153 parameters, a Python loop over 150 returns) and the 3-component mixture, in both
+    forms, against NumPyro NUTS on JAX transcriptions (experiments/make_example_references.py; 8 x 2,500 draws,
+    R-hat <= 1.01); the control doubles one map's log-Jacobian (sigma's for SV, the weights' for the mixture)."""
+    if not EXAMPLE_REFERENCES.exists():
+        pytest.skip("no reference draws: python experiments/make_example_references.py (the bench extra)")
+    pytest.importorskip("pyro")
+    from bayesx.targets.pyro_model import PyroModel
+
+    monkeypatch.setenv("BAYESX_COMPILE", "always")  # the compiled path, as a run takes it
+    reference = np.load(EXAMPLE_REFERENCES)[name].astype(np.float64)[None]
+    custom, pyro_options, doubled = LONGER[name]
+    make = (lambda: CustomModel(**custom)) if form == "constrained" else (lambda: PyroModel(**pyro_options))
+    agreed = compare_draws(_compiled_nuts(make()), reference)
+    assert agreed.passed, agreed.detail
+    honest = parameters._MAPS[doubled]
+    monkeypatch.setitem(parameters._MAPS, doubled, lambda p, x: (honest(p, x)[0], 2 * honest(p, x)[1]))
+    wrong = compare_draws(_compiled_nuts(make()), reference)
+    assert not wrong.passed, f"the doubled Jacobian passed the check: {wrong.detail}"

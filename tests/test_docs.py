@@ -116,20 +116,23 @@ def test_issue_and_date_patterns():
 
 
 def test_readme_own_model_example_is_the_file_and_runs():
-    """The README's own-model function is examples/poisson_groups.py's, and the density loads with its .npz data:
-    integer columns as int64, batched over chains, finite with a gradient at the start."""
+    """The README's own-model function is examples/eight_schools_constrained.py's noncentered, and it loads with the
+    README's declaration: batched over chains, finite with a gradient at the start, reported by the declared names."""
     import torch
 
     from bayesx.targets.custom import CustomModel
 
-    example = (ROOT / "examples" / "poisson_groups.py").read_text(encoding="utf-8")
-    function = example[example.index("def log_density"):].strip()
-    assert function in README.read_text(encoding="utf-8"), "the README's log_density differs from the example file's"
-    model = CustomModel(log_density=f"{ROOT}/examples/poisson_groups.py:log_density", dim=4,
-                        data_file=f"{ROOT}/examples/poisson_groups.npz", param_names=("a1", "a2", "a3", "b"))
-    assert model.data["group"].dtype == torch.int64 and model.data["y"].dtype == torch.int64
-    assert model.data["x"].dtype == model.dtype
-    q = torch.zeros(3, 4, dtype=model.dtype, requires_grad=True)
+    example = (ROOT / "examples" / "eight_schools_constrained.py").read_text(encoding="utf-8")
+    function = example[example.index("def noncentered"):example.index("def centered")].strip()
+    readme = README.read_text(encoding="utf-8")
+    assert function.replace('    """p.mu (...,), p.tau (...,) > 0, p.eta (..., 8) -> log p(mu, tau, eta | y) up to a '
+                            'constant."""\n', "").split("\n", 1)[1] in readme, \
+        "the README's noncentered differs from the example file's"
+    assert "'model.params={mu: real, tau: positive, eta: \"real[8]\"}'" in readme
+    model = CustomModel(log_density=f"{ROOT}/examples/eight_schools_constrained.py:noncentered",
+                        params={"mu": "real", "tau": "positive", "eta": "real[8]"})
+    assert model.reported_names()[:3] == ["mu", "tau", "eta[0]"]
+    q = torch.zeros(3, 10, dtype=model.dtype, requires_grad=True)
     value = model.log_prob(q)
     assert value.shape == (3,) and torch.isfinite(value).all()
     (grad,) = torch.autograd.grad(value.sum(), q)

@@ -297,9 +297,8 @@ def read_draws(path: str) -> np.ndarray:
     import arviz as az
 
     posterior = az.from_netcdf(path).posterior
-    var = next(iter(posterior.data_vars))
-    x = posterior[var].values
-    return x.reshape(x.shape[0], x.shape[1], -1)
+    parts = [posterior[var].values for var in posterior.data_vars]  # one vector, or one variable per parameter
+    return np.concatenate([x.reshape(x.shape[0], x.shape[1], -1) for x in parts], -1)
 
 
 # --- the check -------------------------------------------------------------------------------------

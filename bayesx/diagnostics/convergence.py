@@ -308,6 +308,53 @@ def to_inference_data(draws: np.ndarray, sample_stats: dict[str, np.ndarray], na
                         dims={name: [f"{name}_dim"]}, coords=coords)
 
 
+def named_inference_data(values: np.ndarray, shapes: dict[str, tuple[int, ...]],
+                         sample_stats: dict[str, np.ndarray]):
+    """An ArviZ InferenceData with one posterior variable per named parameter, of its shape (values: (chains, draws,
+    p), the parameters' numbers flattened in C order one after another, in ``shapes``' order), so that
+    ``az.summary`` and ``az.plot_posterior`` read them by name; and the sampler statistics."""
+    stats = {k: np.asarray(v) for k, v in sample_stats.items() if np.asarray(v).ndim == 2}
+    if "divergent" in stats:
+        stats["diverging"] = stats.pop("divergent").astype(bool)
+    chains, draws = values.shape[:2]
+    posterior, start = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape, dtype=np.int64))
+        posterior[name] = np.asarray(values[..., start:start + size]).reshape(chains, draws, *shape)
+        start += size
+    if start != values.shape[-1]:
+        raise ValueError(f"the parameters' shapes hold {start} numbers; the draws have {values.shape[-1]}")
+    return arviz().from_dict(posterior=posterior, sample_stats=stats or None)
+
+
+def named_blocks(names: list[str]) -> dict[str, tuple[int, ...]] | None:
+    """The parameters a flat list of reported names spells (``mu``, ``theta[1]``, ..., ``theta[8]``: mu of shape (),
+    theta of shape (8,)), where every name is a scalar or an element of a vector whose elements come together and in
+    order (from 0 or from 1); None where the names spell no such blocks."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    previous, first = None, None
+    for name in names:
+        base, bracket, rest = name.partition("[")
+        if not bracket:
+            if name in shapes:
+                return None
+            shapes[name], previous = (), None
+            continue
+        index = rest.rstrip("]")
+        if not index.isdigit() or not base.isidentifier():
+            return None
+        if base != previous:
+            if base in shapes:
+                return None
+            first, previous, shapes[base] = int(index), base, (0,)
+            if first not in (0, 1):
+                return None
+        if int(index) != first + shapes[base][0]:
+            return None
+        shapes[base] = (shapes[base][0] + 1,)
+    return shapes if all(name.isidentifier() for name in shapes) else None
+
+
 def quantity_ess_name(name: str, values: np.ndarray) -> str:
     """``ess_<name>`` for a scalar quantity (chains, draws), ``ess_<name>_min`` for (chains, draws, k)."""
     return f"ess_{name}" if np.ndim(values) == 2 else f"ess_{name}_min"
