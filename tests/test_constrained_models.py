@@ -46,6 +46,12 @@ def _nuts(form: str, seed: int = 0, target_accept: float = 0.9, draws: int = 100
 
 
 @pytest.fixture
+def compiled_path(monkeypatch):
+    """The compiled density, as a run takes it (the suite's default is PyTorch: tests/conftest.py)."""
+    monkeypatch.setenv("BAYESX_COMPILE", "always")
+
+
+@pytest.fixture
 def positive_jacobian_twice(monkeypatch):
     """The control: the positive map's log-Jacobian counted twice (a proper but wrong posterior of tau)."""
     honest = parameters._MAPS["positive"]
@@ -53,7 +59,7 @@ def positive_jacobian_twice(monkeypatch):
 
 
 @pytest.mark.slow
-def test_noncentred_eight_schools_matches_posteriordb_and_a_wrong_jacobian_does_not(request):
+def test_noncentred_eight_schools_matches_posteriordb_and_a_wrong_jacobian_does_not(request, compiled_path):
     reference = _reference("noncentered")[None]
     draws = _nuts("noncentered")
     agreed = compare_draws(draws, reference)
@@ -64,7 +70,7 @@ def test_noncentred_eight_schools_matches_posteriordb_and_a_wrong_jacobian_does_
 
 
 @pytest.mark.slow
-def test_centred_eight_schools_matches_posteriordb_and_a_wrong_jacobian_does_not(request):
+def test_centred_eight_schools_matches_posteriordb_and_a_wrong_jacobian_does_not(request, compiled_path):
     """The centred funnel at target_accept 0.99 (as the runner's divergence ladder climbs to) and 4,000 draws."""
     reference = _reference("centered")[None]
     agreed = compare_draws(_nuts("centered", target_accept=0.99, draws=4000), reference)
@@ -177,7 +183,8 @@ def _compiled_nuts(target, seed: int = 0) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(LONGER))
 @pytest.mark.parametrize("form", ["constrained", "pyro"])
-def test_the_longer_examples_match_an_independent_reference_and_a_wrong_jacobian_does_not(name, form, monkeypatch):
+def test_the_longer_examples_match_an_independent_reference_and_a_wrong_jacobian_does_not(name, form, monkeypatch,
+                                                                                          compiled_path):
     """Stochastic volatility (153 parameters, a Python loop over 150 returns) and the 3-component mixture, in both
     forms, against NumPyro NUTS on JAX transcriptions (experiments/make_example_references.py; 8 x 2,500 draws,
     R-hat <= 1.01); the control doubles one map's log-Jacobian (sigma's for SV, the weights' for the mixture)."""
@@ -186,7 +193,6 @@ def test_the_longer_examples_match_an_independent_reference_and_a_wrong_jacobian
     pytest.importorskip("pyro")
     from bayesx.targets.pyro_model import PyroModel
 
-    monkeypatch.setenv("BAYESX_COMPILE", "always")  # the compiled path, as a run takes it
     reference = np.load(EXAMPLE_REFERENCES)[name].astype(np.float64)[None]
     custom, pyro_options, doubled = LONGER[name]
     make = (lambda: CustomModel(**custom)) if form == "constrained" else (lambda: PyroModel(**pyro_options))
@@ -196,3 +202,24 @@ def test_the_longer_examples_match_an_independent_reference_and_a_wrong_jacobian
     monkeypatch.setitem(parameters._MAPS, doubled, lambda p, x: (honest(p, x)[0], 2 * honest(p, x)[1]))
     wrong = compare_draws(_compiled_nuts(make()), reference)
     assert not wrong.passed, f"the doubled Jacobian passed the check: {wrong.detail}"
+
+
+@pytest.mark.parametrize("names, shapes", [
+    (["theta[1]", "theta[2]", "mu", "tau"], {"theta": (2,), "mu": (), "tau": ()}),
+    (["a", "b[0]", "b[1]", "b[2]"], {"a": (), "b": (3,)}),
+    (["b[1]", "b[3]"], None),  # a gap
+    (["b[1]", "a", "b[2]"], None),  # b split
+    (["L[1,1]"], None),  # not a vector
+])
+def test_reported_names_spell_named_blocks_or_none(names, shapes):
+    from bayesx.diagnostics.convergence import named_blocks
+
+    assert named_blocks(names) == shapes
+
+
+def test_posteriordb_targets_name_their_parameters_for_the_draws_file():
+    from bayesx.targets.posteriordb.target import PosteriorDB
+
+    target = PosteriorDB(name="eight_schools_noncentered")
+    assert target.parameter_shapes() == {"theta": (8,), "mu": (), "tau": ()}
+    assert sum(int(np.prod(s)) for s in target.parameter_shapes().values()) == len(target.reported_names())

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bayesx.diagnostics.convergence import named_blocks
 from bayesx.settings import Settings
 from bayesx.targets.base import Capabilities, Evaluation, TargetBase
 from bayesx.targets.posteriordb import NAMES, check_name, load
@@ -88,6 +89,10 @@ class PosteriorDB(TargetBase):
 
     def reported_names(self) -> list[str]:
         return list(self.posterior.param_names)
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """posteriordb's parameters by name (``theta[1]`` ... ``theta[8]``: theta of shape (8,)), for draws.nc."""
+        return named_blocks(self.reported_names())
 
     def evaluate(self, draws: Tensor, sample_stats=None) -> Evaluation:
         with torch.no_grad():
