@@ -177,7 +177,9 @@ def test_the_check_allows_autograds_own_noise_where_a_point_is_ill_conditioned_a
     log_prob = target.autograd_log_prob()
     points = torch.rand(4, target.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 4 - 2
     tolerances = compiled._widened(log_prob, points, [1e-8] * 4, torch.float64)
-    assert 1e-7 < tolerances[0] <= compiled.TOLERANCE_CAP[torch.float64] and tolerances[1:] == [1e-8] * 3
+    # widened at the ill-conditioned point (to 1.1e-7 on the machine that found it, 9.1e-8 on another CPU: autograd's
+    # own noise there depends on the vector unit), kept at the others
+    assert 5e-8 < tolerances[0] <= compiled.TOLERANCE_CAP[torch.float64] and tolerances[1:] == [1e-8] * 3
     density = compiled.compiled_density(log_prob, target.dim, torch.float64, points=points)
     assert density.compiler == "plain C"
     lp, grad = density._evaluate(points[1:])
