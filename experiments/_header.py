@@ -21,3 +21,11 @@ def header(title: str, command: str, load_before: tuple[float, ...], extra: str 
              f"Load average (1, 5, 15 min): {', '.join(f'{v:.2f}' for v in load_before)} before, "
              f"{', '.join(f'{v:.2f}' for v in load_after)} after (2 cores idle = 0)" + ("  " if extra else "")]
     return lines + ([extra] if extra else []) + [""]
+
+
+def publish(lines: list[str], out) -> None:
+    """Print the table and write it to ``out`` (a Path; None: print only)."""
+    text = "\n".join(lines)
+    print(text)
+    if out:
+        out.write_text(text)

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 from bayesx.native import compiled  # noqa: E402
 from bayesx.native.build import _compiler, vector_math  # noqa: E402
-from _header import header  # noqa: E402
+from _header import header, publish  # noqa: E402
 
 
 def make_data(rows: int, features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,10 +153,7 @@ def main(argv=None) -> int:
         "the products.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    publish(lines, args.out)
     return 0
 
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from _header import header  # noqa: E402
+from _header import header, publish  # noqa: E402
 from _runs import bayesx_run  # noqa: E402
 
 MODELS = {  # name -> (model.fn, data file or None)
@@ -140,10 +140,7 @@ def main(argv=None) -> int:
           f"{r[9]} |" for r in rows),
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    publish(lines, args.out)
     return 0
 
 

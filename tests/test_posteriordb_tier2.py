@@ -21,17 +21,9 @@ import pytest
 import torch
 
 from bayesx.targets.posteriordb import DATA, NAMES, TIER2_NAMES, load
-from bayesx.targets.posteriordb.suite import TIER2
 from bayesx.targets.posteriordb.target import PosteriorDB
 
 Z_LIMIT = 5.0  # |z| of a mean: a false alarm has probability ~6e-7 per coordinate (1,042 coordinates: ~6e-4)
-
-
-def reference_points(post, n: int, seed: int, spread: float = 0.3) -> np.ndarray:
-    """Reference draws, unconstrained, jittered."""
-    rng = np.random.default_rng(seed)
-    rows = post.reference[rng.choice(len(post.reference), n, replace=False)].astype(np.float64)
-    return post.unconstrain(rows) + spread * rng.standard_normal((n, post.dim))
 
 
 def test_the_second_tier_lists_one_posterior_of_each_promised_kind():
@@ -53,31 +45,8 @@ def test_the_second_tier_lists_one_posterior_of_each_promised_kind():
     assert max(post.dim for post in posts.values()) >= 1000
 
 
-@pytest.mark.parametrize("name", TIER2_NAMES)
-def test_torch_density_matches_the_xp_transcription(name):
-    post = load(name)
-    model = post.torch_model()
-    q = reference_points(post, 6, seed=1)
-    torch_lp = model.log_prob(torch.tensor(q)).numpy()
-    numpy_lp = np.array([post.log_density(np, row, post.data) for row in q])
-    differences = (torch_lp - torch_lp[0]) - (numpy_lp - numpy_lp[0])
-    assert np.abs(differences).max() <= 1e-9 * max(1.0, np.abs(numpy_lp).max()), (torch_lp, numpy_lp)
-    constrained = model.constrain(torch.tensor(q)).numpy()
-    np.testing.assert_allclose(constrained, [post.constrain(np, row, post.data) for row in q], rtol=1e-9, atol=1e-9)
-    assert model.log_prob(torch.tensor(q[0])).shape == ()
-    np.testing.assert_allclose(model.log_prob(torch.tensor(q.reshape(2, 3, -1))).numpy().ravel(), torch_lp, rtol=1e-12)
-
-
-@pytest.mark.parametrize("name", TIER2_NAMES)
-def test_torch_gradient_matches_finite_differences_of_the_numpy_transcription(name):
-    post = load(name)
-    q = reference_points(post, 1, seed=2)[0]
-    x = torch.tensor(q, requires_grad=True)
-    (grad,) = torch.autograd.grad(post.torch_model().log_prob(x), x)
-    h = 1e-6
-    fd = np.array([(post.log_density(np, q + h * e, post.data) - post.log_density(np, q - h * e, post.data)) / (2 * h)
-                   for e in np.eye(post.dim)])
-    np.testing.assert_allclose(grad.numpy(), fd, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(fd).max()))
+# the torch density against its transcription, and its gradient against finite differences: tests/test_posteriordb.py,
+# parametrized over both tiers
 
 
 @pytest.mark.parametrize("name", TIER2_NAMES)
