@@ -50,6 +50,10 @@ aten = torch.ops.aten
 C_TYPES = {torch.float64: "double", torch.float32: "float", torch.int64: "int64_t", torch.int32: "int32_t",
            torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "uint8_t"}
 ALIGN = 64
+SIMD_MIN = 16
+"""The shortest innermost elementwise loop marked ``omp simd``: shorter ones (an ODE's 2-4 states, repeated over 400
+steps) gain nothing from vectors and cost the C compiler's vectorizer time on every one of them (lotka_volterra's cold
+compile went from 7.6-8.5 to 22.7 CPU s with every loop marked)."""
 INLINE_NUMBERS = 4096
 """A constant of at most this many numbers is written into the C source (where the compiler may fold it: a loop's
 step sizes, a small table); a larger one is data, passed at run time (:attr:`Generated.data`). Written as source,
@@ -307,7 +311,7 @@ class _Writer:
         index = [self._name("i") for _ in shape]
         lines = []
         for depth, (var, size) in enumerate(zip(index, shape)):
-            if simd and depth == len(shape) - 1 and size > 1:
+            if simd and depth == len(shape) - 1 and size >= SIMD_MIN:
                 lines.append("#pragma omp simd")
             lines.append("  " * depth + f"for (int64_t {var} = 0; {var} < {size}; {var}++)")
         lines.append("  " * len(shape) + statement(index))
