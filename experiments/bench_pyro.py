@@ -61,22 +61,24 @@ for chain in range(chains):
     mcmc = MCMC(NUTS(getattr(module, name)), num_samples=draws, warmup_steps=draws, disable_progbar=True)
     mcmc.run(**kwargs)
     samples.append({k: v.reshape(draws, -1).numpy() for k, v in mcmc.get_samples().items()})
-names = list(samples[0])
-stacked = np.stack([np.concatenate([s[k] for k in names], -1) for s in samples])
-np.save(sys.argv[6], stacked)
-print(json.dumps({"sites": names}))
+np.savez(sys.argv[6], **{k: np.stack([s[k] for s in samples]) for k in samples[0]})  # by site: (chains, draws, n)
 """
 
 
-def run_pyro(fn: str, data: str | None, chains: int, draws: int, seed: int, out: Path) -> tuple[float, np.ndarray]:
+def run_pyro(fn: str, data: str | None, chains: int, draws: int, seed: int, out: Path,
+             sites: list[str]) -> tuple[float, np.ndarray]:
+    """Pyro's NUTS as a whole command; its draws (chains, draws, numbers) with the sites in ``sites``' order (Pyro
+    returns them sorted by name)."""
     path, name = fn.split(":")
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", PYRO_SCRIPT, f"{ROOT / path}:{name}", str(ROOT / data) if data else "-",
                     str(chains), str(draws), str(seed), str(out)], check=True, cwd=ROOT)
-    return time.perf_counter() - started, np.load(out)
+    seconds = time.perf_counter() - started
+    with np.load(out) as by_site:
+        return seconds, np.concatenate([by_site[site] for site in sites], -1)
 
 
-def run_bayesx(fn: str, data: str | None, seed: int, store: Path) -> tuple[float, np.ndarray, dict]:
+def run_bayesx(fn: str, data: str | None, seed: int, store: Path) -> tuple[float, np.ndarray, dict, list[str]]:
     import arviz as az
     from bayesx.store.tracking import run_artifact
 
@@ -91,8 +93,12 @@ def run_bayesx(fn: str, data: str | None, seed: int, store: Path) -> tuple[float
     run = launched.run
     path = run_artifact(uri, run["run_id"], "draws.nc", str(store))
     posterior = az.from_netcdf(path).posterior
-    arrays = [posterior[name].values.reshape(*posterior[name].shape[:2], -1) for name in posterior.data_vars]
-    return seconds, np.concatenate(arrays, -1), run
+    from mlflow.tracking import MlflowClient
+
+    run["kernels"] = MlflowClient(tracking_uri=uri).get_run(run["run_id"]).data.tags.get("kernels", "?")
+    sites = list(posterior.data_vars)
+    arrays = [posterior[name].values.reshape(*posterior[name].shape[:2], -1) for name in sites]
+    return seconds, np.concatenate(arrays, -1), run, sites
 
 
 def min_ess(draws: np.ndarray) -> float:
@@ -116,12 +122,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
             fn, data = MODELS[name]
-            ours_s, ours, run = run_bayesx(fn, data, args.seed, Path(tmp))
+            ours_s, ours, run, sites = run_bayesx(fn, data, args.seed, Path(tmp))
             theirs_s, theirs = run_pyro(fn, data, args.pyro_chains, args.pyro_draws, args.seed,
-                                        Path(tmp) / f"{name}.npy")
+                                        Path(tmp) / f"{name}.npz", sites)
             ours_ess, theirs_ess = min_ess(ours), min_ess(theirs)
             verdict = compare_draws(ours, theirs)
-            rows.append((name, ours.shape[-1], ours_ess / ours_s, ours_s, run["tags"].get("kernels", "?"),
+            rows.append((name, ours.shape[-1], ours_ess / ours_s, ours_s, run["kernels"],
                          theirs_ess / theirs_s, theirs_s, (ours_ess / ours_s) / (theirs_ess / theirs_s),
                          "agree" if verdict.passed else "DIFFER", verdict.detail))
             print(rows[-1], flush=True)
