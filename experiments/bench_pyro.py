@@ -80,7 +80,7 @@ def run_pyro(fn: str, data: str | None, chains: int, draws: int, seed: int, out:
 
 def run_bayesx(fn: str, data: str | None, seed: int, store: Path) -> tuple[float, np.ndarray, dict, list[str]]:
     import arviz as az
-    from bayesx.store.tracking import run_artifact
+    from bayesx.store.tracking import run_artifact, search_runs
 
     uri = f"sqlite:///{store}/mlflow.db"
     overrides = ["model=pyro", f"model.fn={fn}", *([f"model.data_file={data}"] if data else []), "method=nuts",
@@ -93,9 +93,9 @@ def run_bayesx(fn: str, data: str | None, seed: int, store: Path) -> tuple[float
     run = launched.run
     path = run_artifact(uri, run["run_id"], "draws.nc", str(store))
     posterior = az.from_netcdf(path).posterior
-    from mlflow.tracking import MlflowClient
-
-    run["kernels"] = MlflowClient(tracking_uri=uri).get_run(run["run_id"]).data.tags.get("kernels", "?")
+    table = search_runs(uri)  # the run's kernels tag (bayesx run --json gives its identity tags only)
+    mine = table[table["run_id"] == run["run_id"]]
+    run["kernels"] = str(mine["tags.kernels"].iloc[0]) if "tags.kernels" in mine and len(mine) else "?"
     sites = list(posterior.data_vars)
     arrays = [posterior[name].values.reshape(*posterior[name].shape[:2], -1) for name in sites]
     return seconds, np.concatenate(arrays, -1), run, sites
