@@ -30,7 +30,7 @@ transform (Lewandowski, Kurowicka and Joe's canonical partial correlations, Stan
 of correlation matrices"); the covariance matrix is Stan's too (its Cholesky factor with a log diagonal). The maps
 are written here rather than taken from ``torch.distributions.biject_to``: PyTorch has no ordered vectors and no
 transform onto covariance matrices, and its stick-breaking and correlation-Cholesky transforms trace to operators
-(``aten.max.dim``, an in-place ``index_put_``) that the plain C writer (bayesx.native.codegen) does not compile, so
+(``aten.max.dim``, an in-place ``index_put_``) that the plain C writer (native/codegen.py) does not compile, so
 those densities would fall to AOTInductor; these use exp, log1p, log_softmax, cumsum, tanh and sqrt, which it does.
 Every map works on a batch in front (``x`` of shape (..., m)) and on one point.
 """

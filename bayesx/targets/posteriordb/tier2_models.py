@@ -32,7 +32,7 @@ def _c(model: TorchModel, value: float) -> Tensor:
 
 def _unchecked(cls):
     """A torch distribution without its argument checks (``validate_args=False``), as a user sampling with it
-    writes it: a check that raises on a scale that under- or overflowed mid-trajectory would end a run that
+    writes it: a check that raises on a scale that under- or overflowed mid-integration would end a run that
     should record a divergence."""
     return partial(cls, validate_args=False)
 
