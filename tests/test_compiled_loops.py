@@ -60,14 +60,17 @@ def _points(dim: int, n: int = 5) -> torch.Tensor:
     return 0.3 * torch.randn(n, dim, generator=torch.Generator().manual_seed(3))
 
 
-def _agrees_with_eager(log_prob, density, dim: int) -> None:
-    q = _points(dim)
+def _agrees_with_eager(log_prob, density, dim: int, q: torch.Tensor | None = None, rtol: float = 1e-12,
+                       atol: float = 1e-10) -> None:
+    """The compiled (log pi, grad) at ``q`` (default: _points) against eager autograd's (the gradient at rtol 1e-10
+    or ``rtol``, whichever is looser)."""
+    q = _points(dim) if q is None else q
     lp, grad = density.log_prob_and_grad(q)
     x = q.clone().requires_grad_(True)
     expected = log_prob(x)
     (expected_grad,) = torch.autograd.grad(expected.sum(), x)
-    torch.testing.assert_close(lp, expected.detach(), rtol=1e-12, atol=1e-10)
-    torch.testing.assert_close(grad, expected_grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(lp, expected.detach(), rtol=rtol, atol=atol)
+    torch.testing.assert_close(grad, expected_grad, rtol=max(rtol, 1e-10), atol=atol)
 
 
 def _generated(log_prob, dim: int, fold: bool = True) -> codegen.Generated:
