@@ -20,7 +20,6 @@ subsampled plates, a support it has no map for).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -137,16 +136,11 @@ def latent_parameters(model, kwargs: dict) -> tuple[constrained.Parameter, ...]:
     return tuple(_parameter(site) for site in latent)
 
 
-@contextlib.contextmanager
 def _quiet():
     """Pyro's argument validation off while the density is evaluated (it branches on values, which the compiled
-    path cannot trace; out-of-support values are never proposed: the parameters are mapped onto their supports)."""
-    previous = pyro.util.is_validation_enabled() if hasattr(pyro.util, "is_validation_enabled") else True
-    pyro.enable_validation(False)
-    try:
-        yield
-    finally:
-        pyro.enable_validation(previous)
+    path cannot trace; out-of-support values are never proposed: the parameters are mapped onto their supports);
+    the user's own setting comes back after (pyro.validation_enabled restores it)."""
+    return pyro.validation_enabled(False)
 
 
 def joint_log_density(model, kwargs: dict, declared: tuple[constrained.Parameter, ...]):
