@@ -417,10 +417,11 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
             checkpoint = make_checkpoint(job, run, Path(tmp), wall_time)
             lazy.preload(*after_method(job, method))  # while the method runs (the native sampler frees the GIL)
             stages = {"setup_time_s": wall_time()}
-            result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
-                                                    resumed[1] if resumed else None,
-                                                    compile=compile_policy,
-                                                    density_identity=identity_json))
+            with killed_before_a_record(run, start.name):
+                result = method.infer(target, RunInputs(initial, gen, job.progress, Path(tmp), checkpoint,
+                                                        resumed[1] if resumed else None,
+                                                        compile=compile_policy,
+                                                        density_identity=identity_json))
             stages["method_time_s"] = wall_time() - stages["setup_time_s"]
             with recording(interrupts):  # what the method made is stored, whatever signal comes now
                 record = make_record(job, method, target, result, reference, Path(tmp), checkpoint, wall_time,
@@ -435,6 +436,21 @@ def run_job(cfg: DictConfig, choices: dict[str, str], parent_run_id: str | None 
         raise InterruptKept(f"the signal came after the method had finished, so the run {run.run_id[:8]} recorded "
                             f"all it made (its metrics and draws) and is {record.status}")
     return {**record.metrics, **{k: math.nan for k in record.not_finite}}  # a tuner sees a NaN objective as failed
+
+
+@contextlib.contextmanager
+def killed_before_a_record(run, name: str):
+    """An interrupt that ends the method before it made anything to record (while its density compiles, before its
+    first iteration) still says what became of the run: ``stopped_during=setup`` on the run, and its summary line
+    ``[KILLED]``, as an interrupt later in the run has (the run itself ends KILLED in ``Tracker.run``)."""
+    try:
+        yield
+    except (KeyboardInterrupt, RunInterrupted):
+        with contextlib.suppress(Exception):  # the store may be what is going away: the line still prints
+            run.set_tags({"stopped_during": "setup"})
+        print(f"\n{name} (run {run.run_id})  [KILLED]\n  note: interrupted before the method had made anything "
+              f"(while it set up: its density compiling, its first iteration)")
+        raise
 
 
 def after_method(job: RunSettings, method: Method) -> tuple[str, ...]:

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from bayesx.errors import RunInterrupted
+from bayesx.runner import killed_before_a_record
+
 N_CHAINS, DIGITS_DIM, LONG = 2, 64, 20000
 
 
@@ -153,10 +156,13 @@ def test_interrupt_during_sampling_keeps_the_draws(long_run, sig, tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_during_a_sweep_kills_the_job_and_the_parent(long_run):
-    job = long_run("-m", "seed=0,1", f"method.num_warmup={LONG}")
+    job = long_run("-m", "seed=0,1", f"method.num_warmup={LONG}", "progress=true")
     job.wait_for("RUNNING job in the store",
                  lambda: any(r.info.status == "RUNNING" and "mlflow.parentRunId" in r.data.tags
                              for r in runs_of(job.uri)), timeout=120)
+    # its warm-up under way (a RUNNING run may still be logging its params or compiling its density: see
+    # test_an_interrupt_before_the_method_made_anything_still_prints_the_killed_line for that case)
+    job.wait_for("warm-up", lambda: "nuts warmup" in job.stderr(), timeout=180)
     time.sleep(2.0)
     code = job.interrupt(signal.SIGTERM)
     check_killed_output(job, code)
@@ -168,3 +174,33 @@ def test_sigterm_during_a_sweep_kills_the_job_and_the_parent(long_run):
     assert len(runs) == 2 and len(children) == 1
     assert parent.info.status == "KILLED" and children[0].info.status == "KILLED"
     assert children[0].data.tags["seed"] == "0" and "warmup_time_s" in children[0].data.metrics
+
+
+class _Run:
+    run_id = "0123456789abcdef"
+
+    def __init__(self, store_gone: bool = False):
+        self.tags, self.store_gone = {}, store_gone
+
+    def set_tags(self, tags):
+        if self.store_gone:
+            raise OSError("database is locked")
+        self.tags.update(tags)
+
+
+@pytest.mark.parametrize("store_gone", [False, True], ids=["store", "store-gone"])
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, RunInterrupted], ids=["Ctrl-C", "SIGTERM"])
+def test_an_interrupt_before_the_method_made_anything_still_prints_the_killed_line(capsys, interrupt, store_gone):
+    run = _Run(store_gone)
+    with pytest.raises(interrupt), killed_before_a_record(run, "nuts-logreg-digits-seed0"):
+        raise interrupt()
+    out = capsys.readouterr().out
+    assert "nuts-logreg-digits-seed0 (run 0123456789abcdef)  [KILLED]" in out
+    assert run.tags == ({} if store_gone else {"stopped_during": "setup"})
+
+
+def test_a_method_that_ends_normally_prints_nothing_from_the_guard(capsys):
+    run = _Run()
+    with killed_before_a_record(run, "nuts-logreg-digits-seed0"):
+        pass
+    assert capsys.readouterr().out == "" and run.tags == {}

@@ -2,7 +2,7 @@
 (``python -m bayesx.native.build``, which ``make install`` runs after ``pip install``), else at first use.
 
 The library is built with the system C compiler (``$CC``, else ``cc``) for the machine it runs on
-(``-march=native``), so it lives in a per-user cache keyed by the source, the flags, the compiler
+(``-march=native -mtune=generic``: :data:`THIS_CPU`), so it lives in a per-user cache keyed by the source, the flags, the compiler
 and the CPU: ``$BAYESX_CACHE_DIR/native`` if set, else ``~/.cache/bayesx/native``. Sources are
 compiled with ``-ffast-math`` (vectorized exp and log, reassociated sums) but linked without it,
 so loading a library never switches the process to flush-to-zero arithmetic. They are built with
@@ -42,7 +42,17 @@ def _fall_back(message: str) -> None:
 
 SOURCE_DIR = Path(__file__).resolve().parent
 LIBRARIES = ("kernels",)  # the C sources (<name>.c) of this package
-COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC", "-std=c11")
+THIS_CPU = ("-march=native", "-mtune=generic")
+"""This CPU's instruction set, scheduled for any x86-64 (``-mtune=generic``). GCC 12.2 tuning for an Ice Lake class
+CPU (what ``-march=native`` alone picks here: rocketlake) expands a copy of a constant array (``memcpy``, or a loop
+it recognizes as one) with 256-bit stores from a broadcast, and writes the first element into the second quarter:
+``{a, a, a, 0, ...}`` came out ``{a, a, a, a, ...}``. Its ``avx256_store_by_pieces`` tuning does it; generic tuning
+has it off (tests/test_compiler_flags.py: the copy, with a control that shows the bug where this compiler has it)."""
+COMPILE_FLAGS = ("-O3", *THIS_CPU, "-ffast-math", "-fPIC", "-std=c11")
+PLAIN_C_FLAGS = ("-O2", *THIS_CPU, "-fno-math-errno", "-fopenmp-simd", "-fPIC", "-std=c11")
+"""Generated plain C densities (bayesx.native.compiled): optimized for this CPU, but without -ffast-math, whose
+finite-math assumption would drop the infinities and NaNs a log density uses (-inf outside the support); ``omp simd``
+pragmas (no OpenMP runtime) let a matrix product's sums vectorize."""
 LINK_FLAGS = ("-shared",)
 OPENMP_FLAGS = ("-fopenmp",)  # both compiling and linking
 
@@ -150,7 +160,7 @@ def simd_declarations(functions: tuple[str, ...]) -> str:
 def vector_math(compiler: str) -> tuple[str, ...]:
     """The VECTOR_MATH functions whose SIMD variants this compiler and C library build and load (a probe library
     compiled once per process: the newest set, else glibc 2.22's five, else none)."""
-    flags = ("-O2", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-fPIC", "-std=c11")
+    flags = PLAIN_C_FLAGS
     for functions in (VECTOR_MATH, VECTOR_MATH[:VECTOR_MATH_OLDEST]):
         calls = "\n".join(f"    y[i] += {name}({', '.join(['x[i]'] * (2 if name in ('pow', 'atan2', 'hypot') else 1))});"
                           for name in functions)

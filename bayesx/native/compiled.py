@@ -58,8 +58,8 @@ import torch
 from torch import Tensor
 
 from bayesx.errors import DensityError
-from bayesx.native.build import (_compiler, _cpu_signature, build, cache_dir, enabled, load, simd_declarations,
-                                 vector_math)
+from bayesx.native.build import (PLAIN_C_FLAGS, _compiler, _cpu_signature, build, cache_dir, enabled, load,
+                                 simd_declarations, vector_math)
 from bayesx.native.logistic import kernel_threads
 from bayesx.native.calls import NUTSTransition, Trajectory, evaluate, leapfrog, ptr, transition
 from bayesx.native import codegen, recorder, unrolled_linalg
@@ -428,10 +428,8 @@ def _remembered(mark: Path) -> str:
         return ""
 
 
-GENERATED_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-fPIC", "-std=c11")
-"""Plain C densities: optimized for this CPU, but without -ffast-math, whose finite-math assumption would
-drop the infinities and NaNs a log density uses (-inf outside the support); ``omp simd`` pragmas (no OpenMP
-runtime) let a matrix product's sums vectorize. -O2 compiled the largest suite density (hmm_example, 1,450
+GENERATED_FLAGS = PLAIN_C_FLAGS
+"""Plain C densities (bayesx.native.build.PLAIN_C_FLAGS). -O2 compiled the largest suite density (hmm_example, 1,450
 lines) in 1.4 s."""
 OPTIMIZATION_LIMITS = ((4_000, "-O2"), (20_000, "-O1"))
 """The C compiler's time bounded: a generated source above 4,000 lines (what is left of a graph after its loops are

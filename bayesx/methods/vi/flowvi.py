@@ -118,7 +118,7 @@ class FlowVI(Approximation):
         if gap > max(ELBO_GAP_WARN, 3.0 * metrics.get("log_evidence_se", 0.0)):
             found.append(f"flowvi's ELBO ended {gap:.2f} nats below its importance-sampled evidence: q is that far "
                          f"(KL(q || p)) from the posterior; raise method.iterations or method.n_layers, or try "
-                         f"method.frame={'none' if self.settings.frame != 'none' else 'gaussian'}")
+                         f"{OTHER_FRAME[self.settings.frame]}")
         if metrics.get("converged") == 0.0:
             found.append(f"flowvi did not converge: the mean ELBO of the last fifth of the iterations rose by "
                          f"{metrics.get('elbo_last_fifth_rise', float('nan')):.3g} nats over the fifth before "
@@ -172,6 +172,8 @@ class FlowVI(Approximation):
 
 
 ELBO_GAP_WARN = 0.1
+OTHER_FRAME = {"none": "method.frame=gaussian", "gaussian": "method.frame=none",
+               "auto": "the method.frame that auto did not choose (none below 3 dimensions, gaussian from 3)"}
 """Nats by which the ELBO may end below the importance-sampled log evidence before the run warns: the gap
 estimates KL(q || p), and a flow that has reached the posterior closes it to Monte Carlo noise (U1, 16 planar
 layers: 0.06); k-hat misses a q too wide or stalled in a corner, whose weights stay light-tailed (k-hat 0.18 at
