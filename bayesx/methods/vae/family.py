@@ -31,8 +31,8 @@ class Trainer(Method):
 
     family = "trainer"
     hook = "train"
-    summary_keys = ("test_elbo", "test_nll", "train_elbo", "epochs", "time_per_epoch_s", "eval_time_s",
-                    "train_time_s")
+    summary_keys = ("test_elbo", "test_nll", "train_elbo", "generated_minor_share", "minor_classifier_accuracy",
+                    "epochs", "time_per_epoch_s", "eval_time_s", "train_time_s")
     compare_keys = ("test_elbo", "test_nll", "train_time_s")
 
     def initial_points(self, target, n_chains: int, gen: torch.Generator) -> None:

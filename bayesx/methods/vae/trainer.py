@@ -21,7 +21,7 @@ from bayesx.methods.base import RunInputs
 from bayesx.methods.vae.family import TrainedModel, Trainer
 from bayesx.methods.common.progress import progress_bar
 from bayesx.settings import AtLeast, Positive, Settings
-from bayesx.methods.vae import bounds, evaluate
+from bayesx.methods.vae import bounds, evaluate, minority
 from bayesx.methods.vae.model import VAEModel
 
 # Zhang (2018) sec. 5: FC MNIST Adam 3e-3, x0.95 every 10 epochs, 50 epochs, batch 64; conv MNIST Adam 2e-4,
@@ -184,6 +184,9 @@ class VariationalMethod(Trainer):
             bar.close()
         out.metrics["eval_k"] = float(self.settings.eval.k)
         out.metrics["eval_n_test"] = float(x.shape[0])
+        classes = minority.two_class_imbalance(model.data)
+        if classes is not None:  # two classes at an imbalance: how much of what it generates is the minor class
+            out.metrics.update(minority.minor_share(model, classes[1]))
         out.timings["eval_time_s"] = time.perf_counter() - start
 
     def _write_artifacts(self, model, bound, x_test, folder: Path, out: TrainedModel) -> None:
