@@ -34,8 +34,10 @@ PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PARALLEL)
 
+# the tests that compare wall times (marked timed) run after the others, alone on the machine
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow $(PARALLEL)
+	$(BIN)/python -m pytest -q -m "slow and not timed" $(PARALLEL)
+	$(BIN)/python -m pytest -q -m "slow and timed"
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q $(PARALLEL)

@@ -111,6 +111,7 @@ def deep_mcmc_row(uri: str, row: str, data: str):
                         "reference.enabled=false", "device.dtype=float64", "device.num_threads=1", *QUIET])
 
 
+@pytest.mark.timed  # a ratio of wall times: alone on the machine (make test-slow), not beside a parallel worker
 def test_deep_mcmc_table1_synthetic_speed_up_at_least_the_papers(store):
     """Deep MCMC Table 1, synthetic (D = 500 -> d = 50): AE-HMC's sampling stage is at least the paper's 3.2 times
     faster than HMC's for the same iterations (5.1-7.0 in results/archive/, two threads on an idle machine; 4.9 in
