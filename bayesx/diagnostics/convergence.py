@@ -17,10 +17,11 @@ from bayesx.diagnostics.lazy import arviz
 RHAT_LIMIT = 1.01  # rank-normalized split R-hat above this: the chains disagree (Vehtari et al. 2021)
 
 
-BLOCK_BYTES = 32 * 1024**2
+BLOCK_BYTES = 8 * 1024**2
 """Per-coordinate diagnostics run over blocks of coordinates of about this many bytes of draws: ArviZ's rank
 normalization and numpy's quantiles copy what they are given several times, which for a run's whole draws (60
-chains x 1000 draws x 500 coordinates: 240 MB) tripled the run's peak memory."""
+chains x 1000 draws x 500 coordinates: 240 MB) tripled the run's peak memory; at 32 MB a 1,007-d run's checks of its
+draws (4 x 630 x 1,007) still rose 0.2 GB above its sampling, at 8 MB 0.05 GB (results/bench_fixed_costs.md)."""
 
 
 def coordinate_blocks(draws: np.ndarray) -> list[slice]:
