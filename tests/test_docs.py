@@ -137,3 +137,18 @@ def test_readme_own_model_example_is_the_file_and_runs():
     assert value.shape == (3,) and torch.isfinite(value).all()
     (grad,) = torch.autograd.grad(value.sum(), q)
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def _method_table_names(text: str) -> set[str]:
+    """The method names of docs/methods.md's tables: a row's first cell, `name` (with an optional "(default)")."""
+    return {m.group(1) for m in re.finditer(r"^\| `([a-z_]+)`", text, re.MULTILINE)}
+
+
+def test_every_method_config_has_a_row_in_the_methods_page():
+    """Each conf/method/NAME.yaml is a `bayesx run method=NAME` a user can pick: docs/methods.md has a row for it.
+    Control: a name no config has is not found, and a page without the row would be caught."""
+    names = {p.stem for p in (ROOT / "conf" / "method").glob("*.yaml")}
+    page = (ROOT / "docs" / "methods.md").read_text()
+    documented = _method_table_names(page)
+    assert names - documented == set(), f"methods without a row in docs/methods.md: {sorted(names - documented)}"
+    assert "mams" in documented and "mams" not in _method_table_names(page.replace("| `mams` |", "| mams |"))
