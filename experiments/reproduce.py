@@ -45,7 +45,7 @@ REPRODUCTIONS = [
     Reproduction("gap_figures", 1.0, True, "GAP on t(1) and two mixtures beside Laplace, VFE, KL(p||q), Hellinger"),
     Reproduction("deep_mcmc_table1", 6.0, True, "Deep MCMC Table 1: HMC and AE-HMC on synthetic and digits"),
     Reproduction("flows_families", 30.0, False, "six flow families on U1-U4 with and without annealing"),
-    Reproduction("vi_comparison", 30.0, False, "every approximation against NUTS on digits"),
+    Reproduction("vi_comparison", 10.0, True, "every approximation against NUTS on digits"),
     Reproduction("deep_mcmc_table2", 38.0, True, "Deep MCMC Table 2: pCN, AE-pCN, delayed acceptance, meshes 20, 40"),
     Reproduction("hvi_table_5_2", 4.0, True, "Zhang (2018) Table 5.2, HVI with 5 / 10 / 20 latents"),
     Reproduction("hvi_table_5_6", 90.0, False, "Zhang (2018) Table 5.6, VAE / HVI / RMHVI"),
