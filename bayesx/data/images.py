@@ -60,6 +60,7 @@ class ImageData:
     source: str
     binarize: str
     extra_tags: dict[str, str] = field(default_factory=dict)  # classes/imbalance details for describe()
+    minor_class: int | None = None  # with data.imbalance: the minor class of data.classes (Chen (2019) sec. 4)
 
     def __post_init__(self) -> None:
         for split in ("train", "test"):
@@ -344,4 +345,5 @@ def load_images(name: str, source: str, binarize: str, classes: tuple[int, int] 
         source=origin + selection,
         binarize=binarize,
         extra_tags=extra,
+        minor_class=int(pair[1]) if ratio is not None else None,
     )

@@ -6,8 +6,8 @@ where the VAE's share falls below the training share).
 a classifier of the two classes assigns to the minor one. The classifier is a logistic regression on pixels
 (scikit-learn, C = 0.1), fitted on one half of the balanced test set (500 + 500 images by default) and scored on the
 other half (``minor_classifier_accuracy``): the test images are only labelled here, never scored by the VAE's
-bounds, so the VAE's own test metrics are unaffected. Only data with ``data.imbalance`` (and so two
-``data.classes``, the second the minor) have it.
+bounds, so the VAE's own test metrics are unaffected. Only data drawn with ``data.imbalance`` have it: their
+``minor_class`` (images.ImageData), the second of ``data.classes``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,6 @@ import numpy as np
 import torch
 
 GENERATED = 10_000  # images decoded per run, as Chen (2019) Table 4.4 counts
-
-
-def two_class_imbalance(data) -> tuple[int, int] | None:
-    """(major, minor) where the data were drawn at an imbalance (images.load_images's ``minor_share`` tag), else None."""
-    tags = getattr(data, "extra_tags", {}) or {}
-    if "imbalance" not in tags or "classes" not in tags:
-        return None
-    major, minor = (int(c) for c in tags["classes"].split(","))
-    return major, minor
 
 
 def minor_share(model, minor: int, n: int = GENERATED, seed: int = 0) -> dict[str, float]:

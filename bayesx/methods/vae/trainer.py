@@ -184,9 +184,9 @@ class VariationalMethod(Trainer):
             bar.close()
         out.metrics["eval_k"] = float(self.settings.eval.k)
         out.metrics["eval_n_test"] = float(x.shape[0])
-        classes = minority.two_class_imbalance(model.data)
-        if classes is not None:  # two classes at an imbalance: how much of what it generates is the minor class
-            out.metrics.update(minority.minor_share(model, classes[1]))
+        minor = getattr(model.data, "minor_class", None)
+        if minor is not None:  # two classes at an imbalance: how much of what it generates is the minor class
+            out.metrics.update(minority.minor_share(model, minor))
         out.timings["eval_time_s"] = time.perf_counter() - start
 
     def _write_artifacts(self, model, bound, x_test, folder: Path, out: TrainedModel) -> None:
