@@ -40,7 +40,8 @@ from bayesx.store.record import RunRecord, RunStart, Summary
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLER_METRICS = ("ess_bulk_min", "ess_bulk_min_per_s", "ess_bulk_min_per_grad", "grads_per_ess", "rhat_max",
                    "n_grad_evals", "n_grad_evals_warmup", "n_divergent", "tree_depth_mean", "test_accuracy",
-                   "ref_mean_err_max", "ref_sd_err_max", "ref_w1_mean", "wall_time_s")
+                   "ref_mean_err_max", "ref_sd_err_max", "ref_w1_mean", "wall_time_s", "sampler_time_s",
+                   "ess_bulk_min_per_sampler_s", "command_time_s")
 SVI_METRICS = ("elbo_final", "n_steps", "wall_time_s")
 
 
@@ -137,6 +138,68 @@ class PeerRun:
     n_steps: int | None = None
     note: str = ""
     grads_warmup: float | None = None  # the warm-up's gradients (the sampling's are ``grads``)
+    fixed: float = 0.0  # seconds of ``wall`` spent building, tracing or compiling, not sampling
+    imports: float | None = None  # seconds its libraries take to import in a fresh interpreter (peer_imports)
+
+
+# --- what a peer's wall time is made of -------------------------------------------------------------
+JAX_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                      "/jax/core/compile/backend_compile_duration")  # the stages of every jit: trace, lower, compile
+_jax_compile_seconds = [0.0]
+
+
+def jax_compile_seconds() -> float:
+    """Seconds JAX has spent tracing, lowering and compiling in this process so far (its monitoring events,
+    listened to from the first call on; 0 where JAX is not imported)."""
+    if "jax" not in sys.modules:
+        return 0.0
+    import jax.monitoring
+
+    if not getattr(jax_compile_seconds, "listening", False):
+        def listen(event: str, duration: float, **_) -> None:
+            if event in JAX_COMPILE_EVENTS:
+                _jax_compile_seconds[0] += duration
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        jax_compile_seconds.listening = True
+    return _jax_compile_seconds[0]
+
+
+def with_fixed_costs(peer: Callable[[Posterior, argparse.Namespace], PeerRun]):
+    """``peer`` with the JIT seconds inside its wall time added to its ``fixed`` (the sampler's time is then
+    ``wall - fixed``: its warm-up and draws alone)."""
+    def run(post: Posterior, args) -> PeerRun:
+        import importlib.util
+
+        if importlib.util.find_spec("jax") is not None:
+            import jax  # noqa: F401  (the listener needs JAX loaded; its import is no peer's wall time)
+        before = jax_compile_seconds()
+        out = peer(post, args)
+        out.fixed += jax_compile_seconds() - before
+        return out
+    return run
+
+
+PEER_IMPORTS = {"numpyro-nuts": "jax, numpyro, numpyro.infer", "nutpie": "pymc, nutpie",
+                "nutpie-lowrank": "pymc, nutpie", "blackjax-nuts": "jax, blackjax",
+                "blackjax-chees": "jax, blackjax, optax", "blackjax-mams": "jax, blackjax",
+                "blackjax-mams-esslength": "jax, blackjax", "pyro-nuts": "torch, pyro"}
+_import_seconds: dict[str, float] = {}
+
+
+def peer_imports(name: str) -> float | None:
+    """Seconds a fresh interpreter takes to import peer ``name``'s libraries beyond starting (median of 3;
+    measured once per process), which its users wait for in every ``python script.py``; None if unknown."""
+    modules = PEER_IMPORTS.get(name)
+    if modules is None:
+        return None
+    if modules not in _import_seconds:
+        def seconds(code: str) -> float:
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+            return time.perf_counter() - start
+        times = sorted(seconds(f"import {modules}") - seconds("pass") for _ in range(3))
+        _import_seconds[modules] = max(times[1], 0.0)
+    return _import_seconds[modules]
 
 
 def jax_logdensity(post: Posterior):
@@ -207,9 +270,10 @@ def nutpie_sampler(post: Posterior, args, low_rank: bool = False) -> PeerRun:
 
     out = nutpie_run(model, ["v", "x"] if post.funnel_dim and front.startswith("numba") else ["theta"],
                      args.chains, args.seed, cores=args.chains, **options)
-    built = time.perf_counter() - start - out.wall  # the JAX front end compiles here
-    return PeerRun(out.wall + max(built, 0.0), out.draws, out.grads_sampling, out.depth, out.divergent,
-                   grads_warmup=out.grads_warmup,
+    built = max(time.perf_counter() - start - out.wall, 0.0)  # the model built (the JAX front end compiles here)
+    fixed = out.compile + (built if front.startswith("numba") else 0.0)  # JAX's compile: with_fixed_costs
+    return PeerRun(out.wall + built, out.draws, out.grads_sampling, out.depth, out.divergent,
+                   grads_warmup=out.grads_warmup, fixed=fixed,
                    note=f"{metric} mass matrix, {front}, float64, chains in parallel threads, compile included")
 
 
@@ -488,13 +552,13 @@ def pyro_svi(guide: str):
 
 
 PEERS: dict[str, Callable[[Posterior, argparse.Namespace], PeerRun]] = {
-    "numpyro-nuts": numpyro_nuts,
-    "nutpie": nutpie_sampler,
-    "nutpie-lowrank": lambda post, args: nutpie_sampler(post, args, low_rank=True),
-    "blackjax-nuts": blackjax_nuts,
-    "blackjax-chees": blackjax_chees,
-    "blackjax-mams": blackjax_mams,
-    "blackjax-mams-esslength": lambda post, args: blackjax_mams(post, args, ess_length=True),
+    "numpyro-nuts": with_fixed_costs(numpyro_nuts),
+    "nutpie": with_fixed_costs(nutpie_sampler),
+    "nutpie-lowrank": with_fixed_costs(lambda post, args: nutpie_sampler(post, args, low_rank=True)),
+    "blackjax-nuts": with_fixed_costs(blackjax_nuts),
+    "blackjax-chees": with_fixed_costs(blackjax_chees),
+    "blackjax-mams": with_fixed_costs(blackjax_mams),
+    "blackjax-mams-esslength": with_fixed_costs(lambda post, args: blackjax_mams(post, args, ess_length=True)),
     "numpyro-svi-meanfield": numpyro_svi("AutoNormal"),
     "numpyro-svi-fullrank": numpyro_svi("AutoMultivariateNormal"),
     "pyro-svi-meanfield": pyro_svi("AutoNormal"),
@@ -505,17 +569,24 @@ PEERS: dict[str, Callable[[Posterior, argparse.Namespace], PeerRun]] = {
 # --- measuring and logging ------------------------------------------------------------------------
 def peer_metrics(post: Posterior, out: PeerRun) -> dict[str, float]:
     """A peer's metrics under bayesx's names: min bulk ESS and its rate per second of total wall time (compile
-    included) and per sampling gradient, R-hat, counters (``grads_per_ess``: all gradients, warm-up included,
+    included), of the sampler's time alone (``sampler_time_s``: the wall time less ``fixed_time_s``, its
+    building, tracing and compiling) and per sampling gradient; ``command_time_s``, the wall time plus its
+    libraries' import (what ``python script.py`` would take); R-hat, counters (``grads_per_ess``: all gradients, warm-up included,
     per unit of min bulk ESS), test accuracy and posteriordb's reference errors for samplers; the final ELBO
     for SVI."""
     from bayesx.diagnostics.convergence import summarize
 
-    metrics: dict[str, float | None] = {"wall_time_s": out.wall, "elbo_final": out.elbo_final, "n_steps": out.n_steps}
+    sampler = max(out.wall - out.fixed, 1e-9)
+    command = out.wall + out.imports if out.imports is not None else None
+    metrics: dict[str, float | None] = {"wall_time_s": out.wall, "elbo_final": out.elbo_final, "n_steps": out.n_steps,
+                                        "fixed_time_s": out.fixed, "sampler_time_s": sampler,
+                                        "import_time_s": out.imports, "command_time_s": command}
     if out.draws is not None:
         summary = summarize(out.draws)
         ess = summary.get("ess_bulk_min")
         metrics.update(summary)
         metrics.update({"ess_bulk_min_per_s": ess / out.wall if ess is not None else None,
+                        "ess_bulk_min_per_sampler_s": ess / sampler if ess is not None else None,
                         "ess_bulk_min_per_grad": ess / out.grads if ess is not None and out.grads else None,
                         "grads_per_ess": total_grads(out.grads, out.grads_warmup) / ess if ess else None,
                         "n_grad_evals": out.grads, "n_grad_evals_warmup": out.grads_warmup,

@@ -6,18 +6,24 @@ For the chosen posteriors of ``model=posteriordb`` (bayesx/targets/posteriordb),
     python experiments/peers_posteriordb.py --posteriors kidscore_momiq earn_height arK \\
         --out results/posteriordb_peers.md
 
-1. runs bayesx's contenders as one sweep through the runner (``bayesx run -m model=posteriordb
-   model.name=<a>,<b>,.. method=nuts,mams``, their defaults: 4 chains, float64, the run-length rules), on a
-   cold compiled-density cache (every density compiles inside its first run's wall time; --warm keeps it);
-2. runs every peer (experiments/peers.py: each with its own defaults and tuning, 4 chains, float64, started
-   uniformly in (-2, 2), on the suite's jax.numpy transcription, the recursions as ``lax.scan``) on each
-   posterior and logs it as a child run of that sweep's parent, tagged ``peer=<name>`` and with the param
-   ``model.name``, so ``bayesx report --experiment posteriordb_peers`` lists bayesx and the peers together;
-3. reads every run of that parent back from the store and writes the suite table (--out): per posterior and
-   contender the min bulk ESS per second of **total** wall time (compile or JIT included), R-hat, gradients
-   per unit of min-ESS (warm-up included) and the worst error of the posterior means against posteriordb's
-   reference draws (in reference sds), and the goals' ratios: bayesx NUTS and bayesx's best over the best
-   converged peer (R-hat <= 1.01).
+1. opens a parent run in the store and, posterior by posterior,
+2. runs each of bayesx's contenders (``--bayesx "method=nuts,mams"``: every combination of the values) as its
+   own ``bayesx run`` command, as a user runs it, with its defaults (4 chains, float64, the run-length rules),
+   on a cold compiled-density cache (every density compiles inside its posterior's first run; --warm keeps it),
+   timed from outside (``command_time_s``: interpreter, imports, compile, run) and made a child of the parent;
+3. runs every peer (experiments/peers.py: each with its own defaults and tuning, 4 chains, float64, started
+   uniformly in (-2, 2), on the suite's jax.numpy transcription, the recursions as ``lax.scan``; nutpie on the
+   PyMC transcription, numba-compiled) in a child process and logs it as a child run of the same parent,
+   tagged ``peer=<name>`` and with the param ``model.name``, so ``bayesx report --experiment posteriordb_peers``
+   lists bayesx and the peers together;
+4. reads every run of that parent back from the store and writes the suite table (--out): per posterior and
+   contender the min bulk ESS per second of the **whole command** (a peer: its wall time from building the
+   model to the draws plus its libraries' import in a fresh interpreter, as ``python script.py`` would take)
+   and per second of the **sampler's time alone** (warm-up and draws: bayesx's ``warmup_time_s +
+   sampling_time_s``, a peer's wall time less its JIT/compile seconds), R-hat, gradients per unit of min-ESS
+   (warm-up included) and the worst error of the posterior means against the reference draws (in reference
+   sds), and the goals' ratios on both clocks: bayesx NUTS and bayesx's best over the best converged peer
+   (R-hat <= 1.01).
 
 The peers: numpyro-nuts (defaults, 1000 + 1000), nutpie and nutpie-lowrank (nutpie 0.16.8's defaults: 400 +
 1000, and with ``low_rank_modified_mass_matrix=True`` 800 + 1000), blackjax-nuts (window adaptation, 1000 + 1000), blackjax-mams
@@ -106,6 +112,8 @@ def run_peers(names: list[str], posterior: str, parent: str, tracker, args) -> d
     post = peers.posterior_from(["model=posteriordb", f"model.name={posterior}"])
 
     def log(name: str, out, stopped: tuple[str, str] | None) -> None:
+        if out is not None:
+            out.imports = peers.peer_imports(name)
         own = {"warmup": "nutpie's own", "draws": "nutpie's own"} if name in NUTPIE_OWN_LENGTHS else {}
         run_settings = {"chains": args.chains, "warmup": args.warmup, "draws": args.draws, "seed": args.seed}
         peers.log_peer(tracker, parent, name, post, out, {**run_settings, **own}, stopped)
@@ -145,6 +153,39 @@ def run_peers(names: list[str], posterior: str, parent: str, tracker, args) -> d
     return missing
 
 
+def bayesx_contenders(spec: str) -> list[list[str]]:
+    """``--bayesx "method=nuts,mams method.mass=diag"`` -> one override list per combination of the values."""
+    import itertools
+
+    choices = [[f"{key}={value}" for value in values.split(",")]
+               for key, values in (token.split("=", 1) for token in spec.split())]
+    return [list(combination) for combination in itertools.product(*choices)] if choices else []
+
+
+def run_bayesx(posterior: str, contender: list[str], parent: str, args, env: dict[str, str]) -> None:
+    """One bayesx contender on one posterior as its own ``bayesx run`` command, as a user runs it, timed from
+    outside (interpreter start, imports and compile included) and logged as ``command_time_s`` on its run, which
+    becomes a child of ``parent``. A command that fails is reported and its run (if any) kept as it ended."""
+    from mlflow.tracking import MlflowClient
+
+    from _runs import bayesx_run
+
+    overrides = ["model=posteriordb", f"model.name={posterior}", *contender, f"seed={args.seed}",
+                 f"n_chains={args.chains}", f"experiment_name={args.experiment}", f"tracking.uri={args.tracking_uri}",
+                 "save_draws=false", "progress=false", "plots.n_coords=0"]
+    start = time.perf_counter()
+    launched = bayesx_run(overrides, env=env)
+    seconds = time.perf_counter() - start
+    client = MlflowClient(tracking_uri=args.tracking_uri)
+    for run in launched.runs:
+        if run.get("run_id"):
+            client.set_tag(run["run_id"], "mlflow.parentRunId", parent)
+            client.log_metric(run["run_id"], "command_time_s", seconds)
+    label = " ".join(contender)
+    print(f"{posterior} bayesx {label}: {seconds:.1f} s" if launched.ok else
+          f"{posterior} bayesx {label}: failed: {launched.failure(400)}", flush=True)
+
+
 # --- the table, from the store ----------------------------------------------------------------------
 def contender(run) -> str | None:
     """A run's column heading: a peer by its tag, a bayesx run by its method."""
@@ -154,14 +195,28 @@ def contender(run) -> str | None:
     return next((h for h, m in BAYESX.items() if m == run.get("tags.method")), None)
 
 
+def sampler_seconds(run, metric) -> float | None:
+    """The sampler's own seconds (warm-up and draws): a peer's ``sampler_time_s``, bayesx's warm-up (its mode
+    search included) plus sampling."""
+    if metric("sampler_time_s") is not None:
+        return metric("sampler_time_s")
+    warmup, sampling = metric("warmup_time_s"), metric("sampling_time_s")
+    return warmup + sampling if warmup is not None and sampling is not None else None
+
+
 def cell_values(run) -> dict[str, float | None]:
-    """min-ESS per second of total wall time, R-hat, gradients per min-ESS (warm-up included), ref error."""
+    """min-ESS per second of the whole command (``rate``; runs from before it was measured: of the wall time,
+    ``clock`` says which) and of the sampler's time (``sampler_rate``), R-hat, gradients per min-ESS (warm-up
+    included), ref error."""
     def metric(name):
         value = run.get(f"metrics.{name}")
         return None if value is None or not np.isfinite(value) else float(value)
-    ess, wall = metric("ess_bulk_min"), metric("wall_time_s")
+    ess, command = metric("ess_bulk_min"), metric("command_time_s")
+    wall = command or metric("wall_time_s")
+    sampler = sampler_seconds(run, metric)
     grads = (metric("n_grad_evals") or 0.0) + (metric("n_grad_evals_warmup") or 0.0)
-    return {"rate": ess / wall if ess and wall else None, "rhat": metric("rhat_max"),
+    return {"rate": ess / wall if ess and wall else None, "clock": "command" if command else "wall",
+            "sampler_rate": ess / sampler if ess and sampler else None, "rhat": metric("rhat_max"),
             "grads_per_ess": grads / ess if ess and grads else None, "ref": metric("ref_mean_err_max"),
             "wall": wall, "compile": metric("compile_time_s"), "ess": ess}
 
@@ -186,10 +241,11 @@ def converged(cell: dict | None) -> bool:
     return bool(cell) and cell["rhat"] is not None and cell["rhat"] <= RHAT_GOAL
 
 
-def best(cells: dict, posterior: str, headings) -> tuple[str | None, float | None]:
-    """The heading with the highest min-ESS/s among the converged runs of ``headings``, and that rate."""
-    found = [(cells[(posterior, h)]["rate"], h) for h in headings
-             if converged(cells.get((posterior, h))) and cells[(posterior, h)]["rate"]]
+def best(cells: dict, posterior: str, headings, rate: str = "rate") -> tuple[str | None, float | None]:
+    """The heading with the highest min-ESS/s (``rate``: of the whole command; ``sampler_rate``: of the
+    sampler's time) among the converged runs of ``headings``, and that rate."""
+    found = [(cells[(posterior, h)][rate], h) for h in headings
+             if converged(cells.get((posterior, h))) and cells[(posterior, h)][rate]]
     if not found:
         return None, None
     rate, heading = max(found)
@@ -228,10 +284,12 @@ def why_not_twice(cells: dict, posterior: str) -> str:
 
 
 def suite_table(cells: dict, posteriors: list[str], dims: dict[str, int], why_empty: dict[str, str]) -> list[str]:
-    """The suite table: one row per posterior; for each contender 'min-ESS/s (R-hat, grads/ESS, ref err)'."""
+    """The suite table: one row per posterior; for each contender 'min-ESS/s of the command / of the sampler
+    (R-hat, grads/ESS, ref err)' (a dagger: of the run's wall time, the command not measured)."""
     headings = [*PEER_COLUMNS, *BAYESX]
-    lines = ["| posterior | dim | " + " | ".join(headings) + " | best peer | bayesx NUTS / best peer | "
-             "bayesx best / best peer | where bayesx's best is not 2x the best peer, why |",
+    lines = ["| posterior | dim | " + " | ".join(headings) + " | best peer (command / sampler) | bayesx NUTS / best "
+             "peer (command / sampler) | bayesx best / best peer (command / sampler) | where bayesx's best is not 2x "
+             "the best peer (command), why |",
              "|" + "---|" * (len(headings) + 6)]
     for posterior in posteriors:
         row = [posterior, str(dims[posterior])]
@@ -241,15 +299,22 @@ def suite_table(cells: dict, posteriors: list[str], dims: dict[str, int], why_em
                 row.append(f"not run: {why_empty.get(f'{posterior}/{heading}', why_empty.get(heading, '?'))}")
                 continue
             flag = "" if converged(cell) else " **R-hat > 1.01**"
-            row.append(f"{fmt(cell['rate'])} ({fmt(cell['rhat'])}, {fmt(cell['grads_per_ess'])}, "
-                       f"{fmt(cell['ref'], 2)}){flag}")
-        peer, peer_rate = best(cells, posterior, PEER_COLUMNS)
-        mine, mine_rate = best(cells, posterior, BAYESX)
-        nuts = cells.get((posterior, "bayesx NUTS"))
-        nuts_rate = nuts["rate"] if converged(nuts) else None
+            wall = "" if cell["clock"] == "command" else "†"
+            row.append(f"{fmt(cell['rate'])}{wall} / {fmt(cell['sampler_rate'])} ({fmt(cell['rhat'])}, "
+                       f"{fmt(cell['grads_per_ess'])}, {fmt(cell['ref'], 2)}){flag}")
         ran = any(cells.get((posterior, h)) for h in PEER_COLUMNS)
-        row += [peer or ("none converged" if ran else "none finished"), fmt(nuts_rate / peer_rate if nuts_rate and peer_rate else None),
-                fmt(mine_rate / peer_rate if mine_rate and peer_rate else None) + (f" ({mine})" if mine else ""),
+        nuts = cells.get((posterior, "bayesx NUTS"))
+        ratios, best_peer = [], []
+        for rate in ("rate", "sampler_rate"):
+            peer, peer_rate = best(cells, posterior, PEER_COLUMNS, rate)
+            mine, mine_rate = best(cells, posterior, BAYESX, rate)
+            nuts_rate = nuts[rate] if converged(nuts) else None
+            best_peer.append(peer or ("none converged" if ran else "none finished"))
+            ratios.append((fmt(nuts_rate / peer_rate if nuts_rate and peer_rate else None),
+                           fmt(mine_rate / peer_rate if mine_rate and peer_rate else None)
+                           + (f" ({mine})" if mine else "")))
+        row += [" / ".join(best_peer) if best_peer[0] != best_peer[1] else best_peer[0],
+                f"{ratios[0][0]} / {ratios[1][0]}", f"{ratios[0][1]} / {ratios[1][1]}",
                 why_not_twice(cells, posterior)]
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -266,33 +331,39 @@ def reference_tolerance(ess: float, dim: int) -> float:
     return z / math.sqrt(max(ess, 1.0)) + 0.05
 
 
+def wins(cells: dict, posterior: str, dims: dict[str, int], rate: str) -> bool:
+    """bayesx NUTS (defaults) at or above the best converged peer by ``rate``, converged and within the
+    reference check."""
+    peer_rate = best(cells, posterior, PEER_COLUMNS, rate)[1]
+    nuts = cells.get((posterior, "bayesx NUTS"))
+    return bool(peer_rate and converged(nuts) and nuts[rate] and nuts[rate] >= peer_rate and nuts["ref"] is not None
+                and nuts["ref"] < reference_tolerance(nuts["ess"], dims[posterior]))
+
+
 def goals(cells: dict, posteriors: list[str], dims: dict[str, int]) -> list[str]:
-    """The issue's goals counted on the table: bayesx NUTS (defaults) at or above the best converged peer's
-    min-ESS/s while converged and within the reference check; bayesx's best sampler at 2x or more."""
+    """The issue's goals counted on the table, on both clocks (the whole command's and the sampler's): bayesx
+    NUTS (defaults) at or above the best converged peer while converged and within the reference check; bayesx's
+    best sampler at 2x or more (on the command)."""
     compared = [p for p in posteriors if best(cells, p, PEER_COLUMNS)[0] is not None]
-    nuts_wins, twice = [], []
-    for posterior in compared:
-        peer_rate = best(cells, posterior, PEER_COLUMNS)[1]
-        nuts = cells.get((posterior, "bayesx NUTS"))
-        if converged(nuts) and nuts["rate"] and nuts["rate"] >= peer_rate and nuts["ref"] is not None and \
-                nuts["ref"] < reference_tolerance(nuts["ess"], dims[posterior]):
-            nuts_wins.append(posterior)
-        mine_rate = best(cells, posterior, BAYESX)[1]
-        if mine_rate and mine_rate >= 2 * peer_rate:
-            twice.append(posterior)
     n = len(compared)
-    share = f" ({100 * len(nuts_wins) / n:.0f}%)" if n else ""
-    lost = sorted(set(compared) - set(nuts_wins))
+    counts = []
+    for rate, clock in (("rate", "the whole command's wall time"), ("sampler_rate", "the sampler's time alone")):
+        won = [p for p in compared if wins(cells, p, dims, rate)]
+        lost = [p for p in compared if p not in won]
+        share = f" ({100 * len(won) / n:.0f}%)" if n else ""
+        counts.append(f"- bayesx NUTS with its defaults at or above the best converged peer's min-ESS/s on {clock}, "
+                      f"converged and within the reference check (worst mean error below Monte Carlo error, see "
+                      f"`reference_tolerance`): {len(won)} of {n}{share}" + (f"; not on {', '.join(lost)}" if lost
+                                                                              else "") + ".")
+    twice = [p for p in compared if (best(cells, p, BAYESX)[1] or 0.0) >= 2 * best(cells, p, PEER_COLUMNS)[1]]
     finished = [p for p in posteriors if any(cells.get((p, h)) for h in PEER_COLUMNS)]
     return [f"**Goals, counted on the {n} posteriors where a peer converged** (of {len(posteriors)}; on "
             f"{len(finished) - n} no peer that finished reached R-hat <= {RHAT_GOAL}"
             + (f", on {len(posteriors) - len(finished)} no peer finished" if len(finished) < len(posteriors) else "")
             + "):",
-            f"- bayesx NUTS with its defaults at or above the best converged peer's min-ESS/s, converged and within "
-            f"the reference check (worst mean error below Monte Carlo error, see `reference_tolerance`): "
-            f"{len(nuts_wins)} of {n}{share}" + (f"; not on {', '.join(lost)}" if lost else "") + ".",
-            f"- bayesx's best sampler at 2x the best converged peer or more: {len(twice)} of {n}; the last column "
-            "says why where not."]
+            *counts,
+            f"- bayesx's best sampler at 2x the best converged peer or more (whole command): {len(twice)} of {n}; the "
+            "last column says why where not."]
 
 
 def write_table(args, sources: list[tuple[str, str]], started: str, missing: dict, posteriors: list[str],
@@ -330,12 +401,17 @@ def write_table(args, sources: list[tuple[str, str]], started: str, missing: dic
         f"{args.seed}, {args.chains} chains, every contender one after the other; MLflow experiment "
         f"`{args.experiment}`, from {stores}. {args.note}",
         "",
-        "Each cell: **min-ESS/s** (min bulk ESS over the unconstrained coordinates per second of total wall time: "
-        "bayesx's wall_time_s with the density compiled on a cold cache, the JAX peers' JIT and nutpie's "
-        "compile included) (R-hat, gradients per min-ESS with the warm-up's, worst |mean error| against "
-        "posteriordb's reference draws in reference sds). A run with R-hat > 1.01 is flagged and does not count "
-        "as best. Ratios: bayesx NUTS (defaults) and bayesx's best sampler over the best converged peer by "
-        "min-ESS/s. Peers' notes (tuning, front end) are the runs' `peer_note` tags.",
+        "Each cell: **min-ESS/s of the whole command / of the sampler alone** (min bulk ESS over the unconstrained "
+        "coordinates; per second of the command: `bayesx run` timed from outside with the density compiled on a "
+        "cold cache, a peer's wall time from building its model to its draws, JIT or compile included, plus its "
+        "libraries' import in a fresh interpreter; per second of the sampler: warm-up and draws only, bayesx's "
+        "`warmup_time_s + sampling_time_s`, a peer's wall time less the JIT/compile seconds JAX's monitoring "
+        "events or nutpie's compile step report) (R-hat, gradients per min-ESS with the warm-up's, worst |mean "
+        "error| against the reference draws in reference sds). A dagger marks a run from before the command was "
+        "timed (its rate is per second of the run's wall time, imports not included). A run with R-hat > 1.01 is "
+        "flagged and does not count as best. Ratios: bayesx NUTS (defaults) and bayesx's best sampler over the "
+        "best converged peer, on each clock. nutpie samples the numba-compiled PyMC models "
+        "(experiments/pymc_models.py) where its `peer_note` says so. Peers' notes are the runs' `peer_note` tags.",
         "",
         *goals(cells, posteriors, dims),
         "",
@@ -396,23 +472,22 @@ def main(argv: list[str] | None = None) -> int:
         args.tracking_uri = args.tracking_uri or str(compose([]).tracking.uri)
         tracker = Tracker(args.tracking_uri, args.experiment)
         overrides = ["model=posteriordb", f"model.name={','.join(args.posteriors)}"]
-        if args.bayesx.strip():
-            parent = peers.bayesx_sweep(overrides, args.bayesx.split(), args, cold_environment(tmp, args.warm))
-        else:
-            parent = tracker.start_parent(f"peers {' '.join(overrides)}", {"sweep": "parent",
-                                                                           "sweep_overrides": " ".join(overrides)})
+        parent = tracker.start_parent(f"peers {' '.join(overrides)}", {"sweep": "parent",
+                                                                       "sweep_overrides": " ".join(overrides)})
+        print(f"parent run {parent[:8]} in {args.tracking_uri} (experiment {args.experiment})", flush=True)
+        env = cold_environment(tmp, args.warm)
         missing: dict[tuple[str, str], str] = {}
         for done, posterior in enumerate(args.posteriors, 1):
+            for contender in bayesx_contenders(args.bayesx):
+                run_bayesx(posterior, contender, parent, args, env)
             missing.update(run_peers(args.peers, posterior, parent, tracker, args))
             write_table(args, [(args.tracking_uri, parent)], started, missing, args.posteriors[:done],
                         search_runs)
-        if not args.bayesx.strip():
-            tracker.terminate(parent, "FINISHED")
+        tracker.terminate(parent, "FINISHED")
     except BayesxError as exc:
         print(f"peers_posteriordb.py: error: {exc}", file=sys.stderr)
         return 2
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

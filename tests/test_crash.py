@@ -24,10 +24,24 @@ LONG_RUN = ["method=hmc", "data=digits", "method.num_warmup=50", "method.num_dra
             "checkpoint_every=40", "tracking.heartbeat_s=1", "progress=false", "plots.n_coords=0"]
 
 
-def start(tmp_path: Path, seed: int) -> subprocess.Popen:
-    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "bayesx", "run", *LONG_RUN, f"seed={seed}"], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def start(tmp_path: Path, seed: int, argv: list[str] | None = None) -> subprocess.Popen:
+    """``bayesx run`` in a child working in tmp_path (store: tmp_path/mlflow.db); its standard error goes to
+    tmp_path/stderr-<seed>.txt, which a failed wait quotes. Without ``argv``: the long run, on one thread; with it,
+    on this process's threads (a resumed run's draws are compared with an in-process run's)."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
+    if argv is None:
+        argv, env["OMP_NUM_THREADS"] = [*LONG_RUN, f"seed={seed}"], "1"
+    with open(tmp_path / f"stderr-{seed}.txt", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "bayesx", "run", *argv], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    proc.stderr_file = tmp_path / f"stderr-{seed}.txt"
+    return proc
+
+
+def why_it_ended(proc: subprocess.Popen) -> str:
+    """The exit status and the last lines of a child's standard error."""
+    tail = proc.stderr_file.read_text(errors="replace").strip().splitlines()[-15:]
+    return f"exit status {proc.returncode}; its standard error ends:\n" + "\n".join(tail)
 
 
 def wait_for_checkpoints(client: MlflowClient, seed: int, n: int, proc: subprocess.Popen, timeout: float = 180.0):
@@ -40,7 +54,7 @@ def wait_for_checkpoints(client: MlflowClient, seed: int, n: int, proc: subproce
                 saved = client.list_artifacts(run.info.run_id, checkpoint.FOLDER)
                 if sum(a.path.endswith(".pt") for a in saved) >= n:
                     return run
-        assert proc.poll() is None, f"the run with seed {seed} ended before {n} checkpoints"
+        assert proc.poll() is None, f"the run with seed {seed} ended before {n} checkpoints: {why_it_ended(proc)}"
         assert time.monotonic() < deadline, f"no run with seed {seed} saved {n} checkpoints within {timeout} s"
         time.sleep(0.2)
 
@@ -145,9 +159,7 @@ def killed_after_checkpoints(argv: list[str], tmp_path: Path, monkeypatch, seed:
     draws are stored; then this process works in tmp_path on that store. Returns (the killed run's id, the store's
     client)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
-    victim = subprocess.Popen([sys.executable, "-m", "bayesx", "run", *argv], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = start(tmp_path, seed, argv)
     client = MlflowClient(tracking_uri=uri)
     try:
         run_id = wait_for_checkpoints(client, seed, checkpoints, victim).info.run_id

@@ -78,9 +78,44 @@ def test_suite_driver_logs_the_peers_and_writes_every_column(experiments, tmp_pa
                             "BlackJAX MAMS (ESS-based L)", "bayesx NUTS", "bayesx MAMS"]
     row = dict(zip(header, (c.strip() for c in lines[2].strip("|").split("|"))))
     assert row["posterior"] == "kidscore_momiq" and row["dim"] == "3"
-    rate = float(row["BlackJAX NUTS"].split(" ")[0])
-    assert rate > 0 and rate == pytest.approx(child["metrics.ess_bulk_min"] / child["metrics.wall_time_s"], rel=6e-3)
+    rate, _, sampler_rate = row["BlackJAX NUTS"].split(" ")[:3]
+    ess = child["metrics.ess_bulk_min"]
+    # the whole command: the wall time plus BlackJAX's and JAX's import; the sampler: the wall time less its JIT
+    assert child["metrics.command_time_s"] > child["metrics.wall_time_s"] > child["metrics.sampler_time_s"] > 0
+    assert child["metrics.fixed_time_s"] > 0.1  # the jit of the warm-up and the draws, from JAX's own events
+    assert float(rate) == pytest.approx(ess / child["metrics.command_time_s"], rel=6e-3)
+    assert float(sampler_rate) == pytest.approx(ess / child["metrics.sampler_time_s"], rel=6e-3)
     assert row["NumPyro"] == "not run: not in --peers" and row["bayesx NUTS"] == "not run: not in --bayesx"
+
+
+@pytest.mark.slow
+def test_a_bayesx_contender_runs_as_its_own_command_under_the_parent(experiments, tmp_path):
+    """bayesx's contender (no peers) on one posterior: its own ``bayesx run`` command, timed from outside, its run a
+    child of the harness's parent with ``command_time_s`` above its ``wall_time_s``; the table's cell is its
+    min-ESS per second of that command and of warm-up plus sampling."""
+    driver = experiments("peers_posteriordb")
+    from bayesx.store.tracking import search_runs
+
+    assert driver.bayesx_contenders("method=nuts,mams method.mass=diag") == [
+        ["method=nuts", "method.mass=diag"], ["method=mams", "method.mass=diag"]]
+    assert driver.bayesx_contenders("") == []
+    out, uri = tmp_path / "suite.md", f"sqlite:///{tmp_path}/mlflow.db"
+    argv = ["--posteriors", "kidscore_momiq", "--peers", "--bayesx", "method=nuts", "--chains", "2",
+            "--tracking-uri", uri, "--out", str(out)]
+    assert driver.main(argv) == 0
+    runs = search_runs(uri, driver.EXPERIMENT)
+    nuts = runs[runs["tags.method"] == "nuts"].iloc[0]
+    parent = runs[runs["tags.sweep"] == "parent"].iloc[0]
+    assert nuts["status"] == "FINISHED" and nuts["tags.mlflow.parentRunId"] == parent["run_id"]
+    assert parent["status"] == "FINISHED"
+    assert nuts["metrics.command_time_s"] > nuts["metrics.wall_time_s"] > 0
+    row = [line for line in out.read_text().splitlines() if line.startswith("| kidscore_momiq")][0]
+    cell = [c.strip() for c in row.strip("|").split("|")][8]
+    rate, _, sampler_rate = cell.split(" ")[:3]
+    ess = nuts["metrics.ess_bulk_min"]
+    assert float(rate) == pytest.approx(ess / nuts["metrics.command_time_s"], rel=6e-3)
+    sampler = nuts["metrics.warmup_time_s"] + nuts["metrics.sampling_time_s"]
+    assert float(sampler_rate) == pytest.approx(ess / sampler, rel=6e-3)
 
 
 def test_a_peer_past_the_time_limit_is_stopped_and_recorded_as_killed(experiments, tmp_path):
@@ -104,7 +139,7 @@ def test_a_peer_past_the_time_limit_is_stopped_and_recorded_as_killed(experiment
     assert stopped["status"] == "KILLED" and stopped["tags.error"] == "stopped at the 1 s limit"
     assert runs[runs["tags.peer"] == "numpyro-nuts"].iloc[0]["status"] == "KILLED"  # the next peer ran
     row = [line for line in out.read_text().splitlines() if line.startswith("| kidscore_momiq")][0]
-    assert row.count("not run: stopped at the 1 s limit") == 2 and "no peer converged" in row
+    assert row.count("not run: stopped at the 1 s limit") == 2 and "no peer finished: no ratio" in row
 
 
 def test_the_table_counts_the_goals_and_says_why_bayesx_is_not_twice_the_best_peer(experiments):
@@ -114,11 +149,14 @@ def test_the_table_counts_the_goals_and_says_why_bayesx_is_not_twice_the_best_pe
     with R-hat > 1.01."""
     driver = experiments("peers_posteriordb")
 
-    def cell(rate, grads_per_ess, rhat=1.0, ref=0.02, compile_s=None, wall=10.0):
+    def cell(rate, grads_per_ess, rhat=1.0, ref=0.02, compile_s=None, wall=10.0, sampler_rate=None):
         return {"rate": rate, "rhat": rhat, "grads_per_ess": grads_per_ess, "ref": ref, "wall": wall,
-                "compile": compile_s, "ess": rate * wall}
+                "compile": compile_s, "ess": rate * wall, "clock": "command",
+                "sampler_rate": rate * 2 if sampler_rate is None else sampler_rate}
 
-    cells = {("a", "nutpie default"): cell(100.0, 20.0), ("a", "bayesx NUTS"): cell(150.0, 10.0, compile_s=2.0),
+    # on a, bayesx NUTS is ahead on the whole command but behind on the sampler's time alone
+    cells = {("a", "nutpie default"): cell(100.0, 20.0),
+             ("a", "bayesx NUTS"): cell(150.0, 10.0, compile_s=2.0, sampler_rate=190.0),
              ("b", "NumPyro"): cell(10.0, 50.0), ("b", "bayesx NUTS"): cell(40.0, 40.0),
              ("c", "NumPyro"): cell(10.0, 50.0), ("c", "bayesx NUTS"): cell(40.0, 40.0, ref=3.0),
              ("d", "NumPyro"): cell(10.0, 50.0), ("d", "bayesx NUTS"): cell(40.0, 40.0, rhat=1.05),
@@ -133,5 +171,8 @@ def test_the_table_counts_the_goals_and_says_why_bayesx_is_not_twice_the_best_pe
     assert driver.why_not_twice({("f", "bayesx NUTS"): cell(40.0, 40.0)}, "f") == "no peer finished: no ratio"
     lines = "\n".join(driver.goals(cells, list("abcde"), dict.fromkeys("abcde", 3)))
     assert "on the 4 posteriors where a peer converged** (of 5; on 1 no peer that finished" in lines
+    assert "on the whole command's wall time, converged" in lines
     assert "2 of 4 (50%); not on c, d." in lines  # c: 3 sds off the reference; d: not converged
-    assert "at 2x the best converged peer or more: 2 of 4" in lines  # b and c (c's rate, not its reference)
+    assert "on the sampler's time alone, converged and within the reference check (worst mean error below Monte " \
+           "Carlo error, see `reference_tolerance`): 1 of 4 (25%); not on a, c, d." in lines
+    assert "at 2x the best converged peer or more (whole command): 2 of 4" in lines  # b and c (c's rate, not its reference)

@@ -56,10 +56,10 @@ def _bernoulli_logit(xp, y, eta):
 
 
 # --- stochastic volatility ----------------------------------------------------------------------------------
-def _ar1_states(xp, phi, c):
-    """x_t = phi x_(t-1) + c_t, x_1 = c_1, by a doubling scan (after step j: x_t = sum over the last 2^(j+1)
-    s <= t of phi^(t-s) c_s); log2(T) vector steps, no loop over time."""
-    n = c.shape[0]
+def _ar1_states(xp, phi, c, n: int):
+    """x_t = phi x_(t-1) + c_t, x_1 = c_1 (t = 1..n), by a doubling scan (after step j: x_t = sum over the last
+    2^(j+1) s <= t of phi^(t-s) c_s); log2(n) vector steps, no loop over time. ``n`` is given (the data's length)
+    so that a symbolic namespace (pytensor, whose shapes are symbolic) unrolls the same log2(n) steps."""
     x, power, shift = c, phi, 1
     while shift < n:
         x = x + power * xp.concatenate([xp.zeros(shift), x[:n - shift]])
@@ -70,7 +70,7 @@ def _ar1_states(xp, phi, c):
 def _sv_h(xp, q, d):
     mu, phi, sigma, h_std = q[0], 2.0 * _logistic(xp, q[1]) - 1.0, xp.exp(q[2]), q[3:]
     first = xp.reshape(sigma * h_std[0] / xp.sqrt(1.0 - phi * phi), (1,))
-    return mu, phi, sigma, mu + _ar1_states(xp, phi, xp.concatenate([first, sigma * h_std[1:]]))
+    return mu, phi, sigma, mu + _ar1_states(xp, phi, xp.concatenate([first, sigma * h_std[1:]]), len(d["y"]))
 
 
 def sv_latent(xp, q, d):
