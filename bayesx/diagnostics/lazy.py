@@ -8,7 +8,7 @@ all at the top made ``import bayesx.runner`` take twice ``import torch, mlflow``
 
 Thread safety: a module being imported in the preload thread is waited for by a main-thread import of it (Python's
 per-module import locks); the preloaded modules share no module with what the main thread imports meanwhile (torch's
-dynamo, loaded by torch.optim in a Laplace start), which was checked by listing both sets; a preload that fails for
+dynamo, loaded by torch.optim's optimizers in a fit), which was checked by listing both sets; a preload that fails for
 any reason is forgotten, and the module is imported again, in the main thread, where it is used.
 """
 
@@ -27,8 +27,9 @@ LATE_IMPORTS = {
     "h5netcdf": "the draws file, draws.nc (written through ArviZ); 0.2 s",
     "scipy.stats": "the rank transform of the batched ESS and R-hat (diagnostics.convergence); loaded with ArviZ",
     "scipy.special": "the normal quantile of the rank transform (diagnostics.convergence)",
-    "torch._dynamo": "loaded by torch itself where it is used (torch.optim's optimizers in a Laplace or L-BFGS "
-                     "start, make_fx when a density is traced); 1.3-3 s",
+    "torch._dynamo": "loaded by torch itself where it is used (torch.optim's optimizers, which VI's and the VAEs' "
+                     "fits use, and make_fx when a density is traced; the mode search of a Laplace start is "
+                     "methods.common.lbfgs, which loads nothing); 1.3-3 s",
     "mlflow.store.tracking.sqlalchemy_store": "loaded by MLflow when a SQLite store is opened (store.tracking.Tracker); "
                                               "0.5-1.6 s; a tracking server never needs it",
 }

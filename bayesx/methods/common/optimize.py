@@ -16,6 +16,7 @@ from torch import Tensor
 
 from bayesx.errors import BayesxError
 from bayesx.kernels.density import Density
+from bayesx.methods.common import lbfgs
 
 
 class LaplaceFailed(BayesxError):
@@ -46,33 +47,30 @@ CLIFF = 1e6
 
 
 def find_mode(density: Density, start: Tensor, max_iter: int = 500, tol: float = 1e-8) -> tuple[Tensor, int]:
-    """Maximize log pi from each row of ``start`` (chains, dim) with L-BFGS; returns the optima
+    """Maximize log pi from each row of ``start`` (chains, dim) with L-BFGS (:func:`bayesx.methods.common.lbfgs.minimize`:
+    torch's L-BFGS iteration without its optimizer class, which loads torch's dynamo); returns the optima
     (chains, dim) and the number of gradient evaluations (summed over the rows).
 
     Where a trial point's log pi or gradient is not finite (a Gaussian process's kernel matrix that stops being
     positive definite, an overflow), the search reads a cliff instead: log pi CLIFF nats below the row's first
-    finite value, gradient zero. Torch's strong-Wolfe line search then steps back, where a NaN or an infinity
+    finite value, gradient zero. The strong-Wolfe line search then steps back, where a NaN or an infinity
     would have made its interpolated step NaN and every row with it (gp_pois_regr from some starting points)."""
-    q = start.detach().clone().requires_grad_(True)
-    opt = torch.optim.LBFGS([q], lr=1.0, max_iter=max_iter, tolerance_grad=tol, tolerance_change=1e-12,
-                            history_size=20, line_search_fn="strong_wolfe")
-    calls = 0
-    floor = torch.full(start.shape[:1], -CLIFF, dtype=start.dtype, device=start.device)
-    seen = torch.zeros(start.shape[:1], dtype=torch.bool, device=start.device)
+    shape = start.shape
+    floor = torch.full(shape[:1], -CLIFF, dtype=start.dtype, device=start.device)
+    seen = torch.zeros(shape[:1], dtype=torch.bool, device=start.device)
 
-    def closure():
-        nonlocal calls, floor, seen
-        calls += 1
-        opt.zero_grad()
-        lp, grad = density.logp_and_grad(q.detach())
+    def objective(flat: Tensor) -> tuple[float, Tensor]:
+        nonlocal floor, seen
+        lp, grad = density.logp_and_grad(flat.view(shape))
         finite = torch.isfinite(lp) & torch.isfinite(grad).all(-1)
         first = finite & ~seen
         floor, seen = torch.where(first, lp - CLIFF, floor), seen | finite
-        q.grad = -torch.where(finite[:, None], grad, torch.zeros_like(grad))
-        return -torch.where(finite, lp, floor).sum()
+        minus_grad = -torch.where(finite[:, None], grad, torch.zeros_like(grad))
+        return float(-torch.where(finite, lp, floor).sum()), minus_grad.reshape(-1)
 
-    opt.step(closure)
-    return q.detach(), calls * start.shape[0]
+    found, calls = lbfgs.minimize(objective, start.reshape(-1), max_iter=max_iter, tolerance_grad=tol,
+                                  tolerance_change=1e-12, history_size=20)
+    return found.view(shape), calls * shape[0]
 
 
 def further_rise(density: Density, point: Tensor, max_iter: int) -> tuple[Tensor, float, int]:
@@ -85,7 +83,7 @@ def further_rise(density: Density, point: Tensor, max_iter: int) -> tuple[Tensor
         before = float(density.logp(point)[0])
     try:
         found, calls = find_mode(density, point, max_iter=max_iter)
-    except IndexError:  # torch's L-BFGS fails so when the density turns NaN along its line search
+    except IndexError:  # the strong-Wolfe line search fails so when the density turns NaN along it
         return point, -math.inf, 0
     with torch.no_grad():
         after = float(density.logp(found)[0])
