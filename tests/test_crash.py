@@ -59,11 +59,20 @@ def wait_for_checkpoints(client: MlflowClient, seed: int, n: int, proc: subproce
         time.sleep(0.2)
 
 
-def test_sigkilled_run_keeps_its_draws_and_is_marked_killed(tmp_path, monkeypatch):
+def new_store(tmp_path: Path) -> tuple[str, MlflowClient]:
+    """tmp_path/mlflow.db created now, before any child opens it, and a client of it: a client that creates the
+    tables while a child's bayesx does the same (under its own lock, which MLflow's client does not take) lost that
+    race in CI once, and the child exited 1."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    client.search_experiments()
+    return uri, client
+
+
+def test_sigkilled_run_keeps_its_draws_and_is_marked_killed(tmp_path, monkeypatch):
+    uri, client = new_store(tmp_path)
     victim, survivor = start(tmp_path, 0), start(tmp_path, 1)
     try:
-        client = MlflowClient(tracking_uri=uri)
         killed = wait_for_checkpoints(client, 0, 2, victim)
         alive = wait_for_checkpoints(client, 1, 1, survivor)
         assert killed.data.tags[PID_TAG] == str(victim.pid) and killed.data.tags[HOST_TAG]
@@ -158,9 +167,8 @@ def killed_after_checkpoints(argv: list[str], tmp_path: Path, monkeypatch, seed:
     """``bayesx run ARGV`` in a child (store: tmp_path/mlflow.db), SIGKILLed once ``checkpoints`` checkpoints of its
     draws are stored; then this process works in tmp_path on that store. Returns (the killed run's id, the store's
     client)."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri, client = new_store(tmp_path)
     victim = start(tmp_path, seed, argv)
-    client = MlflowClient(tracking_uri=uri)
     try:
         run_id = wait_for_checkpoints(client, seed, checkpoints, victim).info.run_id
     finally:
