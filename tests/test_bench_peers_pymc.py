@@ -1,5 +1,5 @@
-"""The posteriordb suite's PyMC models (experiments/pymc_models.py), which nutpie samples in the benchmark:
-each model's log density equals the suite's numpy transcription at random unconstrained points (so nutpie,
+"""The posteriordb suite's PyMC models (experiments/pymc_models.py), which nutpie samples in the benchmark, on both
+tiers: each model's log density equals the suite's numpy transcription at random unconstrained points (so nutpie,
 NumPyro and bayesx sample one density on one space), and changes when a data value does (negative control).
 The recursions' scan forms are checked in JAX too (NumPyro samples them). Skipped where PyMC (JAX) is not
 installed: the optional ``bench`` extra, which CI does not install."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bayesx.targets.posteriordb import NAMES, load
+from bayesx.targets.posteriordb import ALL_NAMES, load
 
 MODE = "NUMBA"  # the backend nutpie compiles with (its stabilizing rewrites: logaddexp as log-sum-exp)
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -53,7 +53,7 @@ def agrees(a: float, b: float) -> bool:
     return a == pytest.approx(b, rel=1e-8, abs=1e-8)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES)
 def test_pymc_model_is_the_suite_density(pymc_models, name):
     post = load(name)
     log_density = model_log_density(pymc_models, post)
@@ -61,7 +61,7 @@ def test_pymc_model_is_the_suite_density(pymc_models, name):
         assert agrees(log_density(q), float(post.log_density(np, q, post.data)))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES)
 def test_pymc_model_sees_a_perturbed_observation(pymc_models, name):
     """Negative control: with one observation changed the model no longer agrees with the suite's density on
     the original data (but does on the changed data), so the check above can fail."""
