@@ -93,7 +93,7 @@ class Posterior:
         suite = self.suite
         flat = draws.reshape(-1, draws.shape[-1])
         params = np.array([suite.constrain(np, q, suite.data) for q in flat])
-        return reference_errors(params, suite.reference.astype(np.float64))
+        return reference_errors(suite.compared(params), suite.compared(suite.reference.astype(np.float64)))
 
 
 def posterior_from(overrides: list[str]) -> Posterior:

@@ -70,6 +70,17 @@ class Posterior:
         """The xp transcription's constrained parameters (p,) at one unconstrained point q (dim,)."""
         return self.xp_model.constrain(xp, q, data)
 
+    def compared(self, params: np.ndarray) -> np.ndarray:
+        """Constrained draws (n, p) as their reference errors compare them: the columns of the parameters in
+        ``entry.compared_on_log`` (the horseshoe's local and global scales, whose Cauchy-tailed marginals have no
+        mean) on the log scale, where their moments exist; the others as they are."""
+        logged = [j for j, name in enumerate(self.param_names) if name.split("[")[0] in self.entry.compared_on_log]
+        if not logged:
+            return params
+        out = np.array(params, dtype=np.float64)
+        out[:, logged] = np.log(out[:, logged])
+        return out
+
     def unconstrain(self, params: np.ndarray) -> np.ndarray:
         """Constrained draws (n, p) mapped to the unconstrained space (n, dim), in numpy."""
         return self.xp_model.unconstrain(np.asarray(params, dtype=np.float64), self.data)

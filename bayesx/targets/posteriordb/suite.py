@@ -26,6 +26,9 @@ class SuiteEntry:
     loop_steps: int = 0  # iterations of the torch density's Python loop over time (0: no loop)
     tier: int = 1  # 1: posteriordb's posteriors; 2: the second tier, where a run takes minutes (TIER2)
     kind: str = ""  # tier 2: the kind of model it stands for in the suite
+    compared_on_log: tuple[str, ...] = ()  # constrained parameters (by name, without the index) whose reference errors
+    # are taken on their logarithm: scales under half-Cauchy priors whose marginals keep a Cauchy tail, so that their
+    # mean and sd do not exist and a sample's are set by its largest draw (Posterior.compared)
 
 
 def _indexed(name: str, n: int) -> tuple[str, ...]:
@@ -133,9 +136,10 @@ NAMES = tuple(SUITE)
 """The first tier: posteriordb's posteriors (the ``experiment=posteriordb`` sweep, docs/posteriordb.md's table)."""
 
 
-def _tier2(name: str, dim: int, kind: str, shape: str, coordinates: tuple[str, ...], loop_steps: int = 0) -> SuiteEntry:
+def _tier2(name: str, dim: int, kind: str, shape: str, coordinates: tuple[str, ...], loop_steps: int = 0,
+           compared_on_log: tuple[str, ...] = ()) -> SuiteEntry:
     return SuiteEntry(f"bayesx-tier2-{name}", f"tier2_{name}", dim, shape, coordinates=coordinates,
-                      loop_steps=loop_steps, tier=2, kind=kind)
+                      loop_steps=loop_steps, tier=2, kind=kind, compared_on_log=compared_on_log)
 
 
 # The second tier: posteriors where a run takes minutes, written as users write them (tier2_models.py), transcribed
@@ -167,7 +171,7 @@ TIER2: dict[str, SuiteEntry] = {
                         "regularized horseshoe, 220 coefficients on 100 rows (p > n), 8 of them non-zero: funnels "
                         "in (tau, lambda, z)",
                         ("beta0", "log(sigma)", "log(tau)", "log(caux)", *_indexed("z", 220),
-                         *_indexed("log(lambda)", 220))),
+                         *_indexed("log(lambda)", 220)), compared_on_log=("tau", "lambda")),
     "irt_2pl": _tier2("irt_2pl", 1042, "1,000+ dimensions",
                       "two-parameter item response, 1,000 students x 20 items: 1,042 parameters",
                       (*_indexed("theta", 1000), *_indexed("log(a)", 20), *_indexed("b", 20), "mu_b", "log(sigma_b)")),

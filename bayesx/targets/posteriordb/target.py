@@ -14,6 +14,9 @@ Vehtari, posteriordb), in units of the reference sd s_j:
     ref_sd_err_{max,median}     |sd_j - sd_ref_j| / s_j
     ref_w1_mean                 mean over j of W1(draws_j, ref_j) / s_j (1-Wasserstein of the marginals)
 
+Parameters whose marginals have no mean (the horseshoe's half-Cauchy scales: ``SuiteEntry.compared_on_log``) are
+compared on their logarithm, where the moments exist.
+
 The gold standard replaces bayesx's own NUTS reference run (the target declares ``exact_moments``).
 Its own Monte Carlo error puts a floor of about 1 / sqrt(10,000) = 0.01 under the mean errors. The second
 tier's references are long NumPyro NUTS runs (experiments/make_tier2.py), 1,000 to 10,000 kept draws each
@@ -98,13 +101,15 @@ class PosteriorDB(TargetBase):
         with torch.no_grad():
             params = self.constrain(draws.to(self.dtype)).reshape(-1, len(self.posterior.param_names))
         post = self.posterior
-        metrics = reference_errors(params.double().cpu().numpy(), post.reference.astype(np.float64))
+        metrics = reference_errors(post.compared(params.double().cpu().numpy()),
+                                   post.compared(post.reference.astype(np.float64)))
         if post.entry.tier == 1:
             source = f"posteriordb's reference draws of {post.entry.posterior}"
         else:
             source = (f"the reference draws of the second tier's {post.name} (a long NumPyro NUTS run, "
                       f"experiments/make_tier2.py)")
-        return Evaluation(metrics, remarks=[f"errors against {source} ({len(post.reference)} draws)"])
+        logged = f"; {', '.join(post.entry.compared_on_log)} on the log scale" if post.entry.compared_on_log else ""
+        return Evaluation(metrics, remarks=[f"errors against {source} ({len(post.reference)} draws{logged})"])
 
     def describe(self) -> dict[str, str]:
         entry = self.posterior.entry
