@@ -162,13 +162,12 @@ def bayesx_contenders(spec: str) -> list[list[str]]:
     return [list(combination) for combination in itertools.product(*choices)] if choices else []
 
 
-def run_bayesx(posterior: str, contender: list[str], parent: str, args, env: dict[str, str]) -> None:
+def run_bayesx(posterior: str, contender: list[str], parent: str, tracker, args, env: dict[str, str]) -> None:
     """One bayesx contender on one posterior as its own ``bayesx run`` command, as a user runs it, timed from
     outside (interpreter start, imports and compile included) and logged as ``command_time_s`` on its run, which
     becomes a child of ``parent``. A command that fails is reported and its run (if any) kept as it ended."""
-    from mlflow.tracking import MlflowClient
-
     from _runs import bayesx_run
+    from bayesx.store.tracking import TrackedRun
 
     overrides = ["model=posteriordb", f"model.name={posterior}", *contender, f"seed={args.seed}",
                  f"n_chains={args.chains}", f"experiment_name={args.experiment}", f"tracking.uri={args.tracking_uri}",
@@ -176,11 +175,11 @@ def run_bayesx(posterior: str, contender: list[str], parent: str, args, env: dic
     start = time.perf_counter()
     launched = bayesx_run(overrides, env=env)
     seconds = time.perf_counter() - start
-    client = MlflowClient(tracking_uri=args.tracking_uri)
     for run in launched.runs:
         if run.get("run_id"):
-            client.set_tag(run["run_id"], "mlflow.parentRunId", parent)
-            client.log_metric(run["run_id"], "command_time_s", seconds)
+            made = TrackedRun(tracker.client, run["run_id"])
+            made.set_tags({"mlflow.parentRunId": parent})
+            made.log_metrics({"command_time_s": seconds})
     label = " ".join(contender)
     print(f"{posterior} bayesx {label}: {seconds:.1f} s" if launched.ok else
           f"{posterior} bayesx {label}: failed: {launched.failure(400)}", flush=True)
@@ -479,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         missing: dict[tuple[str, str], str] = {}
         for done, posterior in enumerate(args.posteriors, 1):
             for contender in bayesx_contenders(args.bayesx):
-                run_bayesx(posterior, contender, parent, args, env)
+                run_bayesx(posterior, contender, parent, tracker, args, env)
             missing.update(run_peers(args.peers, posterior, parent, tracker, args))
             write_table(args, [(args.tracking_uri, parent)], started, missing, args.posteriors[:done],
                         search_runs)
