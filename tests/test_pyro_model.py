@@ -39,6 +39,12 @@ def test_the_latent_sites_are_the_parameters_and_the_density_is_the_hand_written
     centred = PyroModel(fn=f"{EIGHT_SCHOOLS}:centered")
     other = centred.log_prob(q) - by_hand.log_prob(q)
     assert float(other.max() - other.min()) > 1.0
+    # the centred Pyro model is the centred constrained form (tested against posteriordb in test_constrained_models)
+    centred_by_hand = CustomModel(log_density=f"{ROOT / 'examples' / 'eight_schools_constrained.py'}:centered",
+                                  params={"mu": "real", "tau": "positive", "theta": "real[8]"})
+    same = centred.log_prob(q) - centred_by_hand.log_prob(q)
+    torch.testing.assert_close(same, same[0].expand(6), rtol=0, atol=1e-9)
+    torch.testing.assert_close(centred.constrain(q), centred_by_hand.constrain(q))
 
 
 def test_data_file_arrays_are_the_models_keyword_arguments(tmp_path):
