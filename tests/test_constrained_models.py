@@ -4,6 +4,7 @@ command line reports the declared names, compiles the transforms, and refuses ba
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -227,3 +228,24 @@ def test_posteriordb_targets_name_their_parameters_for_the_draws_file():
     target = PosteriorDB(name="eight_schools_noncentered")
     assert target.parameter_shapes() == {"theta": (8,), "mu": (), "tau": ()}
     assert sum(int(np.prod(s)) for s in target.parameter_shapes().values()) == len(target.reported_names())
+
+
+def test_an_overflowed_point_is_a_rejected_proposal_and_a_failure_at_finite_values_still_stops():
+    """A diverging trajectory's far end (tau = exp(1e200) = inf, mu + tau * eta = nan) makes torch.distributions'
+    argument checks raise: that row's log density is -inf (the sampler rejects it, as Stan rejects a domain error)
+    and the other rows are evaluated, with their gradients; the control: a function that raises at finite values
+    still stops the run in one line."""
+    from bayesx.errors import DensityError
+
+    target = CustomModel(log_density=f"{EXAMPLE}:noncentered", params=NONCENTERED)
+    q = torch.zeros(3, 10, dtype=torch.float64)
+    q[1, 1] = 1e200  # log tau: tau overflows
+    q[1, 0], q[1, 2] = 1e201, -1e200
+    q.requires_grad_(True)
+    lp = target.log_prob(q)
+    assert lp[1] == -math.inf and torch.isfinite(lp[[0, 2]]).all()
+    (grad,) = torch.autograd.grad(lp[[0, 2]].sum(), q)
+    assert torch.isfinite(grad).all() and float(grad[[0, 2]].abs().sum()) > 0 and float(grad[1].abs().sum()) == 0
+    with pytest.raises(DensityError, match="raised ValueError"):
+        CustomModel(log_density=f"{ROOT / 'tests' / 'models' / 'raises_far_out.py'}:density", dim=2).log_prob(
+            torch.tensor([[0.0, 0.0], [5.0, 0.0]], dtype=torch.float64))

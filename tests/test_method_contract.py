@@ -141,3 +141,33 @@ def test_an_interrupted_tempered_path_keeps_its_trace_and_has_no_draws(monkeypat
     result = ais.AIS(n_temps=5, n_samples=10).infer(Gaussian(dim=2), RunInputs(None, g, progress=False))
     assert result.interrupted and result.tags["stopped_during"] == "fit" and result.draws is None
     assert result.traces["ais_accept_rate"] == [(1, 0.5), (2, 0.5)] and "fit_time_s" in result.timings
+
+
+POSTERIOR_METHODS = [name for name in METHODS if build(name).family != "trainer" and name not in NEEDS_GAUSSIAN_PRIOR]
+
+
+@pytest.fixture(scope="module")
+def constrained_target():
+    """Eight schools declared with named, constrained parameters (model.params: mu real, tau positive, eta real[8]),
+    as a user writes it (examples/eight_schools_constrained.py)."""
+    from bayesx.targets.custom import CustomModel
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "eight_schools_constrained.py"
+    return CustomModel(log_density=f"{example}:noncentered", params={"mu": "real", "tau": "positive", "eta": "real[8]"})
+
+
+@pytest.mark.parametrize("name", POSTERIOR_METHODS)
+def test_every_posterior_method_runs_on_a_constrained_model(name, constrained_target):
+    """Every method that samples or approximates a density runs on a model.params model: its draws are on the
+    unconstrained space, finite, and map onto the supports (tau > 0) with the declared names."""
+    method = build(name, small=True)
+    g = torch.Generator().manual_seed(0)
+    method.check(constrained_target, 4)
+    result = method.infer(constrained_target, RunInputs(method.initial_points(constrained_target, 4, g), g,
+                                                        progress=False))
+    assert result.error is None and result.draws.shape[-1] == constrained_target.dim == 10
+    assert torch.isfinite(result.draws).all()
+    with torch.no_grad():
+        values = constrained_target.constrain(result.draws.reshape(-1, 10).double())
+    names = constrained_target.reported_names()
+    assert names[:3] == ["mu", "tau", "eta[0]"] and bool((values[:, names.index("tau")] > 0).all())

@@ -387,15 +387,41 @@ class CustomModel(TargetBase):
         return self._no_gradient
 
     def log_prob(self, q: Tensor) -> Tensor:
+        """The user's log density at each row of ``q`` (..., dim). Where it raises on a batch, the rows whose
+        coordinates or constrained values have overflowed (inf or NaN: a diverging trajectory's far end, where
+        ``torch.distributions``' argument checks raise) get log density -inf and the others are evaluated alone, so
+        the sampler rejects that proposal, as Stan rejects one whose density raises a domain error. A failure at
+        finite values is the user's function failing: one line, and the run stops with what it had."""
         flat = q.reshape(-1, self.dim)
         try:
             return self._batched(flat).reshape(q.shape[:-1])
         except Exception as exc:  # noqa: BLE001 - the user's function failed mid-run: one line, the run stops
+            finite = self._finite_rows(flat)
+            if not bool(finite.all()):
+                try:
+                    return self._without(flat, finite).reshape(q.shape[:-1])
+                except Exception:  # noqa: BLE001 - it fails at finite points too: say so below
+                    pass
             first = exc.args[0] if exc.args else ""
             raise DensityError(f"model.log_density {self.settings.log_density} raised {type(exc).__name__}"
                                f"{': ' + str(first).splitlines()[0] if str(first) else ''} at a batch of "
                                f"{flat.shape[0]} points (e.g. {self._failing_row(flat)}); the run stopped with what "
                                f"it had") from None
+
+    def _finite_rows(self, flat: Tensor) -> Tensor:
+        """Rows whose unconstrained coordinates and constrained values are all finite (bool, (n,))."""
+        with torch.no_grad():
+            finite = torch.isfinite(flat).all(-1)
+            return finite & torch.isfinite(self.constrain(flat.detach())).reshape(len(flat), -1).all(-1)
+
+    def _without(self, flat: Tensor, finite: Tensor) -> Tensor:
+        """log pi at the ``finite`` rows, -inf at the others (differentiable in the finite rows)."""
+        rows = torch.nonzero(finite).squeeze(-1)
+        # -inf in the graph of ``flat`` with a zero gradient (autograd needs one even where every row overflowed)
+        values = torch.where(torch.isfinite(flat), flat, torch.zeros_like(flat)).sum(-1) * 0.0 - math.inf
+        if len(rows) == 0:
+            return values
+        return values.index_put((rows,), self._batched(flat[rows]).reshape(-1).to(values.dtype))
 
     def _failing_row(self, flat: Tensor) -> list[float]:
         """A row at which the function fails alone (the batch's first row where none does)."""
