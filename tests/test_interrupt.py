@@ -204,3 +204,29 @@ def test_a_method_that_ends_normally_prints_nothing_from_the_guard(capsys):
     with killed_before_a_record(run, "nuts-logreg-digits-seed0"):
         pass
     assert capsys.readouterr().out == "" and run.tags == {}
+
+
+@pytest.mark.parametrize("uncount", [True, False])
+def test_a_stop_lost_in_a_finalizer_is_not_printed_and_its_signal_comes_again(monkeypatch, uncount):
+    """A handler's exception raised while a weakref callback ran is 'ignored' by Python (a traceback on standard
+    error, CI stop 61, and the stop lost): within the interrupt blocks it is not printed and the same signal is
+    sent again (patient_interrupts takes it off its count first, so the handler acts as on the first delivery);
+    any other unraisable exception is reported as Python reports it (the control)."""
+    import types
+
+    from bayesx.store import checkpoint
+
+    sent, reported = [], []
+    monkeypatch.setattr(checkpoint.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: reported.append(unraisable.exc_value))
+    seen = checkpoint.Interrupts(count=3, last_signal=signal.SIGTERM)
+    with checkpoint.redelivered_when_lost(seen, uncount=uncount):
+        sys.unraisablehook(types.SimpleNamespace(exc_value=checkpoint.RecordingStopped("stop"), exc_type=None,
+                                                 exc_traceback=None, err_msg=None, object=None))
+        time.sleep(20 * checkpoint.REDELIVERY_S)
+        assert sent == [(os.getpid(), signal.SIGTERM)] and seen.count == (2 if uncount else 3)
+        sys.unraisablehook(types.SimpleNamespace(exc_value=ValueError("other"), exc_type=ValueError,
+                                                 exc_traceback=None, err_msg="Exception ignored in", object=None))
+    assert [str(e) for e in reported] == ["other"] and len(sent) == 1  # reported as before, not sent again
+    assert sys.unraisablehook is not None and sys.unraisablehook(types.SimpleNamespace(exc_value=KeyError())) is None
+    assert isinstance(reported[-1], KeyError)  # the previous hook is back after the block

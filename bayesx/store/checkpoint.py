@@ -30,6 +30,7 @@ come (``log``), so a killed run's history is there and a resumed one continues i
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -216,6 +217,35 @@ class Interrupts:
 
     count: int = 0
     deferred: int | None = None
+    last_signal: int = signal.SIGINT  # the signal a handler saw last (sent again where its exception was lost)
+
+
+REDELIVERY_S = 0.01
+"""Seconds after which a signal whose handler's exception Python lost (:func:`redelivered_when_lost`) is sent again."""
+
+
+@contextlib.contextmanager
+def redelivered_when_lost(seen: Interrupts, uncount: bool) -> Iterator[None]:
+    """Within the block, a KeyboardInterrupt or RecordingStopped that a signal handler raised while the interpreter ran
+    a finalizer (a weakref callback, a ``__del__``) is not lost: Python reports such an exception as "ignored" (a
+    traceback on standard error, CI stop 61) and goes on; here that report is not printed, and the same signal is
+    sent again a moment later, when the main thread is back in ordinary code. ``uncount``: the handler counts its
+    signals (:func:`patient_interrupts`), so the lost one is taken off the count first."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, (KeyboardInterrupt, RecordingStopped)):
+            if uncount:
+                seen.count -= 1
+            threading.Timer(REDELIVERY_S, os.kill, (os.getpid(), seen.last_signal)).start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 @contextlib.contextmanager
@@ -231,6 +261,7 @@ def patient_interrupts() -> Iterator[Interrupts]:
 
     def handler(signum, frame):
         seen.count += 1
+        seen.last_signal = signum
         if seen.count == 1:
             raise KeyboardInterrupt
         if seen.count == 2:
@@ -240,7 +271,8 @@ def patient_interrupts() -> Iterator[Interrupts]:
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
-        yield seen
+        with redelivered_when_lost(seen, uncount=True):
+            yield seen
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -257,6 +289,7 @@ def recording(seen: Interrupts) -> Iterator[Interrupts]:
         return
 
     def handler(signum, frame):
+        seen.last_signal = signum
         if seen.deferred is None and seen.count < 2:  # a second Ctrl-C before the recording began was told already
             seen.deferred = signum
             print(RECORDING_NOTICE, file=sys.stderr, flush=True)
@@ -265,7 +298,8 @@ def recording(seen: Interrupts) -> Iterator[Interrupts]:
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield seen
+        with redelivered_when_lost(seen, uncount=False):
+            yield seen
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
