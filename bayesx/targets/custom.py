@@ -388,7 +388,7 @@ class CustomModel(TargetBase):
 
     def log_prob(self, q: Tensor) -> Tensor:
         """The user's log density at each row of ``q`` (..., dim). Where it raises on a batch, the rows whose
-        coordinates or constrained values have overflowed (inf or NaN: a diverging trajectory's far end, where
+        coordinates or constrained values have overflowed (inf or NaN: where a diverging sampler went, and where
         ``torch.distributions``' argument checks raise) get log density -inf and the others are evaluated alone, so
         the sampler rejects that proposal, as Stan rejects one whose density raises a domain error. A failure at
         finite values is the user's function failing: one line, and the run stops with what it had."""
