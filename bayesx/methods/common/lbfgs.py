@@ -35,12 +35,15 @@ def minimize(objective: Objective, x: Tensor, *, max_iter: int, tolerance_grad: 
     max_eval = max_iter * 5 // 4 if max_eval is None else max_eval
     x = x.detach().clone()
 
-    def directional(x0: Tensor, step: float, direction: Tensor) -> tuple[float, Tensor]:
+    def evaluate(point: Tensor) -> tuple[float, Tensor]:
         with torch.enable_grad():  # as torch's step calls its closure
-            return objective(torch.add(x0, direction, alpha=step))
+            return objective(point)
+
+    def directional(x0: Tensor, step: float, direction: Tensor) -> tuple[float, Tensor]:
+        return evaluate(torch.add(x0, direction, alpha=step))
 
     with torch.no_grad():
-        loss, flat_grad = directional(x, 0.0, torch.zeros_like(x))
+        loss, flat_grad = evaluate(x)
         evals = 1
         if flat_grad.abs().max() <= tolerance_grad:
             return x, evals
