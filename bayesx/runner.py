@@ -521,14 +521,15 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
         with clock("files"):
             artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
         with clock("summary"):
-            posterior = posterior_table(method, target, result) if has_draws else None
+            read = user_draws(method, target, result) if has_draws else None
+            posterior = posterior_summary(read, target.reported_names()) if read is not None else None
             if posterior is not None:
                 artifacts += (Artifact(write_summary(posterior, tmp)),)
-        naming = (target.param_name, target.coordinate_names()) if has_draws else ("", None)  # a trained model: no draws
+        drawn, naming = plotted_draws(method, target, result, read) if has_draws else (None, ("", None))
         with clock("plots"):
             artifacts += tuple(Artifact(path, "plots") for path in plots.run_plots(
-                method, result.draws.numpy() if has_draws else None, result.sample_stats, result.traces,
-                job.plots.n_coords, tmp, *naming, reference, metrics.get("psis_khat")))
+                method, drawn, result.sample_stats, result.traces, job.plots.n_coords, tmp, *naming, reference,
+                metrics.get("psis_khat")))
     complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
     metrics.update(stages or {})
     metrics.update(clock.seconds, record_time_s=time.perf_counter() - started)
@@ -556,14 +557,22 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
 PRINTED_PARAMETERS = 10  # rows of the posterior summary on the terminal; posterior_summary.csv holds them all
 
 
-def posterior_table(method: Method, target, result: Result):
-    """The per-parameter summary of a sampler's or an approximation's draws, of the parameters a user reads
-    (``target.constrain``); None for a trainer."""
+def user_draws(method: Method, target, result: Result) -> np.ndarray | None:
+    """A sampler's or an approximation's draws of the parameters a user reads (``target.constrain``: (chains, draws,
+    p), named ``target.reported_names()``); None for a trainer."""
     if method.family not in ("sampler", "approximation"):
         return None
     with torch.no_grad():
-        draws = target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
-    return posterior_summary(draws, target.reported_names())
+        return target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
+
+
+def plotted_draws(method: Method, target, result: Result, read: np.ndarray | None):
+    """The draws a run's plots show and their naming (param_name, coordinate names): a sampler's on the parameters
+    the user declared (``read``, by their names) where the target names them (``parameter_shapes``), else the
+    sampled coordinates (an approximation's plots set them against the reference on those)."""
+    if method.family == "sampler" and read is not None and target.parameter_shapes() is not None:
+        return read, ("", target.reported_names())
+    return result.draws.numpy(), (target.param_name, target.coordinate_names())
 
 
 def run_files(job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation, has_draws: bool,

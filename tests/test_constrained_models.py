@@ -249,3 +249,27 @@ def test_an_overflowed_point_is_a_rejected_proposal_and_a_failure_at_finite_valu
     with pytest.raises(DensityError, match="raised ValueError"):
         CustomModel(log_density=f"{ROOT / 'tests' / 'models' / 'raises_far_out.py'}:density", dim=2).log_prob(
             torch.tensor([[0.0, 0.0], [5.0, 0.0]], dtype=torch.float64))
+
+
+def test_a_samplers_plots_show_the_declared_parameters_and_an_approximations_the_sampled_coordinates():
+    """The trace plots of a sampler's run on a model.params model are of the declared, constrained parameters by
+    name (tau > 0, 'tau' not 'unconstrained(tau)'); an approximation's stay on the sampled coordinates, where its
+    plots set them against the reference (the control); a target without named parameters keeps its coordinates."""
+    from types import SimpleNamespace
+
+    from bayesx.result import Result
+    from bayesx.runner import plotted_draws, user_draws
+
+    target = CustomModel(log_density=f"{EXAMPLE}:noncentered", params=NONCENTERED)
+    q = torch.randn(2, 5, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    q[..., 1] = -3.0  # log tau: tau = e^-3 > 0
+    result = Result(draws=q)
+    sampler, approximation = SimpleNamespace(family="sampler"), SimpleNamespace(family="approximation")
+    read = user_draws(sampler, target, result)
+    drawn, (_, names) = plotted_draws(sampler, target, result, read)
+    assert names[:3] == ["mu", "tau", "eta[0]"] and np.allclose(drawn[..., 1], np.exp(-3.0))
+    drawn, (_, names) = plotted_draws(approximation, target, result, user_draws(approximation, target, result))
+    assert names[1] == "unconstrained(tau)" and np.allclose(drawn[..., 1], -3.0)
+    plain = CustomModel(log_density=f"{ROOT / 'tests' / 'models' / 'raises_far_out.py'}:density", dim=2)
+    flat = Result(draws=torch.zeros(1, 3, 2, dtype=torch.float64))
+    assert plotted_draws(sampler, plain, flat, user_draws(sampler, plain, flat))[1][1] is None
