@@ -518,17 +518,19 @@ def make_record(job: RunSettings, method: Method, target, result: Result, refere
             remarks.append(reference_remark(reference))
         if "log_evidence" in metrics and target.capabilities.exact_log_normalizer:
             metrics["log_evidence_err"] = metrics["log_evidence"] - target.log_normalizer()
-        with clock("files"):
-            artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp)
         with clock("summary"):
             read = user_draws(method, target, result) if has_draws else None
+        with clock("files"):
+            artifacts = run_files(job, method, target, result, evaluation, has_draws, tmp, read)
+        with clock("summary"):
             posterior = posterior_summary(read, target.reported_names()) if read is not None else None
             if posterior is not None:
                 artifacts += (Artifact(write_summary(posterior, tmp)),)
-        drawn, naming = plotted_draws(method, target, result, read) if has_draws else (None, ("", None))
+        drawn, naming, against = (plotted_draws(method, target, result, read, reference) if has_draws
+                                  else (None, ("", None), None))
         with clock("plots"):
             artifacts += tuple(Artifact(path, "plots") for path in plots.run_plots(
-                method, drawn, result.sample_stats, result.traces, job.plots.n_coords, tmp, *naming, reference,
+                method, drawn, result.sample_stats, result.traces, job.plots.n_coords, tmp, *naming, against,
                 metrics.get("psis_khat")))
     complete = not result.interrupted and result.error is None and (job.save_draws or not has_draws)
     metrics.update(stages or {})
@@ -566,20 +568,26 @@ def user_draws(method: Method, target, result: Result) -> np.ndarray | None:
         return target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
 
 
-def plotted_draws(method: Method, target, result: Result, read: np.ndarray | None):
-    """The draws a run's plots show and their naming (param_name, coordinate names): a sampler's on the parameters
-    the user declared (``read``, by their names) where the target names them (``parameter_shapes``), else the
-    sampled coordinates (an approximation's plots set them against the reference on those)."""
-    if method.family == "sampler" and read is not None and target.parameter_shapes() is not None:
-        return read, ("", target.reported_names())
-    return result.draws.numpy(), (target.param_name, target.coordinate_names())
+def plotted_draws(method: Method, target, result: Result, read: np.ndarray | None, reference=None):
+    """The draws a run's plots show, their naming (param_name, coordinate names) and the reference they are set
+    against: on the parameters the user declared (``read``, by their names) where the target names them
+    (``parameter_shapes``), with the reference's moments of those parameters (``Reference.on_declared``); else the
+    sampled coordinates with the reference's moments of them. A reference saved before it kept the declared
+    parameters' moments keeps an approximation's plots on the sampled coordinates, where it can be compared (a
+    sampler's plots are never set against a reference)."""
+    declared = read is not None and target.parameter_shapes() is not None
+    on_declared = reference.on_declared() if reference is not None else None
+    if declared and (method.family == "sampler" or reference is None or on_declared is not None):
+        return read, ("", target.reported_names()), on_declared
+    return result.draws.numpy(), (target.param_name, target.coordinate_names()), reference
 
 
 def run_files(job: RunSettings, method: Method, target, result: Result, evaluation: Evaluation, has_draws: bool,
-              tmp: Path) -> tuple[Artifact, ...]:
+              tmp: Path, read: np.ndarray | None = None) -> tuple[Artifact, ...]:
     """The run's files: its draws and plots, the target's own files (its data, fields), the method's,
-    and its fitted quantities (e.g. the adapted inverse mass matrix)."""
-    out = list(draw_files(job, method, target, result, tmp)) if has_draws else []
+    and its fitted quantities (e.g. the adapted inverse mass matrix). ``read``: the draws on the declared
+    parameters where user_draws computed them."""
+    out = list(draw_files(job, target, result, tmp, read)) if has_draws else []
     files = target.write_artifacts(tmp, result.draws if has_draws else None, evaluation)
     out += [Artifact(Path(path), folder) for folder, paths in [*files.items(), *result.artifacts.items()]
             for path in paths]
@@ -590,23 +598,24 @@ def run_files(job: RunSettings, method: Method, target, result: Result, evaluati
     return tuple(out)
 
 
-def draw_files(job: RunSettings, method: Method, target, result: Result, tmp: Path) -> list[Artifact]:
+def draw_files(job: RunSettings, target, result: Result, tmp: Path, read: np.ndarray | None = None) -> list[Artifact]:
     """draws.nc: one variable per parameter the user reads, with its shape, where the target names them
     (``parameter_shapes``: declared parameters, posteriordb's), else the sampled vector with its coordinates' names."""
     out = []
     if job.save_draws:
         path = tmp / "draws.nc"
-        draws_data(target, result).to_netcdf(str(path), engine="h5netcdf")
+        draws_data(target, result, read).to_netcdf(str(path), engine="h5netcdf")
         out.append(Artifact(path))
     return out
 
 
-def draws_data(target, result: Result):
-    """The run's draws as ArviZ InferenceData (draw_files)."""
+def draws_data(target, result: Result, read: np.ndarray | None = None):
+    """The run's draws as ArviZ InferenceData (draw_files); ``read``: the constrained draws where already computed."""
     shapes = target.parameter_shapes()
     if shapes is None:
         return convergence.to_inference_data(result.draws.numpy(), result.sample_stats, target.param_name,
                                              target.coordinate_names())
-    with torch.no_grad():
-        values = target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
-    return convergence.named_inference_data(values, shapes, result.sample_stats)
+    if read is None:
+        with torch.no_grad():
+            read = target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
+    return convergence.named_inference_data(read, shapes, result.sample_stats)

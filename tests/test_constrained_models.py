@@ -116,6 +116,25 @@ def test_a_run_reports_the_declared_names_on_the_compiled_path_and_in_its_draws_
     assert {"mu", "tau", "eta[0]", "eta[7]"} <= set(table.index), table.index
 
 
+@pytest.mark.slow
+def test_an_approximations_run_plots_the_declared_parameters_against_the_reference(store, tmp_path):
+    """method=vi on a model.params model: its reference run keeps the declared parameters' moments (tau's mean
+    positive, as posteriordb's), and the run's marginals plot is made from them."""
+    _, uri = store
+    run = run_ok(uri, ["run", "model=custom", f"model.log_density={EXAMPLE}:noncentered",
+                       "model.params={mu: real, tau: positive, eta: \"real[8]\"}", "method=vi",
+                       "reference.num_warmup=200", "reference.num_draws=200", "reference.n_chains=2"])
+    client = MlflowClient(tracking_uri=uri)
+    assert "plots/marginals.png" in {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+    reference_id = run.data.tags["reference_run_id"]
+    folder = client.download_artifacts(reference_id, "reference", str(tmp_path))
+    with np.load(Path(folder) / "moments.npz") as saved:
+        declared, sampled = saved["declared_mean"], saved["mean"]
+    gold = _reference("noncentered").mean(0)
+    assert declared[1] > 0 and sampled[1] < declared[1]  # tau, not log tau (E log tau < log E tau < E tau)
+    assert abs(declared[1] - gold[1]) < 0.5 * _reference("noncentered").std(0)[1], (declared[1], gold[1])
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["model.params={tau: postive}"], "model.params.tau='postive' is not a support"),
     (["model.params={tau: positive}", "model.dim=3"], "model.dim=3, but model.params declares 1"),
@@ -249,16 +268,29 @@ def test_an_overflowed_point_is_a_rejected_proposal_and_a_failure_at_finite_valu
     with pytest.raises(DensityError, match="raised ValueError"):
         CustomModel(log_density=f"{ROOT / 'tests' / 'models' / 'raises_far_out.py'}:density", dim=2).log_prob(
             torch.tensor([[0.0, 0.0], [5.0, 0.0]], dtype=torch.float64))
+    # a finite coordinate whose exp underflows to 0 (log sigma = -1e6: torch's Normal refuses the scale), as a
+    # step-size search sent a local-level model there: rejected, the other row evaluated
+    funnel = CustomModel(log_density=f"{ROOT / 'tests' / 'models' / 'random_walk_funnel.py'}:density", dim=502)
+    points = torch.zeros(2, 502, dtype=torch.float64)
+    points[1, 1] = -1.0e6
+    lp = funnel.log_prob(points)
+    assert lp[1] == -math.inf and torch.isfinite(lp[0])
+    points[1, 1] = -300.0  # control: a far but representable scale is the function's to evaluate, and it does
+    lp = funnel.log_prob(points)
+    assert torch.isfinite(lp).all() and lp[1] > lp[0]  # the funnel's neck: higher with the states equal
 
 
-def test_a_samplers_plots_show_the_declared_parameters_and_an_approximations_the_sampled_coordinates():
-    """The trace plots of a sampler's run on a model.params model are of the declared, constrained parameters by
-    name (tau > 0, 'tau' not 'unconstrained(tau)'); an approximation's stay on the sampled coordinates, where its
-    plots set them against the reference (the control); a target without named parameters keeps its coordinates."""
+def test_every_plot_shows_the_declared_parameters_against_the_references_moments_of_them():
+    """The plots of a run on a model.params model are of the declared, constrained parameters by name (tau > 0,
+    'tau' not 'unconstrained(tau)'): a sampler's, and an approximation's against the reference's moments of the
+    declared parameters (Reference.on_declared). Controls: a reference saved without those moments keeps an
+    approximation's plots on the sampled coordinates with the sampled moments; a target without named parameters
+    keeps its coordinates."""
     from types import SimpleNamespace
 
     from bayesx.result import Result
     from bayesx.runner import plotted_draws, user_draws
+    from bayesx.store.reference import Reference, declared_moments
 
     target = CustomModel(log_density=f"{EXAMPLE}:noncentered", params=NONCENTERED)
     q = torch.randn(2, 5, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -266,10 +298,26 @@ def test_a_samplers_plots_show_the_declared_parameters_and_an_approximations_the
     result = Result(draws=q)
     sampler, approximation = SimpleNamespace(family="sampler"), SimpleNamespace(family="approximation")
     read = user_draws(sampler, target, result)
-    drawn, (_, names) = plotted_draws(sampler, target, result, read)
-    assert names[:3] == ["mu", "tau", "eta[0]"] and np.allclose(drawn[..., 1], np.exp(-3.0))
-    drawn, (_, names) = plotted_draws(approximation, target, result, user_draws(approximation, target, result))
-    assert names[1] == "unconstrained(tau)" and np.allclose(drawn[..., 1], -3.0)
+    drawn, (_, names), against = plotted_draws(sampler, target, result, read)
+    assert names[:3] == ["mu", "tau", "eta[0]"] and np.allclose(drawn[..., 1], np.exp(-3.0)) and against is None
+
+    moments = declared_moments(target, q)
+    assert np.isclose(moments["declared_mean"][1], np.exp(-3.0)) and moments["declared_sd"][1] < 1e-12
+    flat_q = q.reshape(-1, 10).numpy()
+    reference = Reference(flat_q.mean(0), flat_q.std(0, ddof=1), 100.0, "run", 0.0, **moments)
+    read = user_draws(approximation, target, result)
+    drawn, (_, names), against = plotted_draws(approximation, target, result, read, reference)
+    assert names[1] == "tau" and np.allclose(drawn[..., 1], np.exp(-3.0))
+    assert np.isclose(against.mean[1], np.exp(-3.0)) and against.run_id == "run"
+    drawn, (_, names), against = plotted_draws(sampler, target, result, read, reference)
+    assert names[1] == "tau"
+
+    older = Reference(reference.mean, reference.sd, 100.0, "run", 0.0)  # saved before it kept declared moments
+    drawn, (_, names), against = plotted_draws(approximation, target, result, read, older)
+    assert names[1] == "unconstrained(tau)" and np.allclose(drawn[..., 1], -3.0) and against is older
+    drawn, (_, names), _ = plotted_draws(sampler, target, result, read, older)
+    assert names[1] == "tau"
     plain = CustomModel(log_density=f"{ROOT / 'tests' / 'models' / 'raises_far_out.py'}:density", dim=2)
     flat = Result(draws=torch.zeros(1, 3, 2, dtype=torch.float64))
     assert plotted_draws(sampler, plain, flat, user_draws(sampler, plain, flat))[1][1] is None
+    assert declared_moments(plain, flat.draws) == {}

@@ -11,6 +11,7 @@ one lies within its standard error of a long-run estimate.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -223,3 +224,26 @@ def test_the_hessian_in_blocks_of_rows_equals_autograds_in_one_pass(rows):
     scale = float(expected.abs().max())
     assert float((found - expected).abs().max()) < 1e-12 * scale
     assert float((found.roll(1, 0) - expected).abs().max()) > 1e-3 * scale
+
+
+def test_a_mode_search_that_keeps_rising_in_a_proper_funnel_starts_nuts_from_the_initial_points(tmp_path_factory):
+    """tests/models/random_walk_funnel.py, a local-level model (500 states) whose log pi on the unconstrained coordinates rises
+    without bound as sigma -> 0 though its posterior is proper (posteriordb's second-tier local_level is one):
+    NUTS's Laplace start finds no mode, and the run starts from the initial points with a warning instead of
+    stopping. The control: the mode search itself does run away on it (the Laplace method's fit fails)."""
+    from cli_helpers import run_ok
+
+    from bayesx.methods.common.optimize import LaplaceFailed, fit_laplace
+    from bayesx.targets.custom import CustomModel
+
+    spec = f"{Path(__file__).parent / 'models' / 'random_walk_funnel.py'}:density"
+    target = CustomModel(log_density=spec, dim=502)
+    start = target.initial_point(2, torch.Generator().manual_seed(0))
+    with pytest.raises(LaplaceFailed, match="still rising"):
+        fit_laplace(target, prepared(target, start), start)
+    with isolated_store(tmp_path_factory, "laplace_funnel") as (_, uri):
+        run = run_ok(uri, ["run", "model=custom", f"model.log_density={spec}", "model.dim=502", "method=nuts",
+                           "method.num_warmup=30", "method.num_draws=20", "method.max_draws=null",
+                           "method.raise_target_accept=[]", "n_chains=2", "progress=false", "plots.n_coords=0"])
+    assert run.data.tags["init"] == "prior (no mode)", run.data.tags
+    assert "no Laplace start: the mode search diverged" in run.data.tags["health_warnings"], run.data.tags

@@ -228,3 +228,4 @@ def test_the_horseshoe_scales_are_compared_on_the_log_scale_where_their_moments_
     assert reference_errors(moved, post.compared(second))["ref_mean_err_max"] > 0.4
     other = load("sv_latent")
     assert other.compared(other.reference) is other.reference
+

@@ -19,6 +19,11 @@ options, the dtype) and of the reference settings. A later run of the same poste
 and downloads its moments instead of sampling again; the run that uses it is tagged
 ``reference_run_id``. Its wall time is its own (``wall_time_s`` of the reference run), never hidden in
 the wall time of the run that asked for it.
+
+Where the target declares its parameters (``parameter_shapes``: a ``model.params`` model, a Pyro model,
+posteriordb's), the reference also keeps the moments of those parameters, constrained
+(``declared_mean``, ``declared_sd``), so that an approximation's plots are read on the parameters the user
+named; a reference saved before it kept them is plotted on the sampled coordinates.
 """
 
 from __future__ import annotations
@@ -56,10 +61,19 @@ class Reference:
     run_id: str
     seconds: float  # spent by this process computing and recording it: 0 when reused from the store
     not_cached: str | None = None  # why it could not be saved in the store (then later runs compute it again)
+    declared_mean: np.ndarray | None = None  # the declared parameters' moments, constrained (module docstring)
+    declared_sd: np.ndarray | None = None
 
     @property
     def computed_now(self) -> bool:
         return self.seconds > 0
+
+    def on_declared(self) -> "Reference | None":
+        """The reference with the declared parameters' moments as its own; None where it has none."""
+        if self.declared_mean is None or self.declared_sd is None:
+            return None
+        return Reference(self.declared_mean, self.declared_sd, self.ess_bulk_min, self.run_id, self.seconds,
+                         self.not_cached)
 
 
 def cache_key(identity: dict, settings: ReferenceSettings) -> str:
@@ -82,7 +96,9 @@ def obtain(target, identity: dict, settings: ReferenceSettings, tracker, names: 
             folder = tracker.download(found, FOLDER, Path(tmp))
             if folder is not None and (folder / FILE).is_file():
                 with np.load(folder / FILE) as saved:
-                    return Reference(saved["mean"], saved["sd"], float(saved["ess_bulk_min"]), found, 0.0)
+                    declared = {k: saved[k] for k in ("declared_mean", "declared_sd") if k in saved.files}
+                    return Reference(saved["mean"], saved["sd"], float(saved["ess_bulk_min"]), found, 0.0,
+                                     **declared)
     return _compute(target, identity, settings, tracker, key, names, parent_run_id, progress, datasets,
                     compile, density_identity)
 
@@ -123,8 +139,9 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
         if not (np.isfinite(mean).all() and np.isfinite(sd).all()):
             raise RecordedFailure("the NUTS reference posterior has non-finite moments (is the posterior proper?); "
                               "set reference.enabled=false to run without it")
+        declared = declared_moments(target, result.draws)
         path = Path(tmp) / FILE
-        np.savez(path, mean=mean, sd=sd, ess_bulk_min=diagnostics["ess_bulk_min"])
+        np.savez(path, mean=mean, sd=sd, ess_bulk_min=diagnostics["ess_bulk_min"], **declared)
         metrics = {**{k: float(v) for k, v in diagnostics.items()}, **result.timings,
                    "wall_time_s": time.perf_counter() - start}
         shown = ("ess_bulk_min", "rhat_max", "wall_time_s")
@@ -138,7 +155,22 @@ def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: 
                                            artifacts=(Artifact(path, FOLDER),),
                                            summary=Summary(compared=shown, description=description)))
         run_id = run.run_id
-    return Reference(mean, sd, float(diagnostics["ess_bulk_min"]), run_id, time.perf_counter() - start, not_cached)
+    return Reference(mean, sd, float(diagnostics["ess_bulk_min"]), run_id, time.perf_counter() - start, not_cached,
+                     **declared)
+
+
+def declared_moments(target, draws: torch.Tensor) -> dict[str, np.ndarray]:
+    """The mean and sd of the declared parameters, constrained (``target.constrain``), over the pooled draws;
+    empty where the target declares none (``parameter_shapes`` is None) or they are not finite."""
+    if target.parameter_shapes() is None:
+        return {}
+    with torch.no_grad():
+        read = target.constrain(draws.to(target.dtype)).double().cpu().numpy()
+    flat = read.reshape(-1, read.shape[-1])
+    mean, sd = flat.mean(0), flat.std(0, ddof=1)
+    if not (np.isfinite(mean).all() and np.isfinite(sd).all()):
+        return {}
+    return {"declared_mean": mean, "declared_sd": sd}
 
 
 def _store(run, record: RunRecord) -> str | None:

@@ -387,8 +387,8 @@ class CustomModel(TargetBase):
         return self._no_gradient
 
     def log_prob(self, q: Tensor) -> Tensor:
-        """The user's log density at each row of ``q`` (..., dim). Where it raises on a batch, the rows whose
-        coordinates or constrained values have overflowed (inf or NaN: where a diverging sampler went, and where
+        """The user's log density at each row of ``q`` (..., dim). Where it raises on a batch, the rows out of the
+        floating-point range (:meth:`_representable_rows`: where a diverging sampler went, and where
         ``torch.distributions``' argument checks raise) get log density -inf and the others are evaluated alone, so
         the sampler rejects that proposal, as Stan rejects one whose density raises a domain error. A failure at
         finite values is the user's function failing: one line, and the run stops with what it had."""
@@ -396,7 +396,7 @@ class CustomModel(TargetBase):
         try:
             return self._batched(flat).reshape(q.shape[:-1])
         except Exception as exc:  # noqa: BLE001 - the user's function failed mid-run: one line, the run stops
-            finite = self._finite_rows(flat)
+            finite = self._representable_rows(flat)
             if not bool(finite.all()):
                 try:
                     return self._without(flat, finite).reshape(q.shape[:-1])
@@ -408,11 +408,14 @@ class CustomModel(TargetBase):
                                f"{flat.shape[0]} points (e.g. {self._failing_row(flat)}); the run stopped with what "
                                f"it had") from None
 
-    def _finite_rows(self, flat: Tensor) -> Tensor:
-        """Rows whose unconstrained coordinates and constrained values are all finite (bool, (n,))."""
+    def _representable_rows(self, flat: Tensor) -> Tensor:
+        """Rows (bool, (n,)) whose unconstrained coordinates are below log(largest float) in size (about 709.8 in
+        float64), so that exp of each, and of its negative, is a positive finite number (a user's ``q.exp()`` as a
+        scale is not 0), and whose constrained values are finite: the rows where a failure is the function's own."""
         with torch.no_grad():
-            finite = torch.isfinite(flat).all(-1)
-            return finite & torch.isfinite(self.constrain(flat.detach())).reshape(len(flat), -1).all(-1)
+            far = math.log(torch.finfo(flat.dtype).max)
+            inside = (flat.abs() < far).all(-1)
+            return inside & torch.isfinite(self.constrain(flat.detach())).reshape(len(flat), -1).all(-1)
 
     def _without(self, flat: Tensor, finite: Tensor) -> Tensor:
         """log pi at the ``finite`` rows, -inf at the others (differentiable in the finite rows)."""

@@ -25,7 +25,9 @@ class LaplaceFailed(BayesxError):
 
 
 class NoMode(BayesxError):
-    """The mode search ended in a funnel's neck (:func:`in_a_neck`): no Gaussian there is a start."""
+    """The mode search gave no Gaussian to start from: it ended in a funnel's neck (:func:`in_a_neck`), kept rising
+    (a density without a maximum: a proper posterior's funnel, as a local-level model's as its state noise goes to
+    0, or an improper posterior), or ended where the density or its Hessian is unusable (LaplaceFailed)."""
 
 
 RUNAWAY = 1.0
@@ -209,8 +211,8 @@ def fit_laplace(target, density: Density, start: Tensor, max_iter: int = 500) ->
     n_grad_evals += climbed.calls
     if climbed.ran_away:
         raise LaplaceFailed(f"the mode search diverged: still rising by {climbed.rise:.3g} nats after {n_grad_evals} "
-                            f"gradients, so log pi has no maximum (an improper posterior, or a missing Jacobian "
-                            f"term?); check the density")
+                            f"gradients, so log pi has no maximum (a funnel rising without bound as a scale goes to 0, "
+                            f"an improper posterior, or a missing Jacobian term)")
     log_prob = float(lp[best])
     climbed_log_prob = float(density.logp(climbed.point)[0])
     if climbed_log_prob - log_prob >= RUNAWAY:  # the first search had stopped short: the climb's end is the mode
@@ -250,13 +252,14 @@ def gaussian_start(mean: Tensor, cov: Tensor, start: Tensor, gen: torch.Generato
 def laplace_start(target, density: Density, start: Tensor, gen: torch.Generator, mass: str) -> tuple[Tensor, Tensor]:
     """MCMC's ``init=laplace``: the chains start at draws from N(mode, H^-1), the metric at H^-1.
 
-    Raises NoMode where the search ended in a funnel's neck (:func:`in_a_neck`); a Gaussian there would start every
-    chain in the neck, so the caller starts from the initial points. Raises BayesxError with fit_laplace's reason where there is no Laplace
-    approximation (a search that keeps rising: an improper posterior, a missing Jacobian term)."""
+    Raises NoMode where the search ended in a funnel's neck (:func:`in_a_neck`), where a Gaussian would start every
+    chain in the neck, and with fit_laplace's reason where there is no Laplace approximation (a search that keeps
+    rising, which a proper posterior's funnel does as well as an improper posterior): the caller then starts from
+    the initial points, and the sampler's own checks (a ridge, a +inf density) name an improper posterior."""
     try:
         laplace = fit_laplace(target, density, start)
     except LaplaceFailed as exc:
-        raise BayesxError(f"{exc}; use method.init=prior") from None
+        raise NoMode(f"no Laplace start: {exc}") from None
     neck, at_mode, at_start = in_a_neck(density, laplace.mode[None], start.mean(0, keepdim=True))
     if neck:
         raise NoMode(f"the Laplace mode search ended in a funnel's neck or at the edge of the support after "
