@@ -136,6 +136,30 @@ def test_a_wrong_operator_is_caught_by_the_check_and_never_used(monkeypatch):
         compiled.compiled_density(lambda q: -q.exp().sum(-1) - q.square().sum(-1), 3, torch.float64)
 
 
+def _unbound_walk(q):
+    """A random walk written as users write one: the states unbound into one tensor per step, a Python loop over
+    them, the data split into pieces too (a constant's unbind)."""
+    x = q.unbind(-1)
+    y = DATA.unbind(0)
+    lp = -0.5 * x[0] ** 2
+    for t in range(1, len(x)):
+        lp = lp - 0.5 * ((x[t] - x[t - 1]) / 0.5) ** 2 - 0.5 * (y[t] - x[t]) ** 2
+    return lp + sum(piece.sum(-1) for piece in q.split(3, -1)) * 0.1
+
+
+def test_multi_output_views_are_written_as_plain_c():
+    """unbind and split (of the parameters and of the data) are views read through by their pieces, as one
+    Python loop over a state vector uses them (posteriordb's second-tier local_level and sv_latent): plain C, not
+    AOTInductor's minutes. Control: an operator with several outputs that are not views of its input is still
+    refused, with the reason."""
+    _agrees(_unbound_walk, 8)
+
+    def with_sort(q):
+        return torch.sort(q, -1).values.sum(-1) - q.square().sum(-1)
+    with pytest.raises(compiled.NotCompiled, match=r"as plain C: .*(several outputs|sort)"):
+        compiled.compiled_density(with_sort, 3, torch.float64)
+
+
 def test_an_operator_without_c_goes_to_aotinductor_with_the_reason():
     def log_prob(q):
         return torch.linalg.eigvalsh(q[..., :, None] * q[..., None, :]).sum(-1) - q.square().sum(-1)

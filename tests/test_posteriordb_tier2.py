@@ -229,3 +229,28 @@ def test_the_horseshoe_scales_are_compared_on_the_log_scale_where_their_moments_
     other = load("sv_latent")
     assert other.compared(other.reference) is other.reference
 
+
+
+@pytest.mark.slow  # about 2 s of C compile each
+@pytest.mark.parametrize("name", TIER2_NAMES)
+def test_every_second_tier_posterior_is_written_as_plain_c_and_equals_autograd(name, tmp_path, monkeypatch):
+    """The second tier as users write it (loops over unbound states, torch.distributions, 100,000 rows of data)
+    compiles as plain C, never AOTInductor's minutes (local_level's unbound states went there until the writer
+    took multi-output views), and its log density and gradient equal autograd's."""
+    import shutil
+
+    from bayesx.native import compiled
+    from bayesx.native import logistic as native
+
+    if not (native.available() and shutil.which("cc")):
+        pytest.skip("no C compiler here")
+    monkeypatch.setenv("BAYESX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(compiled, "_compile", lambda *args: (_ for _ in ()).throw(compiled.NotCompiled("AOT off")))
+    target = PosteriorDB(name=name)
+    q = target.initial_point(3, torch.Generator().manual_seed(7))
+    density = compiled.compiled_density(target.autograd_log_prob(), target.dim, torch.float64)
+    assert density.compiler == "plain C"
+    lp, grad = density.log_prob_and_grad(q)
+    expected, expected_grad = target.log_prob_and_grad(q)
+    torch.testing.assert_close(lp, expected, rtol=1e-10, atol=1e-9)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-9, atol=1e-9)

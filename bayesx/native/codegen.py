@@ -411,9 +411,16 @@ class _Writer:
         args = torch.fx.node.map_arg(node.args, self.env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, self.env.__getitem__)
         target = node.target
-        if target is operator.getitem:
-            raise Unsupported("an operation with several outputs")
         dynamic = any(n in self.dynamic for n in node.all_input_nodes)
+        if target is operator.getitem:  # one tensor of a multi-output view (unbind, split): a view, no code
+            base, index = args
+            if not isinstance(base, tuple) or not isinstance(index, int):
+                raise Unsupported("an operation with several outputs")
+            self.env[node] = base[index]
+            if dynamic:
+                self.dynamic.add(node)
+                self._note_lifetime(node)  # the view keeps its base's buffer alive until its last reader
+            return
         schema = getattr(target, "_schema", None)
         mutable = schema is not None and schema.is_mutable
         if target in DATA_IN_PLACE or (mutable and _functional(target) in HANDLERS):
@@ -423,6 +430,11 @@ class _Writer:
             raise Unsupported(f"no C for the in-place operator {target}")
         if not dynamic or target in VALUE_FREE:
             value = target(*args, **kwargs)
+            if target in VIEWS and _all_tensors(value):  # a constant's pieces (unbind, split)
+                for piece in value:
+                    self._constant(piece)
+                self.env[node] = tuple(value)
+                return
             if not isinstance(value, Tensor):
                 raise Unsupported(f"no C for the operator {target} (it returns {type(value).__name__})")
             self._constant(value)
@@ -434,9 +446,12 @@ class _Writer:
         if target in RESHAPES:
             args = self._viewable(target, args, kwargs)
         value = target(*args, **kwargs)
+        shared = {self._storage_key(t) for t in _tensors(args) | _tensors(kwargs)}
+        if target in VIEWS and _all_tensors(value) and all(self._storage_key(t) in shared for t in value):
+            self.env[node] = tuple(value)  # views of the input, one per piece: read through by operator.getitem
+            return
         if not isinstance(value, Tensor):
             raise Unsupported(f"no C for the operator {target} (it returns {type(value).__name__})")
-        shared = {self._storage_key(t) for t in _tensors(args) | _tensors(kwargs)}
         if self._storage_key(value) in shared:  # a view: no code, read through its strides
             if target not in VIEWS and target not in METADATA_IN_PLACE:
                 raise Unsupported(f"{target} returned its input's storage")
@@ -541,6 +556,11 @@ def _functional(target):
         return None
     functional = getattr(aten, name[:-1], None)
     return getattr(functional, target._overloadname, None) if functional is not None else None
+
+
+def _all_tensors(value) -> bool:
+    """Whether ``value`` is a multi-output operator's tuple or list of tensors (unbind's, split's)."""
+    return isinstance(value, (tuple, list)) and len(value) > 0 and all(isinstance(t, Tensor) for t in value)
 
 
 def _tensors(value) -> set:
