@@ -26,7 +26,7 @@ class PlotSettings(Settings):
 
 @dataclass(frozen=True)
 class ReferenceSettings(Settings):
-    """The cached NUTS reference posterior (bayesx.store.reference)."""
+    """The cached NUTS reference posterior (bayesx.methods.reference)."""
 
     enabled: bool | None = None  # null: on for approximate draws on models without exact moments
     num_warmup: Annotated[int, AtLeast(0)] = 500

@@ -38,8 +38,8 @@ from bayesx.store.checkpoint import FOLDER as CHECKPOINT
 from bayesx.store.checkpoint import WALL_TIME, Resume, RunCheckpoint, load_resume, patient_interrupts, recording
 from bayesx.store.provenance import data_inputs, provenance_tags
 from bayesx.store.record import Artifact, RunRecord, RunStart, Summary
-from bayesx.store.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, posterior_error
-from bayesx.store.reference import remark as reference_remark
+from bayesx.methods.reference import KEY_TAG, USED_TAG, Reference, cache_key, obtain, posterior_error
+from bayesx.methods.reference import remark as reference_remark
 from bayesx.store.run_note import describe_run
 from bayesx.store.tracking import Tracker, check_store
 from bayesx.targets.base import Capabilities, Evaluation
@@ -137,7 +137,7 @@ def apply_data_default(cfg: DictConfig, choices: dict[str, str], task_overrides:
     applies when the data group was left at the global default by both the command line and the experiment."""
     from omegaconf import open_dict
 
-    from bayesx.cli.config import conf_dir
+    from bayesx.settings import conf_dir
 
     name = capabilities_of(cfg.model).default_data
     keys = [o.split("=")[0].lstrip("+~") for o in task_overrides]

@@ -270,3 +270,18 @@ def takes(schema: type[Settings], group: str):
         return checked
 
     return wrap
+
+
+# --- where the configs live ------------------------------------------------------------------------
+def conf_dir() -> Path:
+    """The project's ``conf/`` folder (next to the package in a source checkout)."""
+    here = Path(__file__).resolve().parent  # the bayesx package
+    for candidate in (here.parent / "conf", here / "conf"):
+        if (candidate / "config.yaml").exists():
+            return candidate
+    raise BayesxError(f"cannot find the bayesx config folder next to {here}; install bayesx from its source checkout (pip install -e .)")
+
+
+def group_choices(group: str) -> list[str]:
+    folder = conf_dir() / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []

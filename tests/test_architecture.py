@@ -1,5 +1,6 @@
-"""The package layout ARCHITECTURE.md describes, checked from the source: no import circle among bayesx's modules,
-at most eight top-level modules, and MLflow imported only by the store and the serving package.
+"""The package layout ARCHITECTURE.md describes, checked from the source: no import circle among bayesx's modules
+nor among its packages (``kernels``, ``methods``, ``store``, ... and the top-level modules, each its own node), at
+most eight top-level modules, and MLflow imported only by the store and the serving package.
 
 Imports are read from the syntax tree (every ``import`` and ``from ... import``, at module level or inside a
 function), so an import deferred into a function to dodge a circle at load time still counts as an edge.
@@ -90,6 +91,22 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``bayesx.methods.mcmc.nuts`` -> ``methods``; a top-level module is its own
+    (``bayesx.runner`` -> ``runner``), and ``bayesx`` itself is ``bayesx``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """package -> the packages its modules import (an edge of the module graph between two packages)."""
+    out: dict[str, set[str]] = {}
+    for module, edges in graph.items():
+        here = package_of(module)
+        out.setdefault(here, set()).update(p for p in map(package_of, edges) if p != here)
+    return out
+
+
 def top_level_modules(package: Path = PACKAGE) -> list[str]:
     return sorted(p.name for p in package.glob("*.py"))
 
@@ -133,6 +150,21 @@ def test_cycle_finder_finds_a_circle_through_a_deferred_import(tmp_path):
     assert find_cycle(graph) is None
 
 
+def test_package_cycle_finder_finds_a_circle_of_packages_without_one_of_modules(tmp_path):
+    """kernels.a -> nn.b -> methods.c -> kernels.d: no module imports itself back, but the packages go round."""
+    package = _synthetic_package(tmp_path, {
+        "__init__.py": "", "kernels/__init__.py": "", "nn/__init__.py": "", "methods/__init__.py": "",
+        "kernels/a.py": "from bayesx.nn import b\n",
+        "nn/b.py": "def f():\n    from bayesx.methods.c import g\n",
+        "methods/c.py": "import bayesx.kernels.d\n",
+        "kernels/d.py": "import os\n",
+    })
+    graph = import_graph(modules(package))
+    assert find_cycle(graph) is None
+    cycle = find_cycle(package_graph(graph))
+    assert cycle is not None and set(cycle) == {"kernels", "nn", "methods"}
+
+
 def test_top_level_count_and_mlflow_rule_see_a_violation(tmp_path):
     files = {f"m{i}.py": "" for i in range(MAX_TOP_LEVEL + 1)}
     files.update({"store/__init__.py": "", "store/ok.py": "import mlflow\n",
@@ -149,6 +181,14 @@ def test_no_import_circle_among_bayesx_modules():
     assert len(graph) > 100 and sum(map(len, graph.values())) > 200  # the graph was really read
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_no_import_circle_among_bayesx_packages():
+    """The packages form layers (a package imports only those below it), function-level imports included."""
+    packages = package_graph(import_graph(modules()))
+    assert {"kernels", "methods", "store", "cli", "runner"} <= set(packages)  # the graph was really read
+    cycle = find_cycle(packages)
+    assert cycle is None, "import circle between packages: " + " -> ".join(cycle)
 
 
 def test_at_most_eight_top_level_modules():

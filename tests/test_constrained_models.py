@@ -290,7 +290,7 @@ def test_every_plot_shows_the_declared_parameters_against_the_references_moments
 
     from bayesx.result import Result
     from bayesx.runner import plotted_draws, user_draws
-    from bayesx.store.reference import Reference, declared_moments
+    from bayesx.methods.reference import Reference, declared_moments
 
     target = CustomModel(log_density=f"{EXAMPLE}:noncentered", params=NONCENTERED)
     q = torch.randn(2, 5, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

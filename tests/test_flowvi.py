@@ -162,7 +162,7 @@ def test_cli_rejects_a_coupling_flow_in_one_dimension(tmp_path_factory):
 
 # --- issue 34: the Gaussian VI frame and the convergence rule ---------------------------------------------------
 def test_fixed_affine_layer_maps_whitened_coordinates_and_inverts():
-    from bayesx.methods.common.distributions import GaussianQ
+    from bayesx.nn.distributions import GaussianQ
     from bayesx.nn.flows.base import FixedAffine
 
     scale = torch.tensor([[0.5, 0.0, 0.0], [0.3, 0.02, 0.0], [-1.0, 0.4, 2.0]], dtype=torch.float64)

@@ -11,7 +11,7 @@ import torch
 from cli_helpers import assert_rejected, isolated_store
 
 from bayesx.kernels.backend import on_pytorch
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi import gap
 from bayesx.methods.vi.frame import AffineFrame, IdentityFrame

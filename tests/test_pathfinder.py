@@ -32,7 +32,7 @@ from bayesx.methods.base import RunInputs
 from bayesx.methods.mcmc.nuts import NUTS
 from bayesx.methods.vi.pathfinder import Pathfinder
 from bayesx.result import Result
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.vi.pathfinder import pooled_particles
 from bayesx.methods.common.pathfinder import (PathSettings, diagonal_update, inverse_hessian, lbfgs_iterates, local_gaussians,
                                meets_curvature, single_path)

@@ -214,7 +214,7 @@ def test_a_peer_run_sits_beside_the_bayesx_runs_of_its_sweep(sweep):
 
 
 def test_a_reference_posterior_made_in_a_sweep_is_named_not_tabulated():
-    """The NUTS reference (bayesx.store.reference) is a child of the sweep like its jobs, but not a row of it."""
+    """The NUTS reference (bayesx.methods.reference) is a child of the sweep like its jobs, but not a row of it."""
     import pandas as pd
 
     from bayesx.reports.report import reference_lines, select_sweep

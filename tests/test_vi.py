@@ -22,7 +22,7 @@ from cli_helpers import isolated_store, run_ok
 
 from bayesx.diagnostics.importance import weight_summary
 from bayesx.methods.base import RunInputs
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.vi.gaussian import GaussianVI
 from bayesx.targets.gaussian import Gaussian
 from method_helpers import prepared

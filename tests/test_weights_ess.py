@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bayesx.diagnostics.importance import ESS_FRACTION_LIMIT, KHAT_LIMIT, draw_checks
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, Fit
 from bayesx.targets.gaussian import Gaussian

@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from bayesx.errors import BayesxError
+from bayesx.settings import conf_dir, group_choices
 from bayesx.cli.launchers import PLUGINS, missing_plugin
 
 GROUPS = ("model", "data", "method", "device", "tracking", "experiment")
-
-
-def conf_dir() -> Path:
-    """The project's ``conf/`` folder (next to the package in a source checkout)."""
-    here = Path(__file__).resolve().parents[1]  # the bayesx package
-    for candidate in (here.parent / "conf", here / "conf"):
-        if (candidate / "config.yaml").exists():
-            return candidate
-    raise BayesxError(f"cannot find the bayesx config folder next to {here}; install bayesx from its source checkout (pip install -e .)")
-
-
-def group_choices(group: str) -> list[str]:
-    folder = conf_dir() / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
 def default_choices() -> dict[str, str]:
@@ -42,18 +28,6 @@ def default_choices() -> dict[str, str]:
 
 def all_group_choices() -> dict[str, list[str]]:
     return {g: group_choices(g) for g in GROUPS}
-
-
-def methods_of_family(family: str) -> list[str]:
-    """The ``method`` choices whose class belongs to ``family`` (sampler, approximation, trainer)."""
-    from hydra.utils import get_class
-
-    names = []
-    for name in group_choices("method"):
-        target = OmegaConf.load(conf_dir() / "method" / f"{name}.yaml").get("_target_")
-        if target is not None and get_class(str(target)).family == family:
-            names.append(name)
-    return names
 
 
 def _suggest(word: str, options: list[str]) -> str:

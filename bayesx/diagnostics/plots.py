@@ -12,7 +12,7 @@
                                 momentum resampling explores the energy levels slowly
     approximation  marginals.png  the marginals of the k coordinates whose means sit furthest from the reference
                                 posterior's, |mean_j - mean_ref_j| / sd_ref_j, over the reference's normal density
-                                N(mean_ref_j, sd_ref_j^2) (bayesx.store.reference keeps the reference's moments); the
+                                N(mean_ref_j, sd_ref_j^2) (bayesx.methods.reference keeps the reference's moments); the
                                 Pareto k-hat of the importance weights in the title. Independent draws get no trace
     trainer        elbo.png     the ELBO per epoch (train, and test where evaluated)
 

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from bayesx.store.checkpoint import RunCheckpoint, Resume
 from bayesx.errors import BayesxError
+from bayesx.methods.registry import methods_of_family
 from bayesx.result import Result
 from bayesx.run_settings import default_compile_policy
 from bayesx.settings import Settings, configure
@@ -111,7 +112,6 @@ def family_class(family: str) -> type[Method]:
 
 def check_fits(method: Method, target, method_choice: str, model_choice: str) -> None:
     """Samplers and approximations need a posterior (with a gradient if they use one); trainers a trained model."""
-    from bayesx.cli.config import methods_of_family  # the choices are read from conf/method, not listed here
     if method.family == "trainer" and target.capabilities.posterior:
         raise BayesxError(f"method={method_choice} trains a VAE; use model=vae (got model={model_choice})")
     if method.family != "trainer" and not target.capabilities.posterior:

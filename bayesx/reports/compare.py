@@ -129,7 +129,7 @@ def compare_table(df, sort: str | None, ascending: bool, id_chars: int | None = 
     if df.empty:
         return pd.DataFrame(columns=[*IDENTITY_COLUMNS, "check"])
     method = df.get("tags.method")
-    if "tags.role" in df and method is not None:  # a reference posterior's run (bayesx.store.reference) says so
+    if "tags.role" in df and method is not None:  # a reference posterior's run (bayesx.methods.reference) says so
         method = method.where(df["tags.role"] != "reference", "nuts (reference)")
     table = pd.DataFrame({
         "run_id": df["run_id"].str[:id_chars],

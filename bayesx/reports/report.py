@@ -137,7 +137,7 @@ def load_published(path: Path) -> Published:
 
 def published_dir() -> Path:
     """``results/published`` of the source checkout (beside ``conf/``)."""
-    from bayesx.cli.config import conf_dir
+    from bayesx.settings import conf_dir
 
     return conf_dir().parent / "results" / "published"
 
@@ -151,7 +151,7 @@ def preset_name(overrides: str) -> str | None:
 def preset_swept_keys(name: str | None) -> list[str]:
     """The config keys the preset ``name`` sweeps itself (its ``hydra.sweeper.params``, rows aside): they say
     what each run is even when the command line names none of them (``experiment=posteriordb`` sweeps model.name)."""
-    from bayesx.cli.config import conf_dir
+    from bayesx.settings import conf_dir
 
     path = conf_dir() / "experiment" / f"{name}.yaml" if name else None
     if path is None or not path.is_file():
@@ -170,7 +170,7 @@ class Sweep:
     parent: dict[str, object]
     runs: object  # pandas.DataFrame
     uri: str
-    references: object = None  # the reference posteriors' runs made in the sweep (bayesx.store.reference), not rows
+    references: object = None  # the reference posteriors' runs made in the sweep (bayesx.methods.reference), not rows
 
     @property
     def parent_id(self) -> str:

@@ -56,6 +56,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from bayesx.errors import BayesxError, RunInterrupted
+from bayesx.store.credentials import check_credentials
 from bayesx.store.record import DataInput, RunRecord, RunStart
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -106,8 +107,6 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     except (OSError, ValueError) as exc:
         raise BayesxError(f"cannot reach the MLflow tracking server at {uri} ({exc.strerror or exc}); "
                           "start it (mlflow server) or set tracking.uri / MLFLOW_TRACKING_URI") from None
-    from bayesx.serve.auth import check_credentials
-
     check_credentials(uri)  # a wrong password is one line here, not a failure after the run
 
 

@@ -158,7 +158,7 @@ class ModelBase:
     def content_digests(self) -> dict[str, str]:
         """Digests of the files that define this model, by the option that names each (a user's density
         and data files): what identifies the posterior is their content, not their paths (the reference
-        posterior's cache key, bayesx.store.reference)."""
+        posterior's cache key, bayesx.methods.reference)."""
         return {}
 
 

@@ -46,7 +46,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from bayesx.methods.common.distributions import LOG_2PI, GaussianQ
+from bayesx.nn.distributions import LOG_2PI, GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.frame import FrameChoice, fit_frame

@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.errors import RunInterrupted
 from bayesx.kernels.density import Density
 from bayesx.methods.base import RunInputs

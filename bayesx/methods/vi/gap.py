@@ -98,7 +98,7 @@ from torch import Tensor
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.frame import FrameChoice, IdentityFrame, fit_frame
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.common.progress import interruptible, progress_bar
 from bayesx.settings import AtLeast, Between, InvalidSetting, Positive
 

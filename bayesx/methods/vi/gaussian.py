@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.kernels.density import Density
 from bayesx.methods.common.optimize import climb, in_a_neck
 from bayesx.methods.base import RunInputs

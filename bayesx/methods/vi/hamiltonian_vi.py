@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
 from bayesx.methods.vi.windows import ElboWindows

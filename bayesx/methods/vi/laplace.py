@@ -25,7 +25,7 @@ from bayesx import memory
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.common.optimize import LaplaceFailed, fit_laplace, fixed_normal_draws
 from bayesx.settings import AtLeast
 

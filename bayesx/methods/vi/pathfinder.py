@@ -20,7 +20,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.base import RunInputs
 from bayesx.methods.vi.family import Approximation, ApproximationSettings, Fit, Particles
 from bayesx.methods.common.pathfinder import PathFailed, PathSettings, single_path

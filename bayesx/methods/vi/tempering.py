@@ -27,7 +27,7 @@ from bayesx.kernels import hmc, rwm
 from bayesx.kernels.density import Density
 from bayesx.kernels.metric import Metric, identity_metric, make_metric
 from bayesx.methods.vi.family import ApproximationSettings
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.methods.common.optimize import LaplaceFailed, fit_laplace
 from bayesx.settings import AtLeast, Positive
 

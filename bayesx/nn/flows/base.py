@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from bayesx.methods.common.distributions import GaussianQ
+from bayesx.nn.distributions import GaussianQ
 from bayesx.errors import BayesxError
 
 

@@ -43,8 +43,11 @@ import yaml
 
 from bayesx.diagnostics import convergence
 from bayesx.errors import RecordedFailure, RunInterrupted
-from bayesx.store.record import Artifact, RunRecord, RunStart, Summary
+from bayesx.methods.base import RunInputs
+from bayesx.methods.mcmc.nuts import NUTS  # the reference is a product run like any other
 from bayesx.run_settings import ReferenceSettings
+from bayesx.store.record import Artifact, RunRecord, RunStart, Summary
+from bayesx.store.run_note import describe_run
 from bayesx.store.tracking import ERROR_TAG
 
 ROLE_TAG, KEY_TAG, USED_TAG = "role", "reference_key", "reference_run_id"
@@ -106,10 +109,6 @@ def obtain(target, identity: dict, settings: ReferenceSettings, tracker, names: 
 def _compute(target, identity: dict, settings: ReferenceSettings, tracker, key: str, names: dict[str, str],
              parent_run_id: str | None, progress: bool | None, datasets: tuple = (), compile: str = "auto",
              density_identity: str | None = None) -> Reference:
-    from bayesx.methods.base import RunInputs
-    from bayesx.methods.mcmc.nuts import NUTS  # the reference is a product run like any other
-    from bayesx.store.run_note import describe_run
-
     start = time.perf_counter()
     model, data = names.get("model", "model"), names.get("data", "none")
     tags = {ROLE_TAG: "reference", KEY_TAG: key, "method": "nuts", "model": model, "data": data,
