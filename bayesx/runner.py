@@ -564,8 +564,7 @@ def user_draws(method: Method, target, result: Result) -> np.ndarray | None:
     p), named ``target.reported_names()``); None for a trainer."""
     if method.family not in ("sampler", "approximation"):
         return None
-    with torch.no_grad():
-        return target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
+    return target.read_draws(result.draws)
 
 
 def plotted_draws(method: Method, target, result: Result, read: np.ndarray | None, reference=None):
@@ -615,7 +614,5 @@ def draws_data(target, result: Result, read: np.ndarray | None = None):
     if shapes is None:
         return convergence.to_inference_data(result.draws.numpy(), result.sample_stats, target.param_name,
                                              target.coordinate_names())
-    if read is None:
-        with torch.no_grad():
-            read = target.constrain(result.draws.to(target.dtype)).double().cpu().numpy()
-    return convergence.named_inference_data(read, shapes, result.sample_stats)
+    return convergence.named_inference_data(target.read_draws(result.draws) if read is None else read, shapes,
+                                            result.sample_stats)

@@ -163,8 +163,7 @@ def declared_moments(target, draws: torch.Tensor) -> dict[str, np.ndarray]:
     empty where the target declares none (``parameter_shapes`` is None) or they are not finite."""
     if target.parameter_shapes() is None:
         return {}
-    with torch.no_grad():
-        read = target.constrain(draws.to(target.dtype)).double().cpu().numpy()
+    read = target.read_draws(draws)
     flat = read.reshape(-1, read.shape[-1])
     mean, sd = flat.mean(0), flat.std(0, ddof=1)
     if not (np.isfinite(mean).all() and np.isfinite(sd).all()):

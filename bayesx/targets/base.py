@@ -206,6 +206,12 @@ class TargetBase(ModelBase):
         itself, unless the target samples a transformed space (posteriordb: Stan's unconstrained parameters)."""
         return q
 
+    def read_draws(self, draws: Tensor) -> np.ndarray:
+        """``draws`` (..., dim) on the parameters a user reads (:meth:`constrain`), in float64 numpy, outside any
+        graph: what the summary, draws.nc, the plots and the reference's declared moments are computed from."""
+        with torch.no_grad():
+            return self.constrain(draws.to(self.dtype)).double().cpu().numpy()
+
     def reported_names(self) -> list[str]:
         """The names of the p parameters :meth:`constrain` returns (the run's posterior summary)."""
         return self.coordinate_names() or [f"{self.param_name}[{j}]" for j in range(self.dim)]

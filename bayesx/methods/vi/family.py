@@ -130,8 +130,7 @@ class Approximation(Method):
                 z, log_q = fit.approximation.sample_and_log_prob(self.settings.num_draws, inputs.gen)
                 log_weights = (target.log_prob(z) - log_q).double().cpu().numpy()
             result.metrics.update(importance.weight_summary(log_weights))
-            with torch.no_grad():
-                reported = target.constrain(z).double().cpu().numpy()
+            reported = target.read_draws(z)
             result.metrics.update(importance.draw_checks(reported, log_weights))
             result.draws = z.detach().cpu()[None]
             result.tags["draws_are"] = f"{self.settings.num_draws} iid draws from the fitted q"
