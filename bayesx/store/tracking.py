@@ -847,7 +847,10 @@ class Tracker:
     def end_parent(self, run_id: str, unrecorded: Sequence[FailedJob] = (), failed: bool = False) -> str:
         """End a sweep's parent run: FAILED if a child failed, a job failed before it recorded a run
         (``unrecorded``, kept in the parent's tags for a later settling) or the sweep says so (``failed``);
-        else KILLED if a child was killed, else FINISHED. The failed jobs are named in its description."""
+        else KILLED if a child was killed, else FINISHED. The failed jobs are named in its description.
+        A child still RUNNING when a failed sweep ends was stopped with it: Slurm's ``scancel`` sends SIGTERM
+        and then SIGKILL after its KillWait, which can come before the job's run has recorded itself KILLED
+        (``bayesx runs clean`` ends it KILLED later); the sweep is then KILLED, as with a recorded KILLED child."""
         if unrecorded:
             kept = [{**vars(job), "error": job.error[:ERROR_SHOWN]} for job in unrecorded]
             while len(json.dumps(kept)) > MAX_TAG_LENGTH:  # whole entries only: the tag stays JSON
@@ -856,7 +859,8 @@ class Tracker:
         children, jobs = note_failed_jobs(self.client, run_id)
         statuses = {c.info.status for c in children}
         # a killed child explains a sweep that stopped on an error (Slurm's scancel: submitit's UncompletedJobError)
-        status = "FAILED" if jobs else "KILLED" if "KILLED" in statuses else "FAILED" if failed else "FINISHED"
+        stopped = "KILLED" in statuses or (failed and "RUNNING" in statuses)
+        status = "FAILED" if jobs else "KILLED" if stopped else "FAILED" if failed else "FINISHED"
         retry_locked(self.client.set_terminated, run_id, status)
         return status
 
