@@ -22,7 +22,7 @@ def test_gamma_of_python_floats_is_said_with_the_operation_and_the_fix(capsys):
     model = _model("gamma_of_floats")
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bayesx: warning: "), err
-    assert "aten.xlogy.Tensor computes in float32" in err[0] and "theta.new_tensor(...)" in err[0]
+    assert "torch.xlogy computes in float32" in err[0] and "theta.new_tensor(...)" in err[0]
     assert model.describe()["precision_warning"] in err[0]
 
 

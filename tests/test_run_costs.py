@@ -45,6 +45,21 @@ def test_the_command_lines_start_loads_no_heavy_library():
     assert loaded_after(code) == []
 
 
+def test_building_a_users_density_loads_no_heavy_library():
+    """A user's float64 density is run once under the float32 check (bayesx.targets.precision) when it is built:
+    a torch function mode, which loads no dynamo. Control: a dispatch mode, what the check used before, does."""
+    density = f"{REPO}/examples/poisson_groups.py:log_density"
+    data = f"{REPO}/examples/poisson_groups.npz"
+    assert loaded_after("from bayesx.targets.custom import CustomModel\nimport torch\n"
+                        f"CustomModel(log_density={density!r}, dim=4, data_file={data!r}, dtype=torch.float64)") == []
+    control = ("import torch\nfrom torch.utils._python_dispatch import TorchDispatchMode\n"
+               "class Seen(TorchDispatchMode):\n"
+               "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+               "        return func(*args, **(kwargs or {}))\n"
+               "with Seen():\n    torch.ones(2) * 2")
+    assert "torch._dynamo" in loaded_after(control)
+
+
 def test_the_check_sees_a_heavy_import():
     """Negative control: the same check finds ArviZ once a module that uses it has run."""
     assert "arviz" in loaded_after("from bayesx.diagnostics import lazy\nlazy.arviz()")
