@@ -14,6 +14,8 @@ from bayesx.store.checkpoint import Resume, RunCheckpoint, load_resume
 from bayesx.diagnostics.convergence import summarize
 from bayesx.errors import BayesxError
 from bayesx.methods.base import RunInputs
+from bayesx.methods.mcmc.chees import Chees
+from bayesx.methods.mcmc.mams import MAMS
 from bayesx.methods.mcmc.nuts import NUTS
 from bayesx.methods.mcmc.collect import KeptDraws
 from bayesx.methods.mcmc.run_length import PROBE_DRAWS, Convergence, RunLength
@@ -126,6 +128,32 @@ def test_a_resumed_run_goes_on_to_the_draws_its_rule_had_planned(tmp_path):
     assert resume.draws.shape[1] == 60 and resume.state["planned_draws"] == 80
     resumed = run(method, target, seed=1, resume=resume)
     np.testing.assert_array_equal(resumed.draws.numpy(), whole.draws.numpy())
+
+
+@pytest.mark.parametrize("make", [lambda: Chees(num_warmup=60, num_draws=60, max_leapfrog_steps=16, init_trajectory_length=3.0),
+                                  lambda: MAMS(num_warmup=60, num_draws=60, max_steps=16)], ids=["chees", "mams"])
+def test_a_sampler_with_a_tuned_trajectory_length_resumes_with_the_same_draws(tmp_path, make):
+    """ChEES's T and MAMS's L are tuned in warm-up and stored in the checkpoint (``tuned``): a run cut back to its
+    first checkpoint (as a kill leaves it) and resumed by a fresh method object, as a new process would, ends
+    with the same draws as without the cut. Control: resumed without the stored length (an older checkpoint), the
+    sampler falls back to its untuned length and the draws after the cut differ."""
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    target = Gaussian(dim=3)
+    checkpoint = RunCheckpoint(20, lambda path: shutil.copy(path, saved), tmp_path)
+    whole = run(make(), target, seed=1, checkpoint=checkpoint)
+    assert whole.draws.shape[1] == 60 and whole.metrics["trajectory_length"] > 0
+    for path in saved.iterdir():  # keep the first 20 draws' checkpoint, as a run killed at draw 30 would
+        if int(path.stem.split("_")[-1].split("-")[-1]) > 20:
+            path.unlink()
+    resume = load_resume(saved)
+    assert resume.state["tuned"] == {"trajectory_length": whole.metrics["trajectory_length"]}
+    resumed = run(make(), target, seed=1, resume=resume)
+    np.testing.assert_array_equal(resumed.draws.numpy(), whole.draws.numpy())
+    assert resumed.metrics["trajectory_length"] == whole.metrics["trajectory_length"]
+    del resume.state["tuned"]
+    untuned = run(make(), target, seed=1, resume=resume)
+    assert not np.array_equal(untuned.draws[:, 20:].numpy(), whole.draws[:, 20:].numpy())
 
 
 def test_num_draws_above_max_draws_is_a_fixed_run():

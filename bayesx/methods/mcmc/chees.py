@@ -28,11 +28,26 @@ class Chees(MCMCMethod):
 
     Settings = CheesSettings
     name = "chees"
-    resumable = False  # its trajectory length lives in the warm-up's object, which a checkpoint does not hold
 
     def __init__(self, settings: CheesSettings | None = None, **options):
         super().__init__(settings, **options)
         self._adaptation: CheesAdaptation | None = None  # the last run's warm-up, which holds T
+        self._restored_length: float | None = None  # T from a killed run's checkpoint (use_tuned)
+
+    def _trajectory_length(self) -> float | None:
+        """T as warm-up tunes it (or tuned it), else as a resumed run's checkpoint kept it; None before either."""
+        adapted = self._adaptation
+        if adapted is not None and adapted.trajectory_length:
+            return float(adapted.trajectory_length)
+        return self._restored_length
+
+    def tuned(self) -> dict[str, float]:
+        length = self._trajectory_length()
+        return {} if length is None else {"trajectory_length": length}
+
+    def use_tuned(self, values: dict[str, float]) -> None:
+        if "trajectory_length" in values:
+            self._restored_length = float(values["trajectory_length"])
 
     def check(self, target, n_chains: int) -> None:
         super().check(target, n_chains)
@@ -42,6 +57,7 @@ class Chees(MCMCMethod):
 
     def make_adaptation(self, target, gen):
         cfg = self.settings
+        self._restored_length = None
         self._adaptation = CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass, cfg.max_leapfrog_steps,
                                            cfg.init_trajectory_length or 0.0, cfg.mass_rank)
         return self._adaptation
@@ -51,13 +67,11 @@ class Chees(MCMCMethod):
 
     def trajectory_params(self, step_size, metric) -> chees.CheesParams:
         """The kernel's params, with the trajectory length warm-up adapted (before: one step)."""
-        adapted = self._adaptation
-        length = adapted.trajectory_length if adapted is not None and adapted.trajectory_length else step_size
+        length = self._trajectory_length() or step_size
         return chees.CheesParams(step_size, metric, length, self.settings.max_leapfrog_steps)
 
     def extra_metrics(self, stats):
-        adapted = self._adaptation
-        out = {"trajectory_length": float(adapted.trajectory_length)} if adapted is not None else {}
+        out = dict(self.tuned())
         if stats:
             out["leapfrog_steps_mean"] = float(np.mean(stats["n_grad_evals"]))
         return out

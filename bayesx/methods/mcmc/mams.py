@@ -54,11 +54,21 @@ class MAMS(MCMCMethod):
 
     Settings = MAMSSettings
     name = "mams"
-    resumable = False  # L lives in the warm-up's object, which a checkpoint does not hold
 
     def __init__(self, settings: MAMSSettings | None = None, **options):
         super().__init__(settings, **options)
         self._adaptation: MAMSAdaptation | None = None  # the last run's warm-up, which holds L
+        self._restored_length: float | None = None  # L from a killed run's checkpoint (use_tuned)
+
+    def tuned(self) -> dict[str, float]:
+        adapted = self._adaptation
+        if adapted is not None and adapted.trajectory_length:
+            return {"trajectory_length": float(adapted.trajectory_length)}
+        return {} if self._restored_length is None else {"trajectory_length": self._restored_length}
+
+    def use_tuned(self, values: dict[str, float]) -> None:
+        if "trajectory_length" in values:
+            self._restored_length = float(values["trajectory_length"])
 
     def check(self, target, n_chains: int) -> None:
         super().check(target, n_chains)
@@ -67,10 +77,8 @@ class MAMS(MCMCMethod):
                               f"divide by d - 1); the target has dim={target.dim}: use method=nuts")
 
     def trajectory_length(self, step_size: float) -> float:
-        adapted = self._adaptation
-        if adapted is not None and adapted.trajectory_length:
-            return adapted.trajectory_length
-        return self.settings.trajectory_length or INITIAL_STEPS * step_size
+        tuned = self.tuned().get("trajectory_length")
+        return tuned or self.settings.trajectory_length or INITIAL_STEPS * step_size
 
     def make_kernel(self) -> TransitionKernel:
         # gradients: as NUTS's 8 leaves, at the integrator's gradients per step
@@ -84,6 +92,7 @@ class MAMS(MCMCMethod):
 
     def make_adaptation(self, target, gen):
         cfg = self.settings
+        self._restored_length = None
         self._adaptation = MAMSAdaptation(
             cfg.num_warmup, cfg.target_accept, self.mass_form(target.dim), cfg.integrator, cfg.max_steps,
             lambda s, m, guess: self.checked_step_size_search(s, target, m, gen, guess), cfg.adapt_step_size,
@@ -104,8 +113,7 @@ class MAMS(MCMCMethod):
         return bracket_step_size(one_step_accept, guess)
 
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
-        adapted = self._adaptation
-        out = {"trajectory_length": float(adapted.trajectory_length)} if adapted is not None else {}
+        out = dict(self.tuned())
         if stats:
             out["integration_steps_mean"] = float(np.mean(stats["num_steps"]))
         return out

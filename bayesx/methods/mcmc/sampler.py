@@ -183,6 +183,14 @@ class MCMCMethod(Sampler):
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
         return {}
 
+    def tuned(self) -> dict[str, float]:
+        """What warm-up tuned beyond the step size and the metric (ChEES's and MAMS's trajectory length), as values
+        that the checkpoint stores, so that a killed run resumes with them."""
+        return {}
+
+    def use_tuned(self, values: dict[str, float]) -> None:
+        """Take :meth:`tuned`'s values back from a killed run's checkpoint (nothing to take by default)."""
+
     def checked_step_size_search(self, state, target, metric: Metric, gen: torch.Generator, guess: float) -> float:
         """:meth:`search_step_size`, failing the run where the step size runs away (an improper posterior;
         bayesx.methods.mcmc.health)."""
@@ -300,7 +308,7 @@ class MCMCMethod(Sampler):
         warmup = {"warmup_time_s": time.perf_counter() - start, "n_grad_evals_warmup": warm.grad_evals,
                   **{k: v for k, v in out.timings.items() if k.endswith("_time_s")}}
         start_state = {"position": warm.state.position, "step_size": warm.step_size,
-                       "inv_mass": warm.metric.inv_mass, "iteration": 0, "warmup": warmup}
+                       "inv_mass": warm.metric.inv_mass, "iteration": 0, "warmup": warmup, "tuned": self.tuned()}
         return self._sample(moves_on, gen, progress, checkpoint, Resume(np.zeros((n_chains, 0, dim)), {}, start_state),
                             bar, out, warm.state, rules.next(stage))
 
@@ -321,6 +329,8 @@ class MCMCMethod(Sampler):
         if "gen_state" in saved:  # resumed: the same random stream as the run that was killed
             gen.set_state(saved["gen_state"])
             out.tags["resumed_at_draw"] = str(start.draws.shape[1])
+        tuned = dict(saved.get("tuned", {}))
+        self.use_tuned(tuned)
         warmup = dict(saved["warmup"])  # grows by what dropped probes and re-tuning cost
         state = state if state is not None else self.kernel.init(position, density)
         rules = RunLength.from_settings(cfg)
@@ -363,7 +373,8 @@ class MCMCMethod(Sampler):
                                 "position": state.position.detach().cpu(), "step_size": step_size,
                                 "inv_mass": metric.inv_mass.detach().cpu(), "gen_state": gen.get_state(),
                                 "iteration": it + 1, "warmup": warmup, "planned_draws": stage.planned,
-                                "target_accept": stage.target_accept, "sampling_time_s": clock.sampling_s()})
+                                "target_accept": stage.target_accept, "sampling_time_s": clock.sampling_s(),
+                                "tuned": tuned})
                     bar.tick(info, step_size, it)
                     it += 1
                 before = stage
