@@ -305,3 +305,32 @@ def test_a_diagonal_read_differentiates_through_diagonal_scatter(offset):
     lp, grad = density.log_prob_and_grad(q.detach())
     torch.testing.assert_close(lp, expected.detach())
     torch.testing.assert_close(grad, expected_grad)
+
+
+def test_an_operation_of_broadcast_scalars_is_computed_once():
+    """A normal likelihood whose scale is a parameter: torch.distributions expands sigma to the data's shape, so
+    log(sigma) and sigma^2 read only broadcast scalars and are computed once, not at each of 3,000 rows
+    (codegen._computed_once); the density still equals autograd. Control: log of the residuals, which differ
+    row by row, stays a loop over the rows."""
+    rows = torch.linspace(-2.0, 2.0, 3000, dtype=torch.float64)
+
+    def log_prob(q):
+        sigma = q[..., 1].exp()[..., None]
+        mean = q[..., :1] + 0.5 * rows  # the scale is expanded to the mean's shape, row by row
+        return torch.distributions.Normal(mean, sigma, validate_args=False).log_prob(rows).sum(-1) - q.square().sum(-1)
+
+    def residual_logs(q):
+        return -((rows - q[..., :1]).square() + 1.0).log().sum(-1) - q.square().sum(-1)
+
+    _agrees(log_prob, 2)
+    _agrees(residual_logs, 2)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def source(density):
+        graph = make_fx(compiled._grad_and_value(density), decomposition_table=compiled._decompositions())(
+            torch.zeros(2, dtype=torch.float64))
+        return codegen.generate(graph, 2, torch.float64).source
+
+    looped_logs = lambda text: [line for line in text.splitlines() if "log(" in line and "[i" in line]  # noqa: E731
+    assert looped_logs(source(log_prob)) == []
+    assert looped_logs(source(residual_logs)) != []
