@@ -9,6 +9,15 @@ summary that states the rule (``DENSE_UP_TO`` in bayesx/methods/mcmc/sampler.py)
 Gradients per ESS (``n_grad_evals / ess_bulk_min``) is the criterion: it does not move with the machine's load
 (the wall clock does, on a shared machine), and the three metrics cost the same gradients per leapfrog step; a
 dense metric's O(d^2) product per step is small beside a gradient below ~100 coordinates.
+
+``--second-tier`` lists the runs of the suite's second tier (100-1,042 coordinates, where ``mass=auto`` is diag_grad)
+one per line, killed ones included (a run stopped by hand keeps its draws, and its diagnostics say how far it got):
+
+    bayesx run -m model=posteriordb model.name=<second-tier names> method=nuts \
+        method.mass=diag_grad,diag,lowrank,dense seed=0,1 experiment_name=metric_choice_tier2 \
+        tracking.uri=sqlite:///metric2.db progress=false plots.n_coords=0
+    python experiments/metric_choice_table.py --second-tier --uri sqlite:///metric2.db \
+        --experiment metric_choice_tier2 --out results/metric_choice_tier2.md
 """
 
 from __future__ import annotations
@@ -78,6 +87,32 @@ def markdown(table: dict[str, dict[str, dict]], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+SECOND_TIER_FORMS = ("diag_grad", "diag", "lowrank", "dense")
+
+
+def second_tier_markdown(uri: str, experiment: str, command: str, note: str) -> str:
+    """One line per NUTS run of the second tier (FINISHED or KILLED with draws), by posterior and form."""
+    rows = []
+    for run in experiment_runs(uri, experiment):
+        params, metrics = run.data.params, run.data.metrics
+        if params.get("method.mass") not in SECOND_TIER_FORMS or "ess_bulk_min" not in metrics:
+            continue
+        rows.append((params["model.name"], int(run.data.tags.get("target.dim", 0)),
+                     SECOND_TIER_FORMS.index(params["method.mass"]), params["method.mass"], params.get("seed", "0"),
+                     run.info.status, metrics.get("draws_per_chain", float("nan")),
+                     metrics["n_grad_evals"] / metrics["ess_bulk_min"], metrics.get("n_grad_evals_warmup", float("nan")),
+                     metrics["rhat_max"], metrics.get("ref_mean_err_max", float("nan"))))
+    lines = ["# The metric above 100 coordinates: NUTS on the suite's second tier", "", f"Made by: {command}", "",
+             note, "",
+             "| posterior | dim | mass | seed | status | draws per chain | sampling gradients per bulk ESS | "
+             "warm-up gradients | R-hat max | worst mean error (reference sds) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, dim, _, mass, seed, status, draws, per_ess, warmup, rhat, err in sorted(rows):
+        lines.append(f"| {name} | {dim} | {mass} | {seed} | {status} | {draws:.0f} | {per_ess:.1f} | {warmup:.0f} | "
+                     f"{rhat:.3f} | {err:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--uri", default="sqlite:///metric.db")
@@ -85,8 +120,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/metric_choice.md"))
     parser.add_argument("--command", default="the sweep in experiments/metric_choice_table.py's docstring, then "
                                               "`python experiments/metric_choice_table.py`")
+    parser.add_argument("--second-tier", action="store_true", help="list the second tier's runs (module docstring)")
+    parser.add_argument("--note", default="", help="the reading of the second tier's runs, set above the table")
     args = parser.parse_args()
-    args.out.write_text(markdown(measurements(args.uri, args.experiment), args.command))
+    if args.second_tier:
+        args.out.write_text(second_tier_markdown(args.uri, args.experiment, args.command, args.note))
+    else:
+        args.out.write_text(markdown(measurements(args.uri, args.experiment), args.command))
     print(f"wrote {args.out}")
 
 
