@@ -19,7 +19,7 @@ from bayesx.diagnostics import lazy
 
 REPO = Path(bayesx.__file__).resolve().parent.parent
 HEAVY = ("arviz", "matplotlib", "matplotlib.pyplot", "torch._dynamo", "h5netcdf", "xarray", "scipy.stats",
-         "mlflow.store.tracking.sqlalchemy_store")
+         "mlflow.store.tracking.sqlalchemy_store", "sympy")
 STAGES = ("setup_time_s", "method_time_s", "evaluate_time_s", "diagnostics_time_s", "files_time_s", "summary_time_s",
           "plots_time_s", "record_time_s")
 
@@ -58,6 +58,15 @@ def test_building_a_users_density_loads_no_heavy_library():
                "        return func(*args, **(kwargs or {}))\n"
                "with Seen():\n    torch.ones(2) * 2")
     assert "torch._dynamo" in loaded_after(control)
+
+
+def test_a_small_laplace_starts_hessian_loads_no_heavy_library():
+    """The Laplace start's Hessian of a small density is one backward pass a row (optimize.LOOPED_ROWS_UP_TO):
+    torch's vmap (``is_grads_batched``), which larger ones use, loads sympy on its first call (the control)."""
+    code = ("import torch\nfrom bayesx.methods.common.optimize import autograd_hessian\n"
+            "autograd_hessian(lambda q: -(q ** 4).sum() - torch.sin(q).sum(), torch.ones({}, dtype=torch.float64))")
+    assert loaded_after(code.format(4)) == []
+    assert "sympy" in loaded_after(code.format(100))
 
 
 def test_the_check_sees_a_heavy_import():

@@ -169,6 +169,13 @@ gradient's graph (all ``dim`` at once held a 1,007-d hierarchical regression's 3
 about 1 GB: the run's peak), for 1/64 of the passes."""
 
 
+LOOPED_ROWS_UP_TO = 64
+"""Up to this many coordinates the Hessian's rows are one plain backward pass each, of the gradient's i-th element:
+``is_grads_batched`` (torch's vmap) and any tensor passed as ``grad_outputs`` load torch's symbolic shapes and sympy
+on their first call, 0.3 s of every small run's Laplace start on an idle 2-core machine (1-2 s under load), where 64
+backward passes of a small density take milliseconds."""
+
+
 def autograd_hessian(log_prob, q: Tensor, rows: int = HESSIAN_ROWS) -> Tensor:
     """H = d/dq (grad log pi)(q) by reverse mode over the gradient's graph, ``rows`` rows per pass: the vector-Jacobian
     products e_i^T dg/dq for a block of unit vectors e_i at once (``is_grads_batched``, torch's vmap over the
@@ -180,8 +187,11 @@ def autograd_hessian(log_prob, q: Tensor, rows: int = HESSIAN_ROWS) -> Tensor:
     if not grad.requires_grad:  # log pi linear in q: its Hessian is zero
         return torch.zeros(dim, dim, dtype=q.dtype, device=q.device)
     eye = torch.eye(dim, dtype=q.dtype, device=q.device)
-    h = torch.cat([torch.autograd.grad(grad, x, grad_outputs=block, retain_graph=True, is_grads_batched=True)[0]
-                   for block in eye.split(rows)])
+    if dim <= LOOPED_ROWS_UP_TO:  # one backward pass a row, of a scalar: no vmap, no grad_outputs (both load sympy)
+        h = torch.stack([torch.autograd.grad(grad[i], x, retain_graph=True)[0] for i in range(dim)])
+    else:
+        h = torch.cat([torch.autograd.grad(grad, x, grad_outputs=block, retain_graph=True, is_grads_batched=True)[0]
+                       for block in eye.split(rows)])
     return 0.5 * (h + h.T)
 
 
