@@ -64,9 +64,10 @@ def test_a_posterior_that_diverges_raises_the_target_and_the_control_does_not(tm
     fewer divergences per transition. The control, without a ladder, stays at 0.8.
 
     The divergences of one seed are too few to compare (2,000 transitions; on plain C, seeds 0-5 gave 14, 0, 1,
-    18, 14, 0 divergences raised against 27, 13, 10, 22, 24, 12 fixed), so four seeds are pooled and the raised
-    runs' share of all divergences must be below one half by a one-sided binomial test at 1% (seeds 0-3: 33 of
-    105, p ~ 1e-4)."""
+    18, 14, 0 divergences raised against 27, 13, 10, 22, 24, 12 fixed), so four seeds are pooled: the control must
+    diverge (at least 20 in all; one seed alone can give 5, as seed 0 did once the Laplace start's small Hessian
+    became one backward pass a row, a rounding-level change of the start), and the raised runs' share of all
+    divergences must be below one half by a one-sided binomial test at 1% (seeds 0-3: 33 of 105, p ~ 1e-4)."""
     monkeypatch.setenv("BAYESX_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("BAYESX_COMPILE", "always")  # its density as plain C (a second): the PyTorch path takes minutes
     gp = PosteriorDB(name="gp_pois_regr")
@@ -76,14 +77,13 @@ def test_a_posterior_that_diverges_raises_the_target_and_the_control_does_not(tm
     assert raised.metrics["target_accept_final"] == 0.95 and "0.8 -> 0.95" in raised.tags["raised_target_accept"]
     assert "target_accept_final" not in fixed.metrics and "raised_target_accept" not in fixed.tags
     assert raised.draws.shape == fixed.draws.shape == (4, 500, 13)
-    assert fixed.sample_stats["divergent"].mean() > 0.005
     counts = {"raised": int(raised.sample_stats["divergent"].sum()), "fixed": int(fixed.sample_stats["divergent"].sum())}
     for seed in (1, 2, 3):
         counts["raised"] += int(run(NUTS(**options, raise_target_accept=(0.95,)), gp, seed=seed).sample_stats["divergent"].sum())
         counts["fixed"] += int(run(NUTS(**options), gp, seed=seed).sample_stats["divergent"].sum())
     total = counts["raised"] + counts["fixed"]
     p_value = sum(math.comb(total, k) for k in range(counts["raised"] + 1)) / 2**total
-    assert counts["fixed"] >= 20 and p_value < 0.01, counts  # the control diverges; the ladder divides that
+    assert counts["fixed"] >= 20 and p_value < 0.01, (counts, p_value)  # the control diverges; the ladder divides that
     # what the dropped probe cost is warm-up: more warm-up gradients than the fixed run's
     assert raised.metrics["n_grad_evals_warmup"] > fixed.metrics["n_grad_evals_warmup"]
 
