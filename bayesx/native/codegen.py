@@ -581,8 +581,7 @@ def _computed_once(node: torch.fx.Node, target, value: Tensor, args, kwargs) -> 
         return False
     if not all(_uniform(t) for t in _tensors(args) | _tensors(kwargs)):
         return False
-    return not any(getattr(getattr(user.target, "_schema", None), "is_mutable", False)
-                   or user.target in DATA_IN_PLACE for user in node.users)
+    return not any(getattr(getattr(user.target, "_schema", None), "is_mutable", False) for user in node.users)
 
 
 def _first_elements(value):

@@ -11,6 +11,7 @@ from bayesx.adaptation.chees import CheesAdaptation
 from bayesx.kernels import chees
 from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
+from bayesx.methods.mcmc.tuned import TunedTrajectoryLength
 from bayesx.errors import BayesxError
 from bayesx.settings import AtLeast, Between, Positive
 
@@ -23,31 +24,11 @@ class CheesSettings(MCMCSettings):
     init_trajectory_length: Annotated[float | None, Positive()] = None  # T at the start of warm-up; null: one step
 
 
-class Chees(MCMCMethod):
+class Chees(TunedTrajectoryLength, MCMCMethod):
     """Jittered HMC whose trajectory length, step size and diagonal metric adapt across many chains."""
 
     Settings = CheesSettings
     name = "chees"
-
-    def __init__(self, settings: CheesSettings | None = None, **options):
-        super().__init__(settings, **options)
-        self._adaptation: CheesAdaptation | None = None  # the last run's warm-up, which holds T
-        self._restored_length: float | None = None  # T from a killed run's checkpoint (use_tuned)
-
-    def _trajectory_length(self) -> float | None:
-        """T as warm-up tunes it (or tuned it), else as a resumed run's checkpoint kept it; None before either."""
-        adapted = self._adaptation
-        if adapted is not None and adapted.trajectory_length:
-            return float(adapted.trajectory_length)
-        return self._restored_length
-
-    def tuned(self) -> dict[str, float]:
-        length = self._trajectory_length()
-        return {} if length is None else {"trajectory_length": length}
-
-    def use_tuned(self, values: dict[str, float]) -> None:
-        if "trajectory_length" in values:
-            self._restored_length = float(values["trajectory_length"])
 
     def check(self, target, n_chains: int) -> None:
         super().check(target, n_chains)
@@ -57,17 +38,15 @@ class Chees(MCMCMethod):
 
     def make_adaptation(self, target, gen):
         cfg = self.settings
-        self._restored_length = None
-        self._adaptation = CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass, cfg.max_leapfrog_steps,
-                                           cfg.init_trajectory_length or 0.0, cfg.mass_rank)
-        return self._adaptation
+        return self.adapting(CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass, cfg.max_leapfrog_steps,
+                                             cfg.init_trajectory_length or 0.0, cfg.mass_rank))
 
     def make_kernel(self) -> TransitionKernel:
         return TransitionKernel(chees, self.trajectory_params, gradients=8)
 
     def trajectory_params(self, step_size, metric) -> chees.CheesParams:
         """The kernel's params, with the trajectory length warm-up adapted (before: one step)."""
-        length = self._trajectory_length() or step_size
+        length = self.tuned_length() or step_size
         return chees.CheesParams(step_size, metric, length, self.settings.max_leapfrog_steps)
 
     def extra_metrics(self, stats):

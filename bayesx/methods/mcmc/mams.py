@@ -24,6 +24,7 @@ from bayesx.kernels import mams
 from bayesx.kernels.metric import Metric
 from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
+from bayesx.methods.mcmc.tuned import TunedTrajectoryLength
 from bayesx.settings import AtLeast, Between, Positive
 
 
@@ -49,26 +50,11 @@ class MAMSSettings(MCMCSettings):
     max_steps: Annotated[int, AtLeast(1)] = 1024
 
 
-class MAMS(MCMCMethod):
+class MAMS(TunedTrajectoryLength, MCMCMethod):
     """The Metropolis-adjusted microcanonical sampler with BlackJAX's tuning of eps, the metric and L."""
 
     Settings = MAMSSettings
     name = "mams"
-
-    def __init__(self, settings: MAMSSettings | None = None, **options):
-        super().__init__(settings, **options)
-        self._adaptation: MAMSAdaptation | None = None  # the last run's warm-up, which holds L
-        self._restored_length: float | None = None  # L from a killed run's checkpoint (use_tuned)
-
-    def tuned(self) -> dict[str, float]:
-        adapted = self._adaptation
-        if adapted is not None and adapted.trajectory_length:
-            return {"trajectory_length": float(adapted.trajectory_length)}
-        return {} if self._restored_length is None else {"trajectory_length": self._restored_length}
-
-    def use_tuned(self, values: dict[str, float]) -> None:
-        if "trajectory_length" in values:
-            self._restored_length = float(values["trajectory_length"])
 
     def check(self, target, n_chains: int) -> None:
         super().check(target, n_chains)
@@ -77,8 +63,7 @@ class MAMS(MCMCMethod):
                               f"divide by d - 1); the target has dim={target.dim}: use method=nuts")
 
     def trajectory_length(self, step_size: float) -> float:
-        tuned = self.tuned().get("trajectory_length")
-        return tuned or self.settings.trajectory_length or INITIAL_STEPS * step_size
+        return self.tuned_length() or self.settings.trajectory_length or INITIAL_STEPS * step_size
 
     def make_kernel(self) -> TransitionKernel:
         # gradients: as NUTS's 8 leaves, at the integrator's gradients per step
@@ -92,12 +77,10 @@ class MAMS(MCMCMethod):
 
     def make_adaptation(self, target, gen):
         cfg = self.settings
-        self._restored_length = None
-        self._adaptation = MAMSAdaptation(
+        return self.adapting(MAMSAdaptation(
             cfg.num_warmup, cfg.target_accept, self.mass_form(target.dim), cfg.integrator, cfg.max_steps,
             lambda s, m, guess: self.checked_step_size_search(s, target, m, gen, guess), cfg.adapt_step_size,
-            cfg.trajectory_length or 0.0, cfg.mass_rank)
-        return self._adaptation
+            cfg.trajectory_length or 0.0, cfg.mass_rank))
 
     def search_step_size(self, state, target, metric: Metric, gen: torch.Generator, guess: float) -> float:
         """Hoffman and Gelman's doubling and halving (bayesx.adaptation.window.bracket_step_size) on the mean
