@@ -124,6 +124,8 @@ class CheesAdaptation:
             progress.step_size = controller.final_step_size
             if log_t_count:
                 self.trajectory_length = math.exp(log_t_sum / log_t_count)
+        if self.trajectory_length:
+            progress.tuned["trajectory_length"] = self.trajectory_length
         return progress
 
     def _from_gradients(self, recent: deque[tuple], current: Metric) -> Metric:

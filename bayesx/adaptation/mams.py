@@ -130,6 +130,8 @@ class MAMSAdaptation:
             self._from_ess(kept)
         kept = []
         retune(bounds[4], bounds[5])  # stage 5
+        if self.trajectory_length:
+            progress.tuned["trajectory_length"] = self.trajectory_length
         return progress
 
     def _from_draws(self, progress: WarmupProgress, kept: list) -> None:

@@ -40,7 +40,7 @@ window the step size search restarts and the inverse mass matrix becomes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -262,12 +262,15 @@ def bracket_step_size(one_step_accept, step_size: float, threshold: float = 0.8)
 @dataclass
 class WarmupProgress:
     """Where a warm-up stands: the chain's state, the step size, the metric and the gradient
-    evaluations so far (read by the caller also after an interrupt)."""
+    evaluations so far (read by the caller also after an interrupt), and what a sampler's own warm-up tuned
+    beyond the step size and the metric (``tuned``, e.g. a trajectory length: the kernel's ``parameters`` take it
+    as keywords, and a checkpoint stores it)."""
 
     state: object
     step_size: float
     metric: Metric
     grad_evals: int = 0
+    tuned: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from bayesx.adaptation.chees import CheesAdaptation
 from bayesx.kernels import chees
 from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
-from bayesx.methods.mcmc.tuned import TunedTrajectoryLength
 from bayesx.errors import BayesxError
 from bayesx.settings import AtLeast, Between, Positive
 
@@ -24,7 +23,7 @@ class CheesSettings(MCMCSettings):
     init_trajectory_length: Annotated[float | None, Positive()] = None  # T at the start of warm-up; null: one step
 
 
-class Chees(TunedTrajectoryLength, MCMCMethod):
+class Chees(MCMCMethod):
     """Jittered HMC whose trajectory length, step size and diagonal metric adapt across many chains."""
 
     Settings = CheesSettings
@@ -38,19 +37,15 @@ class Chees(TunedTrajectoryLength, MCMCMethod):
 
     def make_adaptation(self, target, gen):
         cfg = self.settings
-        return self.adapting(CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass, cfg.max_leapfrog_steps,
-                                             cfg.init_trajectory_length or 0.0, cfg.mass_rank))
+        return CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass, cfg.max_leapfrog_steps,
+                               cfg.init_trajectory_length or 0.0, cfg.mass_rank)
 
     def make_kernel(self) -> TransitionKernel:
         return TransitionKernel(chees, self.trajectory_params, gradients=8)
 
-    def trajectory_params(self, step_size, metric) -> chees.CheesParams:
-        """The kernel's params, with the trajectory length warm-up adapted (before: one step)."""
-        length = self.tuned_length() or step_size
-        return chees.CheesParams(step_size, metric, length, self.settings.max_leapfrog_steps)
+    def trajectory_params(self, step_size, metric, trajectory_length: float | None = None) -> chees.CheesParams:
+        """The kernel's params, with the trajectory length warm-up tuned (none tuned: one step)."""
+        return chees.CheesParams(step_size, metric, trajectory_length or step_size, self.settings.max_leapfrog_steps)
 
     def extra_metrics(self, stats):
-        out = dict(self.tuned())
-        if stats:
-            out["leapfrog_steps_mean"] = float(np.mean(stats["n_grad_evals"]))
-        return out
+        return {"leapfrog_steps_mean": float(np.mean(stats["n_grad_evals"]))} if stats else {}

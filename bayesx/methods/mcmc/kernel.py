@@ -38,8 +38,9 @@ class Kernel(Protocol):
                               at least accept_prob, divergent and n_grad_evals (and ``faults`` where the kernel
                               watches the density, bayesx.methods.mcmc.health)
     log_density(state)        what the chain tracks of the target (checked finite at the start)
-    parameters(step_size, metric)
-                              the params ``step`` takes, from what warm-up adapts
+    parameters(step_size, metric, **tuned)
+                              the params ``step`` takes, from what warm-up adapts (``tuned``: what a sampler's
+                              own warm-up tuned beyond the step size and the metric, WarmupProgress.tuned)
     gradients_per_transition()
                               density gradients (or calls) one transition of all chains usually costs: what the
                               backend weighs when it decides whether compiling the density pays
@@ -53,7 +54,7 @@ class Kernel(Protocol):
 
     def log_density(self, state) -> Tensor: ...
 
-    def parameters(self, step_size: float, metric: Metric | None) -> Any: ...
+    def parameters(self, step_size: float, metric: Metric | None, **tuned: float) -> Any: ...
 
     def gradients_per_transition(self) -> int: ...
 
@@ -62,7 +63,7 @@ class Kernel(Protocol):
 class TransitionKernel:
     """A :class:`Kernel` from a ``bayesx.kernels`` module's transition functions (``init``, ``step``,
     ``log_density``, or a bayesx.kernels.common.Kernel binding them to fixed objects), ``make_params`` (step size,
-    metric -> params) and the gradients of one transition."""
+    metric and the tuned values as keywords -> params) and the gradients of one transition."""
 
     functions: Any
     make_params: Callable[[float, Metric | None], Any]
@@ -78,8 +79,8 @@ class TransitionKernel:
     def log_density(self, state) -> Tensor:
         return self.functions.log_density(state)
 
-    def parameters(self, step_size: float, metric: Metric | None):
-        return self.make_params(step_size, metric)
+    def parameters(self, step_size: float, metric: Metric | None, **tuned: float):
+        return self.make_params(step_size, metric, **tuned)
 
     def gradients_per_transition(self) -> int:
         return self.gradients

@@ -24,7 +24,6 @@ from bayesx.kernels import mams
 from bayesx.kernels.metric import Metric
 from bayesx.methods.mcmc.kernel import TransitionKernel
 from bayesx.methods.mcmc.sampler import MCMCMethod, MCMCSettings
-from bayesx.methods.mcmc.tuned import TunedTrajectoryLength
 from bayesx.settings import AtLeast, Between, Positive
 
 
@@ -50,7 +49,7 @@ class MAMSSettings(MCMCSettings):
     max_steps: Annotated[int, AtLeast(1)] = 1024
 
 
-class MAMS(TunedTrajectoryLength, MCMCMethod):
+class MAMS(MCMCMethod):
     """The Metropolis-adjusted microcanonical sampler with BlackJAX's tuning of eps, the metric and L."""
 
     Settings = MAMSSettings
@@ -62,25 +61,23 @@ class MAMS(TunedTrajectoryLength, MCMCMethod):
             raise BayesxError(f"method=mams moves a unit velocity on the sphere of d >= 2 coordinates (its dynamics "
                               f"divide by d - 1); the target has dim={target.dim}: use method=nuts")
 
-    def trajectory_length(self, step_size: float) -> float:
-        return self.tuned_length() or self.settings.trajectory_length or INITIAL_STEPS * step_size
-
     def make_kernel(self) -> TransitionKernel:
         # gradients: as NUTS's 8 leaves, at the integrator's gradients per step
         gradients = 8 * mams.grads_per_step(self.settings.integrator)
         return TransitionKernel(mams, self.integration_params, gradients=gradients)
 
-    def integration_params(self, step_size, metric) -> mams.MAMSParams:
-        """The kernel's params, with L from warm-up (before: the setting, or INITIAL_STEPS steps)."""
+    def integration_params(self, step_size, metric, trajectory_length: float | None = None) -> mams.MAMSParams:
+        """The kernel's params, with the L warm-up tuned (none tuned: the setting, or INITIAL_STEPS steps)."""
         cfg = self.settings
-        return mams.MAMSParams(step_size, metric, self.trajectory_length(step_size), cfg.integrator, cfg.max_steps)
+        length = trajectory_length or cfg.trajectory_length or INITIAL_STEPS * step_size
+        return mams.MAMSParams(step_size, metric, length, cfg.integrator, cfg.max_steps)
 
     def make_adaptation(self, target, gen):
         cfg = self.settings
-        return self.adapting(MAMSAdaptation(
+        return MAMSAdaptation(
             cfg.num_warmup, cfg.target_accept, self.mass_form(target.dim), cfg.integrator, cfg.max_steps,
             lambda s, m, guess: self.checked_step_size_search(s, target, m, gen, guess), cfg.adapt_step_size,
-            cfg.trajectory_length or 0.0, cfg.mass_rank))
+            cfg.trajectory_length or 0.0, cfg.mass_rank)
 
     def search_step_size(self, state, target, metric: Metric, gen: torch.Generator, guess: float) -> float:
         """Hoffman and Gelman's doubling and halving (bayesx.adaptation.window.bracket_step_size) on the mean
@@ -96,7 +93,4 @@ class MAMS(TunedTrajectoryLength, MCMCMethod):
         return bracket_step_size(one_step_accept, guess)
 
     def extra_metrics(self, stats: dict[str, np.ndarray]) -> dict[str, float]:
-        out = dict(self.tuned())
-        if stats:
-            out["integration_steps_mean"] = float(np.mean(stats["num_steps"]))
-        return out
+        return {"integration_steps_mean": float(np.mean(stats["num_steps"]))} if stats else {}

@@ -34,9 +34,9 @@ class CrankNicolsonSampler(MCMCMethod):
 
     Settings = CrankNicolsonSettings
 
-    def _summaries(self, stats, step_size, warmup_grad_evals):
+    def reported_step_size(self, step_size: float) -> dict[str, float]:
         h = min(step_size, pcn.MAX_H)
-        return {**super()._summaries(stats, h, warmup_grad_evals), "rho": pcn.rho(h)}
+        return {"step_size": h, "rho": pcn.rho(h)}
 
     def kernel_density(self, target, density) -> pcn.PriorLikelihood:
         """pCN-type kernels move in the prior's geometry and weigh the likelihood alone: they take the likelihood
