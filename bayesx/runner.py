@@ -288,8 +288,8 @@ def find_resume(job: RunSettings, method: Method, tracker: Tracker, params: dict
     ``posterior_digest`` among them), and an intact checkpoint exists. Damaged checkpoint files (a kill or a
     full disk while one was copied) are passed over for the last intact state, and one line says so."""
     if not method.resumable:
-        raise BayesxError(f"resume= works for the methods whose state a checkpoint holds (MCMC samplers, VAE "
-                          f"trainers); method={method.name} cannot resume, so run it again without resume=")
+        raise BayesxError(f"resume= works for the methods whose state a checkpoint holds (samplers, VAE trainers); "
+                          f"method={method.name} cannot resume, so run it again without resume=")
     run_id, folder = tracker.resume(job.resume, params, UNCOMPARED, stale_after_s, CHECKPOINT, into, RESUME_REASONS)
     state = load_resume(folder) if folder is not None else None
     if state is None:
@@ -303,8 +303,7 @@ def find_resume(job: RunSettings, method: Method, tracker: Tracker, params: dict
 
 def resume_note(state: Resume) -> str:
     """What a resumption passed over in its checkpoint, and where it goes on from."""
-    where = f"epoch {state.state['epoch']}" if state.draws is None else f"draw {state.draws.shape[1]}"
-    return f"the checkpoint's {state.damaged}; the run continues from {where}, its last intact checkpoint"
+    return f"the checkpoint's {state.damaged}; the run continues from {state.where()}, its last intact checkpoint"
 
 
 def make_checkpoint(job: RunSettings, run, tmp: Path, clock: Callable[[], float]) -> RunCheckpoint | None:

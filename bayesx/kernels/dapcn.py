@@ -107,6 +107,16 @@ class ErrorModel:
         self.sum += bias.sum(1)
         self.outer += bias.transpose(1, 2) @ bias
 
+    def state(self) -> dict:
+        """The pairs' count and sums, as a checkpoint stores them (:meth:`restore` takes them back)."""
+        return {"count": self.count, "sum": self.sum.detach().cpu(), "outer": self.outer.detach().cpu()}
+
+    def restore(self, state: dict) -> None:
+        self.count = int(state["count"])
+        self.sum = state["sum"].to(self.sum.device, self.sum.dtype)
+        self.outer = state["outer"].to(self.outer.device, self.outer.dtype)
+        self._misfits = None
+
     def misfits(self) -> tuple[Misfit, ...]:
         """One Misfit per coarse level, corrected once enough pairs are in, and the exact level's (plain);
         made again only when pairs were added since the last call."""

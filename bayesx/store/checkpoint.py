@@ -21,6 +21,11 @@ A damaged file (a kill or a full disk while it was copied) is passed over: a res
 intact state before it (:attr:`Resume.damaged` names it). Every state keeps the run's wall time when it was saved
 (``WALL_TIME``), from which a resumed run's ``wall_time_s`` goes on, as its ``sampling_time_s`` does.
 
+A method of several stages (AE-HMC, AE-pCN, DA-pCN: pre-sampling and training, then the sampler in the latent
+space) saves what its finished stages made as ``checkpoint/stage_<name>.pt`` (:meth:`RunCheckpoint.stage`: the
+pre-samples, the trained network, the generator's state), so that a resumed run does not make them again; its
+last stage's draws are checkpointed as any sampler's.
+
 A trainer saves its whole state after each epoch (weights, optimizer, schedule, random states,
 the metric history) as ``checkpoint/epoch_a.pt`` or ``epoch_b.pt``, alternately, so that a kill
 while one is being copied leaves the other intact; its per-epoch metrics go to the run as they
@@ -36,7 +41,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +52,7 @@ from bayesx.errors import InterruptKept
 FOLDER = "checkpoint"
 WALL_TIME = "run_wall_time_s"  # in every saved state: the run's wall time when it was saved (a resumed run goes on from it)
 CHUNK = re.compile(r"draws_(\d+)-(\d+)\.npy$")
+STAGE = re.compile(r"stage_(\w+)\.pt$")
 EPOCH_SLOTS = ("epoch_a.pt", "epoch_b.pt")
 
 
@@ -65,6 +71,14 @@ class RunCheckpoint:
 
     def _timed(self, state: dict) -> dict:
         return {**state, WALL_TIME: self.clock()} if self.clock is not None else state
+
+    def stage(self, name: str, state: dict) -> None:
+        """After a finished stage of a method of several (pre-sampling and training): what it made, so that a
+        resumed run starts after it (:attr:`Resume.stages`)."""
+        path = self.scratch / f"stage_{name}.pt"
+        torch.save(self._timed(state), path)
+        self.save(path)
+        path.unlink()
 
     def epoch(self, epoch: int, state: dict, metrics: dict[str, float]) -> None:
         """After a trainer's epoch: its metrics to the run at step ``epoch``, its state to a slot."""
@@ -150,13 +164,23 @@ def load_draws(folder: Path) -> np.ndarray:
 @dataclass
 class Resume:
     """What a killed run had: a sampler's draws, their statistics and its state after the last one, or
-    a trainer's state after its last epoch (no draws). ``damaged`` says which later checkpoint files did not
-    load and were passed over (None: none were)."""
+    a trainer's state after its last epoch (no draws), and what a method of several stages made in those it
+    finished (``stages``: name -> state; a run killed in its last stage before a draw was saved has only these).
+    ``damaged`` says which later checkpoint files did not load and were passed over (None: none were)."""
 
     draws: np.ndarray | None  # (chains, draws, dim)
     stats: dict[str, np.ndarray]  # name -> (chains, draws)
     state: dict
     damaged: str | None = None
+    stages: dict[str, dict] = field(default_factory=dict)
+
+    def where(self) -> str:
+        """Where a resumed run goes on from, in a few words."""
+        if "epoch" in self.state:
+            return f"epoch {self.state['epoch']}"
+        if self.draws is not None:
+            return f"draw {self.draws.shape[1]}"
+        return "the end of its " + " and ".join(self.stages)
 
 
 def _latest_epoch(folder: Path) -> tuple[dict | None, str | None]:
@@ -173,14 +197,38 @@ def _latest_epoch(folder: Path) -> tuple[dict | None, str | None]:
     return (max(states, key=lambda s: s["epoch"]) if states else None), damaged
 
 
+def _finished_stages(folder: Path) -> tuple[dict[str, dict], str | None]:
+    """The stages a method of several finished (``stage_<name>.pt`` that load), and what was damaged."""
+    stages, damaged = {}, None
+    for path in sorted(Path(folder).iterdir()):
+        if (m := STAGE.search(path.name)) is None:
+            continue
+        try:
+            stages[m.group(1)] = torch.load(path, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any failure to read it means it is damaged
+            damaged = _damage(path, exc)
+    return stages, damaged
+
+
 def load_resume(folder: Path) -> Resume | None:
     """The latest point a run can continue from: a trainer's last epoch, or the longest run of intact draw chunks
-    whose state was saved and loads; None when there is none (killed before its first checkpoint, or every
+    whose state was saved and loads, with the stages finished before them (a method of several stages: those alone
+    where no draw was saved yet); None when there is none (killed before its first checkpoint, or every
     checkpoint damaged). A damaged file (a kill or a full disk while it was being copied) is passed over for the
     last intact state before it, and named in the Resume's ``damaged``."""
     epoch_state, damaged = _latest_epoch(folder)
     if epoch_state is not None:
         return Resume(None, {}, epoch_state, damaged)
+    stages, damaged_stage = _finished_stages(folder)
+    resumed = _resume_from_chunks(folder)
+    if resumed is None:
+        return Resume(None, {}, {}, damaged_stage, stages) if stages else None
+    resumed.stages, resumed.damaged = stages, resumed.damaged or damaged_stage
+    return resumed
+
+
+def _resume_from_chunks(folder: Path) -> Resume | None:
+    """The longest run of intact draw chunks whose state was saved and loads (None: none)."""
     chunks, damaged = _intact_chunks(folder)
     while chunks:
         path = Path(folder) / f"state_{chunks[-1][0]:07d}.pt"

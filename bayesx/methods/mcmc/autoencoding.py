@@ -34,6 +34,7 @@ from bayesx.nn.autoencoder import (
 )
 from bayesx.settings import AtLeast, Between, InvalidSetting
 
+FITTED = "training"  # the checkpoint's stage after pre-sampling and training: the pre-samples and the network
 AUTO_GROWTH = 1.25  # latent_dim=auto: grow the PCA-chosen size by this factor while the trained AE misses recon_tol
 AUTO_TRIES = 6
 
@@ -88,6 +89,7 @@ class AutoEncodingMethod(Sampler):
     name = "latent"
     summary_keys = ("latent_dim", "recon_err", "presample_time_s", "train_time_s", *Sampler.summary_keys)
     approximate_draws = True  # with latent_dim < D: the runner reports the error against a reference posterior
+    resumable = True  # the first two stages' products are checkpointed when they end, the latent draws as they come
     presample_method = "hmc"  # named in error messages
 
     # --- what a subclass provides ----------------------------------------------------------------------
@@ -124,61 +126,96 @@ class AutoEncodingMethod(Sampler):
 
     # --- the three stages ------------------------------------------------------------------------------
     def sample(self, target, inputs: RunInputs) -> Draws:
-        """Pre-sample, train the auto-encoder, sample in its latent space. The draws are decoded only at
-        the end, so nothing is checkpointed on the way (``inputs.checkpoint`` is ignored) and a run cannot
-        be resumed (``resumable`` is False)."""
-        initial_position, gen, progress = inputs.initial, inputs.gen, inputs.progress
-        n_chains, dim = initial_position.shape
+        """Pre-sample, train the auto-encoder, sample in its latent space. What the first two stages made (the
+        pre-samples, the network, the generator's state) is checkpointed once they end, and the latent sampler's
+        draws as any sampler's, so a killed run resumes (``inputs.resume``) without making them again."""
+        n_chains, dim = inputs.initial.shape
         self.check(target, n_chains)
         out = Draws()
-        stage = "presample"
+        saved = inputs.resume.stages.get(FITTED) if inputs.resume is not None else None
         try:
-            pre = self.presampler(n_chains).sample(target, RunInputs(initial_position, gen, progress,
-                                                                     compile=inputs.compile,
-                                                                     density_identity=inputs.density_identity))
-            start_time = sum(pre.timings.get(k, 0.0) for k in ("laplace_time_s", "pathfinder_time_s"))
-            out.timings["presample_warmup_time_s"] = start_time + pre.timings["warmup_time_s"]
-            out.timings["presample_time_s"] = out.timings["presample_warmup_time_s"] + pre.timings["sampling_time_s"]
-            out.metrics.update({f"presample_{k}": v for k, v in pre.metrics.items()
-                                if k in ("accept_rate", "step_size", "n_divergent")})
-            if pre.interrupted:
-                raise RunInterrupted("interrupted during pre-sampling")
-
-            stage = "train"
-            start = time.perf_counter()
-            draws = pre.draws.to(initial_position.device, initial_position.dtype)
-            space, report, choice = self._fit(target, draws.reshape(-1, dim), gen)
-            out.timings["train_time_s"] = time.perf_counter() - start
-            self._record_training(out, report, choice)
-
-            stage = "sampling"
-            sampled = self.latent_sampler(space, target).sample(target, RunInputs(draws[:, -1], gen, progress,
-                                                                                  compile=inputs.compile))
+            fitted = self._restore(saved, target, inputs, out) if saved else self._presample_and_fit(target, inputs,
+                                                                                                   out)
+            if fitted is None:
+                return out
+            space, draws = fitted
+            out.tags["stopped_during"] = "sampling"
+            resume = inputs.resume if inputs.resume is not None and inputs.resume.draws is not None else None
+            sampled = self.latent_sampler(space, target).sample(target, RunInputs(
+                draws[:, -1], inputs.gen, inputs.progress, compile=inputs.compile, checkpoint=inputs.checkpoint,
+                resume=resume))
         except (KeyboardInterrupt, RunInterrupted):
             out.interrupted = True
-            out.tags["stopped_during"] = stage
-            if stage == "presample" and "pre" in locals() and pre.draws is not None:
-                out.draws, out.sample_stats = pre.draws, pre.sample_stats
-                out.tags["draws_are"] = f"{self.presample_method} pre-samples (the run stopped before latent sampling)"
             return out
+        self._join(out, sampled, space)
+        if inputs.artifact_dir is not None:
+            self._write_artifacts(out, space, draws.reshape(-1, dim), sampled.metrics.get("step_size", 0.1),
+                                  inputs.gen, Path(inputs.artifact_dir))
+        return out
 
-        out.draws, out.sample_stats, out.interrupted = sampled.draws, sampled.sample_stats, sampled.interrupted
-        out.tags.update(sampled.tags)
-        stages = (pre.tags["kernels"], sampled.tags["kernels"])
-        out.tags["kernels"] = stages[0] if stages[0] == stages[1] else "presample={},sampling={}".format(*stages)
-        out.metrics.update(sampled.metrics)
+    def _presample_and_fit(self, target, inputs: RunInputs, out: Draws):
+        """The first two stages: pre-samples and the auto-encoder trained on them, as (space, pre-samples), their
+        record in ``out`` and, with a checkpoint, in a stage file; None where the run was stopped while
+        pre-sampling (``out`` then keeps the pre-samples as its draws)."""
+        initial_position, gen = inputs.initial, inputs.gen
+        out.tags["stopped_during"] = "presample"
+        pre = self.presampler(initial_position.shape[0]).sample(target, RunInputs(
+            initial_position, gen, inputs.progress, compile=inputs.compile, density_identity=inputs.density_identity))
+        start_time = sum(pre.timings.get(k, 0.0) for k in ("laplace_time_s", "pathfinder_time_s"))
+        out.timings["presample_warmup_time_s"] = start_time + pre.timings["warmup_time_s"]
+        out.timings["presample_time_s"] = out.timings["presample_warmup_time_s"] + pre.timings["sampling_time_s"]
+        out.metrics.update({f"presample_{k}": v for k, v in pre.metrics.items()
+                            if k in ("accept_rate", "step_size", "n_divergent")})
         out.metrics["n_grad_evals_presample"] = pre.metrics.get("n_grad_evals_warmup", 0.0) + pre.metrics.get(
             "n_grad_evals", 0.0)
+        out.tags["kernels"] = pre.tags["kernels"]
+        if pre.interrupted:
+            out.interrupted = True
+            if pre.draws is not None:
+                out.draws, out.sample_stats = pre.draws, pre.sample_stats
+                out.tags["draws_are"] = f"{self.presample_method} pre-samples (the run stopped before latent sampling)"
+            return None
+        out.tags["stopped_during"] = "train"
+        start = time.perf_counter()
+        draws = pre.draws.to(initial_position.device, initial_position.dtype)
+        space, report, choice = self._fit(target, draws.reshape(-1, draws.shape[-1]), gen)
+        out.timings["train_time_s"] = time.perf_counter() - start
+        self._record_training(out, report, choice)
+        if inputs.checkpoint is not None:
+            inputs.checkpoint.stage(FITTED, fitted_state(out, space, draws, gen))
+        return space, draws
+
+    def _restore(self, saved: dict, target, inputs: RunInputs, out: Draws):
+        """The first two stages as a killed run's checkpoint kept them (:func:`fitted_state`), the generator
+        where they left it unless the latent sampler's own checkpoint takes it further."""
+        ae = AutoEncoder(saved["dim"], saved["latent_dim"], saved["arch"], saved["hidden"], inputs.initial.dtype,
+                         inputs.initial.device)
+        ae.load_state_dict(saved["state_dict"])
+        on = {"device": inputs.initial.device, "dtype": inputs.initial.dtype}
+        space = latent.LatentSpace(target, ae, saved["mean"].to(**on), saved["scale"].to(**on))
+        out.metrics.update(saved["metrics"])
+        out.timings.update(saved["timings"])
+        out.tags.update(saved["tags"])
+        out.traces.update({name: [tuple(point) for point in trace] for name, trace in saved["traces"].items()})
+        out.warnings.extend(saved["warnings"])
+        if inputs.resume.draws is None:
+            inputs.gen.set_state(saved["gen_state"])
+            out.tags["resumed_at_draw"] = "0"
+        return space, saved["presamples"].to(**on)
+
+    def _join(self, out: Draws, sampled: Draws, space: latent.LatentSpace) -> None:
+        """The latent sampler's draws, metrics and times into the run's, beside the first two stages'."""
+        out.draws, out.sample_stats, out.interrupted = sampled.draws, sampled.sample_stats, sampled.interrupted
+        stages = (out.tags["kernels"], sampled.tags["kernels"])
+        out.tags.update(sampled.tags)
+        out.tags["kernels"] = stages[0] if stages[0] == stages[1] else "presample={},sampling={}".format(*stages)
+        out.metrics.update(sampled.metrics)
         if "log_volume" in sampled.sample_stats:
             out.metrics["log_volume_mean"] = float(sampled.sample_stats["log_volume"].mean())
         out.timings["latent_warmup_time_s"] = sampled.timings["warmup_time_s"]
         out.timings["warmup_time_s"] = out.timings["presample_warmup_time_s"] + sampled.timings["warmup_time_s"]
         out.timings["sampling_time_s"] = sampled.timings["sampling_time_s"]
         out.fitted["inverse_mass"] = (space.scale**2).detach().cpu()
-        if inputs.artifact_dir is not None:
-            self._write_artifacts(out, space, draws.reshape(-1, dim), sampled.metrics.get("step_size", 0.1),
-                                  gen, Path(inputs.artifact_dir))
-        return out
 
     def _fit(self, target, draws: torch.Tensor, gen: torch.Generator):
         """Standardize the pre-samples, choose the latent size, train; returns the latent space."""
@@ -229,3 +266,15 @@ class AutoEncodingMethod(Sampler):
 
     def _extra_artifacts(self, out, space, presamples, step_size, gen, folder) -> None:
         pass
+
+
+def fitted_state(out: Draws, space: latent.LatentSpace, presamples: torch.Tensor, gen: torch.Generator) -> dict:
+    """What the first two stages made, as a checkpoint stores it: the pre-samples, the auto-encoder (its
+    architecture and weights) with the standardization, their record in the run so far, and the generator's state
+    when they ended."""
+    ae: AutoEncoder = space.ae
+    return {"presamples": presamples.detach().cpu(), "dim": ae.dim, "latent_dim": ae.latent_dim, "arch": ae.arch,
+            "hidden": ae.hidden, "state_dict": {k: v.detach().cpu() for k, v in ae.state_dict().items()},
+            "mean": space.mean.detach().cpu(), "scale": space.scale.detach().cpu(), "metrics": dict(out.metrics),
+            "timings": dict(out.timings), "tags": dict(out.tags), "traces": dict(out.traces),
+            "warnings": list(out.warnings), "gen_state": gen.get_state()}

@@ -43,6 +43,20 @@ class DASamplerSettings(LatentSamplerSettings):
     noise_block: Annotated[int, AtLeast(1)] = 64
 
 
+@dataclass(frozen=True)
+class LearningErrors:
+    """DA-pCN's warm-up with the error model: the window adaptation, whose steps feed ``errors``, returning the error
+    model it learned among what it tuned (so that a checkpoint stores it and a resumed run samples with it)."""
+
+    adaptation: object
+    errors: dapcn.ErrorModel
+
+    def run(self, progress, density, gen, on_step=None):
+        progress = self.adaptation.run(progress, density, gen, on_step=on_step)
+        progress.tuned["error_model"] = self.errors.state()
+        return progress
+
+
 class DASampler(CrankNicolsonSampler):
     """The shared pCN driver around the delayed-acceptance kernel: h is the coarsest level's step, adapted
     to its acceptance (``accept_rate``); the exact chain's acceptance and solve counts are extra metrics.
@@ -68,17 +82,24 @@ class DASampler(CrankNicolsonSampler):
         return TransitionKernel(functions, self.level_params, gradients=0, uses_gradients=False)
 
     def sample(self, target, inputs: RunInputs) -> Draws:
+        """The driver's, with this run's error model: a resumed run's as its warm-up left it (the checkpoint's
+        tuned ``error_model``)."""
         self.errors = dapcn.ErrorModel(*target.coarse_levels().sensor_data(), len(self.meshes))
+        if inputs.resume is not None and "error_model" in inputs.resume.state.get("tuned", {}):
+            self.errors.restore(inputs.resume.state["tuned"]["error_model"])
         return super().sample(target, inputs)
 
-    def level_params(self, step_size, metric=None) -> dapcn.DAParams:
-        """The kernel's params: h on the coarsest level, the levels, the proposal and the error model's misfits."""
+    def level_params(self, step_size, metric=None, **tuned) -> dapcn.DAParams:
+        """The kernel's params: h on the coarsest level, the levels, the proposal and the error model's misfits
+        (the tuned ``error_model`` is this run's, restored by :meth:`sample`)."""
         return dapcn.DAParams(min(step_size, pcn.MAX_H), self.meshes, self.subchain_lengths, self.proposal,
                               self.latent_step_size, self.settings.noise_block, self.errors.misfits())
 
     def make_adaptation(self, target, gen):
         adaptation = super().make_adaptation(target, gen)
-        return replace(adaptation, step=self._learning_step) if self.learns_errors else adaptation
+        if not self.learns_errors:
+            return adaptation
+        return LearningErrors(replace(adaptation, step=self._learning_step), self.errors)
 
     def _learning_step(self, state, target, params, gen):
         """A warm-up step whose fine solves add their (exact, coarse) prediction pairs to the error model."""
@@ -221,12 +242,12 @@ class DAPCN(AutoEncodingMethod):
 
     def sample(self, target, inputs: RunInputs) -> Draws:
         """proposal=pcn: one delayed-acceptance chain; proposal=ae: pre-sample, fit, then the subspace proposal;
-        proposal=lis: the likelihood-informed subspace proposal, one chain. Nothing is checkpointed on the way
-        (``resumable`` is False)."""
+        proposal=lis: the likelihood-informed subspace proposal, one chain."""
         if self.settings.proposal == "ae":
-            return super().sample(target, RunInputs(inputs.initial, inputs.gen, inputs.progress, inputs.artifact_dir))
+            return super().sample(target, inputs)
         settings = self.settings.sampler_settings(self.settings)
-        one_chain = RunInputs(inputs.initial, inputs.gen, inputs.progress)
+        one_chain = RunInputs(inputs.initial, inputs.gen, inputs.progress, checkpoint=inputs.checkpoint,
+                              resume=inputs.resume)
         if self.settings.proposal == "pcn":
             return self._sampler(dapcn.PriorProposal(), settings).sample(target, one_chain)
         rank = self.settings.informed_dim

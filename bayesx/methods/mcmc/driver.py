@@ -175,7 +175,7 @@ class Sampling:
                 "inv_mass": self.metric.inv_mass.detach().cpu(), "gen_state": self.gen.get_state(),
                 "iteration": self.iteration + 1, "warmup": self.warmup, "planned_draws": stage.planned,
                 "target_accept": stage.target_accept, "sampling_time_s": self.clock.sampling_s(),
-                "tuned": self.tuned}
+                "tuned": self.tuned, "kernel_state": plain_tree(self.state)}
 
 
 def resumed(sampler, density, gen: torch.Generator, checkpoint: RunCheckpoint | None, start_at: Resume,
@@ -191,7 +191,11 @@ def resumed(sampler, density, gen: torch.Generator, checkpoint: RunCheckpoint | 
         out.tags["resumed_at_draw"] = str(start_at.draws.shape[1])
     warmup = dict(saved["warmup"])
     kept = KeptDraws(sampler.settings.thin, start_at)
-    return Sampling(sampler, density, gen, state if state is not None else sampler.kernel.init(position, density),
+    if state is None:  # the kernel's whole state where the checkpoint has it (pCN's noise drawn ahead, ...)
+        state = sampler.kernel.init(position, density)
+        if "kernel_state" in saved:
+            state = filled_like(state, saved["kernel_state"], position)
+    return Sampling(sampler, density, gen, state,
                     float(saved["step_size"]), metric, dict(saved.get("tuned", {})), warmup, kept,
                     SamplingCheckpoint(checkpoint, kept), SamplingClock(float(saved.get("sampling_time_s", 0.0)),
                                                                         warmup),
@@ -299,7 +303,7 @@ def report(out: Draws, run: Sampling, stage: Stage) -> Draws:
     out.draws, out.sample_stats = kept.draws(), kept.sample_stats()
     out.metrics.update(summaries(out.sample_stats))
     out.metrics.update(step_size_metrics(run.sampler, run.step_size, run.warmup["n_grad_evals_warmup"]))
-    out.metrics.update(run.tuned)
+    out.metrics.update({name: value for name, value in run.tuned.items() if isinstance(value, float)})
     out.metrics.update(run.sampler.extra_metrics(out.sample_stats))
     out.metrics.update(run.faults.metrics())
     if cfg.raise_target_accept:  # the rule is on (whether or not it had a target left to climb to)
@@ -307,6 +311,28 @@ def report(out: Draws, run: Sampling, stage: Stage) -> Draws:
     out.warnings.extend(run.faults.warnings())
     out.fitted["inverse_mass"] = run.metric.inv_mass.detach().to("cpu")
     return out
+
+
+def plain_tree(state):
+    """A kernel state (NamedTuples of tensors, nested) as plain tuples of CPU tensors, which a checkpoint loads
+    safely (``torch.load(weights_only=True)``); :func:`filled_like` makes it a state again."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().cpu()
+    if isinstance(state, (tuple, list)):
+        return tuple(plain_tree(part) for part in state)
+    return state
+
+
+def filled_like(template, saved, like: torch.Tensor):
+    """The kernel state of ``template``'s types (a fresh ``init``) with ``saved``'s values (:func:`plain_tree`),
+    on ``like``'s device."""
+    if isinstance(saved, torch.Tensor):
+        return saved.to(like.device)
+    if isinstance(template, tuple) and hasattr(template, "_fields"):
+        return type(template)(*(filled_like(t, s, like) for t, s in zip(template, saved)))
+    if isinstance(saved, tuple):
+        return tuple(filled_like(None, s, like) for s in saved)
+    return saved
 
 
 def step_size_metrics(sampler, step_size: float, warmup_grad_evals: int) -> dict[str, float]:
