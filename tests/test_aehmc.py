@@ -246,7 +246,7 @@ def test_latent_dim_and_presample_checks(logreg):
     with pytest.raises(BayesxError, match="latent_dim must be an integer"):
         AEHMC(latent_dim=0)
     AEHMC(latent_dim="auto").check(logreg, 4)
-    assert AEHMC().resolved_latent_dim(500) == 50 and AEHMC().resolved_latent_dim(64) == 6
+    assert AEHMC().settings.resolved_latent_dim(500) == 50 and AEHMC().settings.resolved_latent_dim(64) == 6
 
 
 def test_aehmc_end_to_end_on_digits_stays_accurate(logreg):

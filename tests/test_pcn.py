@@ -23,7 +23,7 @@ from bayesx.data.classification import ClassificationData
 from bayesx.diagnostics import convergence
 from bayesx.errors import BayesxError
 from bayesx.kernels import latent_pcn, pcn
-from bayesx.methods.mcmc import aepcn
+from bayesx.methods.mcmc import aepcn, latent_stages
 from bayesx.methods.mcmc.aepcn import AEPCN
 from bayesx.methods.mcmc.pcn import PCN
 from bayesx.targets.base import Capabilities, TargetBase
@@ -294,7 +294,7 @@ def test_aepcn_reference_is_the_prior_pulled_back(toy):
     g = gen(11)
     draws = toy.sample_prior(200, g)
     method = AEPCN(latent_dim=toy.dim, ae="pca")
-    space, _, _ = method._fit(toy, draws, g)
+    space, _, _ = latent_stages.fit(method.settings, toy, draws, g)
     ref = latent_pcn.LatentReference(space, toy)
     basis = space.scale[:, None] * space.ae.W
     torch.testing.assert_close(space.decode_position(ref.mean[None])[0], torch.zeros(toy.dim, dtype=torch.float64),

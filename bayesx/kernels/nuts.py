@@ -172,19 +172,60 @@ def _energy_error(h: Tensor, h0: Tensor) -> Tensor:
     return torch.nan_to_num(h - h0, nan=big, posinf=big, neginf=big).clamp(max=big)
 
 
-def _build_subtree(
-    start: PhaseState,
-    signed_step: Tensor,
-    n_steps: int,
-    h0: Tensor,
-    building: Tensor,
-    metric: Metric,
-    density: Density,
-    log_u: Tensor,
-    faults: DensityFaults,
-) -> _Subtree:
+class _Leaves(NamedTuple):
+    """What a subtree has gathered over its leaves so far: the summed momentum, the log of the summed weights, the
+    leaf drawn in proportion to its weight, the summed acceptance statistics and the number of leaves."""
+
+    rho: Tensor
+    log_weight: Tensor
+    draw: _Draw
+    accept_sum: Tensor
+    n_leaves: Tensor
+
+
+def _add_leaf(leaves: _Leaves, phase: PhaseState, h: Tensor, delta: Tensor, log_u: Tensor, running: Tensor,
+              masked: bool) -> _Leaves:
+    """``leaves`` with a new leaf (energy ``h``, energy error ``delta``) for the chains still ``running`` (all of
+    them unless ``masked``); it replaces the draw with probability w / (w_1 + ... + w) (uniform progressive
+    sampling, ``log_u``: the log of the leaf's uniform)."""
+    leaf_accept = torch.exp(torch.clamp(-delta, max=0.0))
+    if masked:
+        leaf_accept = torch.where(running, leaf_accept, 0.0)
+        rho = leaves.rho + where_rows(running, phase.momentum, torch.zeros_like(leaves.rho))
+        n_leaves = leaves.n_leaves + running.long()
+    else:
+        rho = leaves.rho + phase.momentum
+        n_leaves = leaves.n_leaves + 1
+    log_weight = torch.logaddexp(leaves.log_weight, -delta)
+    take = log_u < -delta - log_weight
+    if masked:
+        take = take & running
+        log_weight = torch.where(running, log_weight, leaves.log_weight)
+    draw = select(take, _Draw(phase.position, phase.log_prob, phase.grad, h), leaves.draw)
+    return _Leaves(rho, log_weight, draw, leaves.accept_sum + leaf_accept, n_leaves)
+
+
+def _close_subtrees(stack: list[_Node], node: _Node, i: int) -> Tensor | None:
+    """Push leaf ``i``'s ``node`` onto ``stack``, the complete balanced subtrees of a subtree (a binary counter),
+    merging each pair it completes; whether any merge has turned (None: it completed none)."""
+    turned = None
+    bits = i
+    while bits & 1:
+        earlier = stack.pop()
+        turns = merge_turns(earlier, node)
+        turned = turns if turned is None else turned | turns
+        node = _Node(earlier.rho + node.rho, earlier.first_momentum, earlier.first_velocity, node.last_momentum,
+                     node.last_velocity)
+        bits >>= 1
+    stack.append(node)
+    return turned
+
+
+def _build_subtree(start: PhaseState, signed_step: Tensor, n_steps: int, h0: Tensor, building: Tensor, metric: Metric,
+                   density: Density, log_u: Tensor, faults: DensityFaults) -> _Subtree:
     """Take up to ``n_steps`` leapfrog steps from ``start`` for the chains in ``building``; ``log_u``
-    (n_steps, chains): the logs of the uniforms of the leaves' progressive sampling.
+    (n_steps, chains): the logs of the uniforms of the leaves' progressive sampling. A chain stops at a divergence
+    or a U-turn inside, which discards its subtree.
 
     While every chain is still building (the common case) the per-chain masking is skipped;
     ``n_running`` is the one host-device synchronization per leaf.
@@ -193,15 +234,13 @@ def _build_subtree(
     running = building.clone()
     n_running = int(running.sum())
     phase = start
-    rho = torch.zeros_like(start.momentum)
-    log_weight = torch.full_like(h0, -float("inf"))
-    draw = _Draw(start.position, start.log_prob, start.grad, h0)
-    accept_sum = torch.zeros_like(h0)
-    n_leaves = torch.zeros(n_chains, dtype=torch.long, device=h0.device)
+    leaves = _Leaves(torch.zeros_like(start.momentum), torch.full_like(h0, -float("inf")),
+                     _Draw(start.position, start.log_prob, start.grad, h0), torch.zeros_like(h0),
+                     torch.zeros(n_chains, dtype=torch.long, device=h0.device))
     divergent = torch.zeros_like(running)
     broken = torch.zeros_like(running)  # a U-turn or divergence inside: the subtree is discarded
     edge_velocity = velocity(metric, start.momentum)
-    stack: list[_Node] = []  # the complete balanced subtrees of this one, a binary counter
+    stack: list[_Node] = []
     first = None
     for i in range(n_steps):
         if n_running == 0:
@@ -212,53 +251,23 @@ def _build_subtree(
         if not bool(torch.isfinite(phase.log_prob).all() and torch.isfinite(phase.grad).all()):  # rare: the
             faults = add_faults(faults, phase.position, phase.log_prob, phase.grad,  # bookkeeping only then
                                 running if masked else None)
-        vel = velocity(metric, phase.momentum)
-        h = 0.5 * (phase.momentum * vel).sum(-1) - phase.log_prob
+        edge_velocity = velocity(metric, phase.momentum)
+        h = 0.5 * (phase.momentum * edge_velocity).sum(-1) - phase.log_prob
         delta = _energy_error(h, h0)
-        leaf_accept = torch.exp(torch.clamp(-delta, max=0.0))
         leaf_divergent = delta > DIVERGENCE_THRESHOLD
         if masked:
             leaf_divergent = leaf_divergent & running
-            leaf_accept = torch.where(running, leaf_accept, 0.0)
-            rho = rho + where_rows(running, phase.momentum, torch.zeros_like(rho))
-            n_leaves = n_leaves + running.long()
-        else:
-            rho = rho + phase.momentum
-            n_leaves = n_leaves + 1
-        accept_sum = accept_sum + leaf_accept
-
-        # uniform progressive sampling among the subtree's leaves
-        new_log_weight = torch.logaddexp(log_weight, -delta)
-        take = log_u[i] < -delta - new_log_weight
-        if masked:
-            take = take & running
-            log_weight = torch.where(running, new_log_weight, log_weight)
-        else:
-            log_weight = new_log_weight
-        draw = select(take, _Draw(phase.position, phase.log_prob, phase.grad, h), draw)
-
-        # U-turn checks of the balanced sub-subtrees completed by this leaf
-        edge_velocity = vel
-        node = _Node(phase.momentum, phase.momentum, vel, phase.momentum, vel)
-        if first is None:
-            first = node
-        stop = leaf_divergent
-        bits = i
-        while bits & 1:
-            earlier = stack.pop()
-            stop = stop | merge_turns(earlier, node)
-            node = _Node(earlier.rho + node.rho, earlier.first_momentum, earlier.first_velocity, phase.momentum, vel)
-            bits >>= 1
-        stack.append(node)
-
-        stop = stop & running
+        leaves = _add_leaf(leaves, phase, h, delta, log_u[i], running, masked)
+        node = _Node(phase.momentum, phase.momentum, edge_velocity, phase.momentum, edge_velocity)
+        first = node if first is None else first
+        turned = _close_subtrees(stack, node, i)
+        stop = (leaf_divergent if turned is None else leaf_divergent | turned) & running
         divergent = divergent | leaf_divergent
         broken = broken | stop
         running = running & ~stop
         n_running = int(running.sum())
-    valid = building & ~broken
-    return _Subtree(phase, edge_velocity, first.first_momentum, first.first_velocity, rho, log_weight, draw, valid,
-                    accept_sum, n_leaves, divergent, faults)
+    return _Subtree(phase, edge_velocity, first.first_momentum, first.first_velocity, leaves.rho, leaves.log_weight,
+                    leaves.draw, building & ~broken, leaves.accept_sum, leaves.n_leaves, divergent, faults)
 
 
 def chain_seeds(n_chains: int, gen: torch.Generator) -> Tensor:
@@ -283,72 +292,76 @@ def step(state: HMCState, density: Density, params: NUTSParams, gen: torch.Gener
     return transition(state, p0, seeds.to(q.device), density, params)
 
 
+class _Trajectory(NamedTuple):
+    """A transition's trajectory so far, per chain: its two ends (and their velocities), its summed momentum, the
+    leaf drawn from it and the log of its summed weights, and what the transition reports."""
+
+    left: PhaseState
+    right: PhaseState
+    left_velocity: Tensor
+    right_velocity: Tensor
+    rho: Tensor
+    draw: _Draw
+    log_weight: Tensor
+    moved: Tensor
+    done: Tensor
+    divergent: Tensor
+    depth: Tensor
+    accept_sum: Tensor
+    n_leaves: Tensor
+    faults: DensityFaults
+
+
 def transition(state: HMCState, p0: Tensor, seeds: Tensor, density: Density, params: NUTSParams) -> tuple[HMCState, NUTSInfo]:
     """The PyTorch trees of one transition from momentum ``p0`` (chains, dim), every uniform from the chains'
     ``seeds`` (chains,) int64 (:func:`tree_uniforms`): the same draws as nuts.h's from the same inputs."""
-    metric = params.metric
-    q = state.position
-    n_chains = q.shape[0]
+    metric, q = params.metric, state.position
     h0 = -state.log_prob + kinetic_energy(metric, p0)
     v0 = velocity(metric, p0)
-
-    left = right = PhaseState(q, p0, state.log_prob, state.grad)
-    left_velocity = right_velocity = v0
-    rho = p0
-    draw = _Draw(q, state.log_prob, state.grad, h0)
-    log_weight = torch.zeros_like(h0)  # the starting leaf has weight exp(H0 - H0) = 1
-    moved = torch.zeros(n_chains, dtype=torch.bool, device=q.device)
-    done = torch.zeros_like(moved)
-    divergent = torch.zeros_like(moved)
-    depth = torch.zeros(n_chains, dtype=torch.long, device=q.device)
-    accept_sum = torch.zeros_like(h0)
-    n_leaves = torch.zeros_like(depth)
-    faults = no_faults(q)
-
+    start = PhaseState(q, p0, state.log_prob, state.grad)
+    stopped = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)
+    depth = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
+    # the starting leaf has weight exp(H0 - H0) = 1
+    path = _Trajectory(start, start, v0, v0, p0, _Draw(q, state.log_prob, state.grad, h0), torch.zeros_like(h0),
+                       stopped, stopped, stopped, depth, torch.zeros_like(h0), torch.zeros_like(depth), no_faults(q))
     for d in range(params.max_tree_depth):
-        active = ~done
-        if not bool(active.any()):
+        if not bool((~path.done).any()):
             break
-        u = tree_uniforms(seeds, uniform_index(d, 0), 2**d + 2, h0.dtype)  # the subtree's block, in one call
-        forward, merge_u, log_u = u[0] < 0.5, u[1], torch.log(u[2:])
-        signed_step = (torch.where(forward, 1.0, -1.0).to(h0.dtype) * params.step_size).unsqueeze(-1)
-        start = select(forward, right, left)
-        far_momentum = where_rows(forward, left.momentum, right.momentum)
-        start_velocity = where_rows(forward, right_velocity, left_velocity)
-        far_velocity = where_rows(forward, left_velocity, right_velocity)
-        sub = _build_subtree(start, signed_step, 2**d, h0, active, metric, density, log_u, faults)
-        faults = sub.faults
+        path = _double(path, d, seeds, h0, params.step_size, metric, density)
+    info = NUTSInfo(accept_prob=path.accept_sum / path.n_leaves.clamp(min=1).to(h0.dtype), accepted=path.moved,
+                    energy=path.draw.energy, divergent=path.divergent, n_grad_evals=path.n_leaves,
+                    tree_depth=path.depth, faults=path.faults)
+    return HMCState(path.draw.position, path.draw.log_prob, path.draw.grad), info
 
-        grow_right, grow_left = active & forward, active & ~forward
-        right = select(grow_right, sub.edge, right)
-        right_velocity = where_rows(grow_right, sub.edge_velocity, right_velocity)
-        left = select(grow_left, sub.edge, left)
-        left_velocity = where_rows(grow_left, sub.edge_velocity, left_velocity)
-        accept_sum = accept_sum + sub.accept_sum
-        n_leaves = n_leaves + sub.n_leaves
-        divergent = divergent | sub.divergent
-        depth = depth + active.long()
 
-        merge = sub.valid
-        # biased progressive sampling: prefer the new subtree by min(1, W_new / W_old)
-        take = merge & (torch.log(merge_u) < sub.log_weight - log_weight)
-        draw = select(take, sub.draw, draw)
-        moved = moved | take
-        log_weight = torch.where(merge, torch.logaddexp(log_weight, sub.log_weight), log_weight)
-        # the trajectory so far (far end ... start) merged with the subtree (its first leaf ... its edge)
-        old = _Node(rho, far_momentum, far_velocity, start.momentum, start_velocity)
-        new = _Node(sub.rho, sub.first_momentum, sub.first_velocity, sub.edge.momentum, sub.edge_velocity)
-        turned = merge_turns(old, new)
-        rho = where_rows(merge, rho + sub.rho, rho)
-        done = done | (active & (~merge | turned))
+def _double(path: _Trajectory, d: int, seeds: Tensor, h0: Tensor, step_size: float, metric: Metric,
+            density: Density) -> _Trajectory:
+    """The trajectory after doubling ``d``: a subtree of 2^d leaves built in a random direction from that end, joined
+    where it is valid, its draw taken with probability min(1, W_new / W_old) (biased progressive sampling), and
+    growth stopped where it is invalid or the joined trajectory has turned."""
+    active = ~path.done
+    u = tree_uniforms(seeds, uniform_index(d, 0), 2**d + 2, h0.dtype)  # the subtree's block, in one call
+    forward, merge_u, log_u = u[0] < 0.5, u[1], torch.log(u[2:])
+    signed_step = (torch.where(forward, 1.0, -1.0).to(h0.dtype) * step_size).unsqueeze(-1)
+    start = select(forward, path.right, path.left)
+    far_momentum = where_rows(forward, path.left.momentum, path.right.momentum)
+    start_velocity = where_rows(forward, path.right_velocity, path.left_velocity)
+    far_velocity = where_rows(forward, path.left_velocity, path.right_velocity)
+    sub = _build_subtree(start, signed_step, 2**d, h0, active, metric, density, log_u, path.faults)
 
-    info = NUTSInfo(
-        accept_prob=accept_sum / n_leaves.clamp(min=1).to(h0.dtype),
-        accepted=moved,
-        energy=draw.energy,
-        divergent=divergent,
-        n_grad_evals=n_leaves,
-        tree_depth=depth,
-        faults=faults,
-    )
-    return HMCState(draw.position, draw.log_prob, draw.grad), info
+    grow_right, grow_left = active & forward, active & ~forward
+    merge = sub.valid
+    take = merge & (torch.log(merge_u) < sub.log_weight - path.log_weight)
+    # the trajectory so far (far end ... start) merged with the subtree (its first leaf ... its edge)
+    old = _Node(path.rho, far_momentum, far_velocity, start.momentum, start_velocity)
+    new = _Node(sub.rho, sub.first_momentum, sub.first_velocity, sub.edge.momentum, sub.edge_velocity)
+    turned = merge_turns(old, new)
+    return _Trajectory(
+        left=select(grow_left, sub.edge, path.left), right=select(grow_right, sub.edge, path.right),
+        left_velocity=where_rows(grow_left, sub.edge_velocity, path.left_velocity),
+        right_velocity=where_rows(grow_right, sub.edge_velocity, path.right_velocity),
+        rho=where_rows(merge, path.rho + sub.rho, path.rho), draw=select(take, sub.draw, path.draw),
+        log_weight=torch.where(merge, torch.logaddexp(path.log_weight, sub.log_weight), path.log_weight),
+        moved=path.moved | take, done=path.done | (active & (~merge | turned)),
+        divergent=path.divergent | sub.divergent, depth=path.depth + active.long(),
+        accept_sum=path.accept_sum + sub.accept_sum, n_leaves=path.n_leaves + sub.n_leaves, faults=sub.faults)

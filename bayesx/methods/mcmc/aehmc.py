@@ -104,11 +104,10 @@ class AEHMC(AutoEncodingMethod):
         params = latent.LatentParams(0.0, cfg.num_steps, cfg.volume_correction, cfg.energy_at_start)
         return LatentSampler(space, params, cfg.latent_sampler_settings())
 
-    def _record_training(self, result, report, choice) -> None:
-        super()._record_training(result, report, choice)
-        result.tags["energy_at_start"] = self.settings.energy_at_start
+    def training_tags(self) -> dict[str, str]:
+        return {**super().training_tags(), "energy_at_start": self.settings.energy_at_start}
 
-    def _extra_artifacts(self, result, space, presamples, step_size, gen, folder) -> None:
+    def extra_artifacts(self, result, space, presamples, step_size, gen, folder) -> None:
         ae = space.ae
         wanted = self.settings.trajectory_plot
         wanted = (ae.latent_dim == 2 and space.dim <= 3) if wanted is None else wanted
