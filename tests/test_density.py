@@ -58,7 +58,7 @@ def test_every_kernel_step_takes_a_density_and_a_target_is_refused():
 def test_prepare_is_called_once_per_family_and_the_runner_sets_no_environment():
     calls = {str(path.relative_to(PACKAGE)): path.read_text().count("backend.prepare(")
              for path in PACKAGE.glob("**/*.py")}
-    assert {path: n for path, n in calls.items() if n} == {"methods/mcmc/sampler.py": 1, "methods/vi/family.py": 1}
+    assert {path: n for path, n in calls.items() if n} == {"methods/mcmc/driver.py": 1, "methods/vi/family.py": 1}
     assert "BAYESX_COMPILE" not in (PACKAGE / "runner.py").read_text()
 
 
