@@ -12,6 +12,7 @@ made once by each method family and passed on; kernels and fits take it as Black
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import shutil
@@ -42,11 +43,24 @@ def test_the_kernels_hold_no_cache_and_read_no_environment():
     assert len(CACHE_OR_ENVIRON.findall(planted)) == 2
 
 
+def kernel_modules():
+    """Every bayesx.kernels module with a transition (a ``step`` function), found in the package, not listed."""
+    names = sorted(path.stem for path in (PACKAGE / "kernels").glob("*.py"))
+    modules = [importlib.import_module(f"bayesx.kernels.{name}") for name in names]
+    return [module for module in modules if inspect.isfunction(getattr(module, "step", None))]
+
+
 def test_every_kernel_step_takes_a_density_and_a_target_is_refused():
+    """One name, ``density``, for what a kernel moves on: the parameter after the state in ``step`` and after the
+    position in ``init`` (latent kernels bind their space first)."""
+    kernels = kernel_modules()
+    assert {hmc, nuts, mams, chees, rwm} <= set(kernels) and len(kernels) >= 9
+    for kernel in kernels:
+        for function, before in ((kernel.step, "state"), (kernel.init, "position")):
+            names = list(inspect.signature(function).parameters)
+            assert names[names.index(before) + 1] == "density", f"{kernel.__name__}.{function.__name__}"
     for kernel in (hmc, nuts, mams, chees, rwm):
-        parameters = inspect.signature(kernel.step).parameters
-        assert list(parameters)[:2] == ["state", "density"], kernel.__name__
-        assert parameters["density"].annotation in (Density, "Density"), kernel.__name__
+        assert inspect.signature(kernel.step).parameters["density"].annotation in (Density, "Density")
     target = Gaussian(dim=3, kind="isotropic")
     q = target.initial_point(2, gen(0))
     with pytest.raises(AttributeError, match="logp_and_grad"):  # the lookup by target is gone

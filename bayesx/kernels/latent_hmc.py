@@ -164,7 +164,7 @@ class LatentParams(NamedTuple):
     energy_at_start: str = "reconstructed"
 
 
-def init(space: LatentSpace, position: Tensor, restricted: Density) -> LatentState:
+def init(space: LatentSpace, position: Tensor, density: Density) -> LatentState:
     """The state at points q (chains, D) of the target's own space, with log pi(q) there."""
     return LatentState(position, space.target.log_prob(position))
 
@@ -184,41 +184,41 @@ class LatentTrajectory(NamedTuple):
     end_energy: Tensor  # (chains,) H_h at the end = H(psi_q(z), psi_p(p)) in the original space
 
 
-def latent_leapfrog(space: LatentSpace, restricted: Density, z: Tensor, p: Tensor, step_size: float, num_steps: int,
+def latent_leapfrog(space: LatentSpace, density: Density, z: Tensor, p: Tensor, step_size: float, num_steps: int,
                     potential: Tensor | None = None, grad_u: Tensor | None = None) -> LatentTrajectory:
     """num_steps leapfrog steps on U_h + K_h from (z, p); the position update uses grad K_h (Deep MCMC
     Alg. 1). U_h(z) and its gradient are evaluated first unless given (both or neither).
 
     For a linear auto-encoder K_h(p) = p^T (W^T W) p / 2 is quadratic, so where the restricted density was
-    prepared on a native backend (``restricted.trajectory``: logistic regression on the CPU) the trajectory, with the
+    prepared on a native backend (``density.trajectory``: logistic regression on the CPU) the trajectory, with the
     energies at both ends, is one native call with M^-1 = W^T W."""
-    if not space.ae.nonlinear and restricted.trajectory is not None:
+    if not space.ae.nonlinear and density.trajectory is not None:
         known = grad_u is not None
-        end = restricted.trajectory(z, p, step_size, num_steps, space.kinetic_gram,
+        end = density.trajectory(z, p, step_size, num_steps, space.kinetic_gram,
                                     -grad_u if known else None, -potential if known else None)
         if end is not None:
             return LatentTrajectory(end.position, end.momentum, -end.log_prob, -end.grad, end.start_energy,
                                     end.end_energy)
     if grad_u is None:
-        potential, grad_u = space.potential_and_grad(z, restricted)
+        potential, grad_u = space.potential_and_grad(z, density)
     start_energy = potential + space.kinetic(p)
     p = p.add(grad_u, alpha=-0.5 * step_size)
     for _ in range(num_steps - 1):
         z = space.drift(z, p, step_size)
         p = p.add(space.potential_grad(z), alpha=-step_size)
     z = space.drift(z, p, step_size)
-    potential, grad_u = space.potential_and_grad(z, restricted)
+    potential, grad_u = space.potential_and_grad(z, density)
     p = p.add(grad_u, alpha=-0.5 * step_size)
     return LatentTrajectory(z, p, potential, grad_u, start_energy, potential + space.kinetic(p))
 
 
-def step(space: LatentSpace, state: LatentState, restricted: Density, params: LatentParams,
+def step(space: LatentSpace, state: LatentState, density: Density, params: LatentParams,
          gen: torch.Generator) -> tuple[LatentState, LatentInfo]:
     n_chains = state.position.shape[0]
     noise = torch.randn(state.position.shape, generator=gen, dtype=state.position.dtype, device=state.position.device)
     z0, v_q = space.encode_position(state.position)
     p0, v_p = space.encode_noise(noise)  # the momentum p_v = noise / s ~ N(0, M), M^-1 = diag(s^2)
-    end = latent_leapfrog(space, restricted, z0, p0, params.step_size, params.num_steps)
+    end = latent_leapfrog(space, density, z0, p0, params.step_size, params.num_steps)
     if params.energy_at_start == "original":
         h0 = -state.log_prob + 0.5 * (noise * noise).sum(-1)
     else:

@@ -109,8 +109,8 @@ class PCNParams(NamedTuple):
     noise_block: int = 64  # iterations of prior draws made at once
 
 
-def init(position: Tensor, prior: PriorLikelihood) -> PCNState:
-    return PCNState(position, prior.log_likelihood(position), EMPTY_NOISE)
+def init(position: Tensor, density: PriorLikelihood) -> PCNState:
+    return PCNState(position, density.log_likelihood(position), EMPTY_NOISE)
 
 
 def log_density(state: PCNState) -> Tensor:
@@ -125,11 +125,11 @@ def metropolis(state_ll: Tensor, proposal_ll: Tensor, extra_log_ratio: Tensor | 
     return accept_prob, accepted, failed
 
 
-def step(state: PCNState, prior: PriorLikelihood, params: PCNParams, gen: torch.Generator) -> tuple[PCNState, PCNInfo]:
+def step(state: PCNState, density: PriorLikelihood, params: PCNParams, gen: torch.Generator) -> tuple[PCNState, PCNInfo]:
     r = rho(params.step_size)
-    (xi,), noise = draw_noise(state.noise, prior_draws(prior), state.position.shape[0], params.noise_block, gen)
+    (xi,), noise = draw_noise(state.noise, prior_draws(density), state.position.shape[0], params.noise_block, gen)
     proposal = r * state.position + math.sqrt(1.0 - r * r) * xi
-    log_lik = prior.log_likelihood(proposal)
+    log_lik = density.log_likelihood(proposal)
     accept_prob, accepted, failed = metropolis(state.log_likelihood, log_lik, 0.0, gen)
     new = PCNState(where_rows(accepted, proposal, state.position),
                    torch.where(accepted, log_lik, state.log_likelihood), noise)

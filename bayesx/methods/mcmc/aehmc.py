@@ -62,10 +62,10 @@ class LatentSampler(MCMCMethod):
         PyTorch (its Jacobians), so there is nothing to compile for (0 calls: ``compile=auto`` does not)."""
         return 0 if self.space.ae.nonlinear else self.kernel_params.num_steps
 
-    def search_step_size(self, state, target, metric, gen, guess):
+    def search_step_size(self, state, density, metric, gen, guess):
         def one_step_accept(eps: float) -> float:
             params = self.kernel_params._replace(step_size=eps, num_steps=1)
-            return float(self.kernel.step(state, target, params, gen)[1].accept_prob.mean())
+            return float(self.kernel.step(state, density, params, gen)[1].accept_prob.mean())
 
         return bracket_step_size(one_step_accept, guess)
 

@@ -35,7 +35,7 @@ class Chees(MCMCMethod):
             raise BayesxError(f"method=chees adapts from the spread across chains and needs n_chains >= 2, got "
                               f"n_chains={n_chains}; set n_chains=64 (it is built for many chains)")
 
-    def make_adaptation(self, target, gen):
+    def make_adaptation(self, density, gen):
         cfg = self.settings
         return CheesAdaptation(cfg.num_warmup, cfg.target_accept, cfg.mass, cfg.max_leapfrog_steps,
                                cfg.init_trajectory_length or 0.0, cfg.mass_rank)

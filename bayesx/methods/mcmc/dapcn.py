@@ -95,15 +95,15 @@ class DASampler(CrankNicolsonSampler):
         return dapcn.DAParams(min(step_size, pcn.MAX_H), self.meshes, self.subchain_lengths, self.proposal,
                               self.latent_step_size, self.settings.noise_block, self.errors.misfits())
 
-    def make_adaptation(self, target, gen):
-        adaptation = super().make_adaptation(target, gen)
+    def make_adaptation(self, density, gen):
+        adaptation = super().make_adaptation(density, gen)
         if not self.learns_errors:
             return adaptation
         return LearningErrors(replace(adaptation, step=self._learning_step), self.errors)
 
-    def _learning_step(self, state, target, params, gen):
+    def _learning_step(self, state, density, params, gen):
         """A warm-up step whose fine solves add their (exact, coarse) prediction pairs to the error model."""
-        state, info, solves = dapcn.step_with_solves(state, target, params, gen)
+        state, info, solves = dapcn.step_with_solves(state, density, params, gen)
         self.errors.add(solves.fine[solves.solved], solves.coarse[:, solves.solved])
         return state, info
 

@@ -32,8 +32,8 @@ class Kernel(Protocol):
 
     uses_gradients            whether a transition evaluates grad log pi (gradient-free kernels: the adaptation
                               forms that read gradients are refused, and the density is not compiled for them)
-    init(position, target)    the state at ``position`` (chains, dim)
-    step(state, target, params, gen) -> (state, info)
+    init(position, density)   the state at ``position`` (chains, dim)
+    step(state, density, params, gen) -> (state, info)
                               one transition of every chain; ``info`` a NamedTuple of per-chain statistics with
                               at least accept_prob, divergent and n_grad_evals (and ``faults`` where the kernel
                               watches the density, bayesx.methods.mcmc.health)
@@ -48,9 +48,9 @@ class Kernel(Protocol):
 
     uses_gradients: bool
 
-    def init(self, position: Tensor, target) -> Any: ...
+    def init(self, position: Tensor, density) -> Any: ...
 
-    def step(self, state, target, params, gen: torch.Generator) -> tuple[Any, Any]: ...
+    def step(self, state, density, params, gen: torch.Generator) -> tuple[Any, Any]: ...
 
     def log_density(self, state) -> Tensor: ...
 
@@ -70,11 +70,11 @@ class TransitionKernel:
     gradients: int
     uses_gradients: bool = True
 
-    def init(self, position: Tensor, target):
-        return self.functions.init(position, target)
+    def init(self, position: Tensor, density):
+        return self.functions.init(position, density)
 
-    def step(self, state, target, params, gen: torch.Generator):
-        return self.functions.step(state, target, params, gen)
+    def step(self, state, density, params, gen: torch.Generator):
+        return self.functions.step(state, density, params, gen)
 
     def log_density(self, state) -> Tensor:
         return self.functions.log_density(state)

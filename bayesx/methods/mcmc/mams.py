@@ -72,21 +72,21 @@ class MAMS(MCMCMethod):
         length = trajectory_length or cfg.trajectory_length or INITIAL_STEPS * step_size
         return mams.MAMSParams(step_size, metric, length, cfg.integrator, cfg.max_steps)
 
-    def make_adaptation(self, target, gen):
+    def make_adaptation(self, density, gen):
         cfg = self.settings
         return MAMSAdaptation(
-            cfg.num_warmup, cfg.target_accept, self.mass_form(target.dim), cfg.integrator, cfg.max_steps,
-            lambda s, m, guess: self.checked_step_size_search(s, target, m, gen, guess), cfg.adapt_step_size,
+            cfg.num_warmup, cfg.target_accept, self.mass_form(density.dim), cfg.integrator, cfg.max_steps,
+            lambda s, m, guess: self.checked_step_size_search(s, density, m, gen, guess), cfg.adapt_step_size,
             cfg.trajectory_length or 0.0, cfg.mass_rank)
 
-    def search_step_size(self, state, target, metric: Metric, gen: torch.Generator, guess: float) -> float:
+    def search_step_size(self, state, density, metric: Metric, gen: torch.Generator, guess: float) -> float:
         """Hoffman and Gelman's doubling and halving (bayesx.adaptation.window.bracket_step_size) on the mean
         acceptance probability of one step of this kernel's integrator from a fresh velocity."""
         integrator = self.settings.integrator
 
         def one_step_accept(eps: float) -> float:
             u = mams.unit_velocity(state.position.shape, state.position.dtype, state.position.device, gen)
-            end = mams.integrate(state, u, eps, 1, metric, integrator, target)
+            end = mams.integrate(state, u, eps, 1, metric, integrator, density)
             w = mams.energy_change(state, end)
             return float(torch.exp(torch.clamp(-w, max=0.0)).mean())
 

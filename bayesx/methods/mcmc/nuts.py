@@ -42,8 +42,8 @@ class NUTS(MCMCMethod):
         """The kernel's params, trees capped at ``depth`` (None: max_tree_depth)."""
         return nuts.NUTSParams(step_size, metric, depth or self.settings.max_tree_depth)
 
-    def make_adaptation(self, target, gen):
-        adaptation = super().make_adaptation(target, gen)
+    def make_adaptation(self, density, gen):
+        adaptation = super().make_adaptation(density, gen)
         depth = self.settings.warmup_max_tree_depth
         return adaptation if depth is None else replace(adaptation, make_params=partial(self.tree_params, depth=depth))
 

@@ -44,11 +44,11 @@ class CrankNicolsonSampler(MCMCMethod):
         them), made here once from the model's views, not log pi."""
         return pcn.PriorLikelihood.of(target)
 
-    def search_step_size(self, state, target, metric, gen, guess):
+    def search_step_size(self, state, density, metric, gen, guess):
         def one_step_accept(h: float) -> float:
             if h > pcn.MAX_H:  # beyond rho = 0 (independent prior draws): stop growing
                 return 0.0
-            return float(self.kernel.step(state, target, self.kernel.parameters(h, metric), gen)[1].accept_prob.mean())
+            return float(self.kernel.step(state, density, self.kernel.parameters(h, metric), gen)[1].accept_prob.mean())
 
         return min(pcn.MAX_H, bracket_step_size(one_step_accept, min(guess, 0.5), self.settings.target_accept))
 

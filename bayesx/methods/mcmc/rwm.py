@@ -26,6 +26,6 @@ class RWM(MCMCMethod):
     def make_kernel(self) -> TransitionKernel:
         return TransitionKernel(rwm, rwm.RWMParams, gradients=0, uses_gradients=False)
 
-    def search_step_size(self, state, target, metric, gen, guess):
+    def search_step_size(self, state, density, metric, gen, guess):
         # with a proposal covariance close to the posterior's, 2.38 / sqrt(dim) is near optimal
         return 2.38 / math.sqrt(state.position.shape[-1])

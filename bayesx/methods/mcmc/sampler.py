@@ -210,25 +210,25 @@ class MCMCMethod(Sampler):
         ``inputs.checkpoint`` as they gather. With ``inputs.resume`` (a killed run's checkpoint), skip the
         warm-up and continue its sampling where it stopped, with its generator state and tuned values."""
         out = Draws()
-        density = self.prepare_density(target, inputs, out)
-        moves_on = self.kernel_density(target, density)
+        prepared = self.prepare_density(target, inputs, out)
+        density = self.kernel_density(target, prepared)  # what the kernel moves on
         mass = self.mass_form(inputs.initial.shape[1])
         if self.settings.mass == "auto":
             out.tags["mass"] = mass
         if inputs.resume is not None:
-            return driver.sample(self, moves_on, inputs.gen, inputs.progress, inputs.checkpoint, inputs.resume,
+            return driver.sample(self, density, inputs.gen, inputs.progress, inputs.checkpoint, inputs.resume,
                                  out=out)
         started = time.perf_counter()
-        begun = driver.start(self, target, density, inputs.initial, inputs.gen, mass, out, started)
+        begun = driver.start(self, target, prepared, inputs.initial, inputs.gen, mass, out, started)
         if begun is None:
             return out
-        state = driver.first_state(self, begun[0], moves_on)
+        state = driver.first_state(self, begun[0], density)
         rules = RunLength.from_settings(self.settings)
         stage = rules.warmup(self.settings.target_accept)
         bar = ChainProgress(self.settings.num_warmup + stage.planned * self.settings.thin, self.name, inputs.progress)
-        warm = driver.warm_up(self, moves_on, state, begun[1], inputs.gen, bar, out, started)
+        warm = driver.warm_up(self, density, state, begun[1], inputs.gen, bar, out, started)
         if warm is None:
             return out
-        return driver.sample(self, moves_on, inputs.gen, inputs.progress, inputs.checkpoint,
+        return driver.sample(self, density, inputs.gen, inputs.progress, inputs.checkpoint,
                              driver.after_warmup(warm, out, started, inputs.initial.shape[0]), bar, out, warm.state,
                              rules.next(stage))
