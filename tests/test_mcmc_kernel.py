@@ -13,6 +13,8 @@ from bayesx.methods.mcmc.chees import Chees
 from bayesx.methods.mcmc.dapcn import DASampler
 from bayesx.methods.mcmc.hmc import HMC
 from bayesx.methods.mcmc.kernel import Kernel, TransitionKernel
+from bayesx.methods.mcmc.sampler import MCMCMethod
+from bayesx.methods.registry import method_class, methods_of_family
 from bayesx.methods.mcmc.mams import MAMS
 from bayesx.methods.mcmc.nuts import NUTS
 from bayesx.methods.mcmc.pcn import PCN
@@ -33,6 +35,27 @@ def test_every_sampler_kernel_has_the_contract(method):
     assert isinstance(method.kernel, Kernel)
     assert method.kernel.uses_gradients is uses and method.uses_gradients is uses
     assert method.kernel.gradients_per_transition() == gradients == method.density_calls_per_transition()
+
+
+def mcmc_samplers() -> list[str]:
+    """Every ``method=`` choice whose class is an MCMCMethod, read from conf/method (bayesx.methods.registry): a new
+    sampler is checked below without being listed anywhere."""
+    return [name for name in methods_of_family("sampler") if issubclass(method_class(name), MCMCMethod)]
+
+
+@pytest.mark.parametrize("name", mcmc_samplers())
+def test_every_registered_sampler_kernel_has_the_contract(name):
+    method = method_class(name)()
+    kernel = method.kernel
+    assert isinstance(kernel, Kernel) and isinstance(kernel.uses_gradients, bool)
+    gradients = kernel.gradients_per_transition()
+    assert (gradients > 0) is kernel.uses_gradients and gradients == method.density_calls_per_transition()
+    assert method.needs_gradients() or not kernel.uses_gradients
+
+
+def test_the_registry_finds_the_listed_samplers():
+    assert {"nuts", "hmc", "chees", "mams", "rwm", "pcn"} <= set(mcmc_samplers())
+    assert "aehmc" not in mcmc_samplers()  # a sampler of several stages builds its kernels per stage
 
 
 def test_an_object_without_parameters_is_not_a_kernel():
