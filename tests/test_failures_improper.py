@@ -220,3 +220,19 @@ def test_a_ridge_fails_the_run_in_one_line_not_an_internal_error(store, tmp_path
     fast = [a for a in FAST if not a.startswith("method.num_")]
     failed_run(uri, ["run", "model=custom", ridge, "model.dim=2", "method=nuts", *fast, "method.num_warmup=1000",
                      "method.num_draws=20"], "improper posterior likely", "covariance", "(during warm-up)")
+
+
+def test_a_step_size_search_that_collapses_fails_in_one_line_and_a_normal_one_passes():
+    """A kernel whose acceptance does not rise as its step shrinks (a proposal that ignores the step size) halved
+    the step to 0.0 in four windows and crashed dual averaging with 'math domain error' (found writing the toy
+    sampler of tests/test_new_sampler.py); the search's end is now checked. Control: a search that ends near its
+    guess is returned unchanged."""
+    from bayesx.errors import DensityError
+    from bayesx.methods.mcmc.health import check_step_size_search
+
+    with pytest.raises(DensityError, match="shrank the step") as info:
+        check_step_size_search(1e-79, 1e-61)
+    assert "\n" not in str(info.value) and "method.adapt_step_size=false" in str(info.value)
+    with pytest.raises(DensityError, match="shrank the step"):
+        check_step_size_search(0.0, 1.0)
+    assert check_step_size_search(0.3, 1.0) == 0.3 and check_step_size_search(1e-6, 1.0) == 1e-6

@@ -25,6 +25,7 @@ import torch
 from bayesx.errors import DensityError
 
 RUNAWAY_FACTOR = 1e15
+COLLAPSE_FACTOR = 1e-15  # a search that ends this far below its guess found no step the kernel accepts
 """How far above its guess a step-size search may end before the density counts as flat at every scale: a
 search of up to 60 doublings (2^60 ~ 1.2e18) that had to go this far accepted steps 15 orders of magnitude
 longer than where it began."""
@@ -43,6 +44,12 @@ def check_step_size_search(step_size: float, guess: float) -> float:
                            f"to {step_size:.3g} (from {guess:.3g}), so the log density is flat at every scale the "
                            f"chains reach; give every parameter a proper prior, or check the density (a missing "
                            f"term, or a likelihood that does not depend on some parameters)")
+    if not step_size > COLLAPSE_FACTOR * guess:
+        raise DensityError(f"the step-size search shrank the step to {step_size:.3g} (from {guess:.3g}) and the kernel "
+                           f"still accepts too few moves: no step is small enough, so the density is not smooth or "
+                           f"not finite where the chains are, or the kernel's proposal does not shrink with its step "
+                           f"size; check the density (or the kernel), or set method.step_size with "
+                           f"method.adapt_step_size=false")
     return step_size
 
 
