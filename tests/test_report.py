@@ -227,3 +227,30 @@ def test_a_reference_posterior_made_in_a_sweep_is_named_not_tabulated():
     chosen = select_sweep(df, "sqlite:///x.db")
     assert list(chosen.runs["run_id"]) == ["a" * 32]
     assert reference_lines(chosen) == ["Reference posteriors made in this sweep (NUTS, their own runs): rrrrrrrr (42 s)"]
+
+
+def test_a_preset_run_in_parts_is_one_table_naming_each_part(sweep, tmp_path):
+    """Two sweeps of the store, given as two --parent values, make one table with both sweeps' rows, and the header
+    names each part's command and parent. Control: one of them alone shows only its own rows."""
+    root, uri, runs = sweep
+
+    def parents() -> set[str]:
+        return {r.data.tags["mlflow.parentRunId"] for r in all_runs(uri) if "mlflow.parentRunId" in r.data.tags}
+
+    before = parents()
+    code, out, err = call(["run", "-m", "method=vi", "seed=1", *SWEEP[3:]])
+    assert code == 0, err
+    first = runs["nuts"].data.tags["mlflow.parentRunId"]
+    (second,) = parents() - before
+    def report(*parents: str) -> str:
+        out_md = tmp_path / "parts.md"
+        code, _, err = call(["report", "--uri", uri, *[a for p in parents for a in ("--parent", p[:8])], "--out",
+                             str(out_md), "--no-plot"])
+        assert code == 0, err
+        return out_md.read_text()
+
+    text, alone_first, alone_second = report(first, second), report(first), report(second)
+    assert len(table_rows(alone_second)) == 1  # the second sweep's one run
+    assert len(table_rows(text)) == len(table_rows(alone_first)) + 1
+    assert "Part 1 made by" in text and "Part 2 made by" in text and f"--parent {first[:8]} --parent {second[:8]}" in text
+    assert "Part 1" not in alone_second and "Made by" in alone_second

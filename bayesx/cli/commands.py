@@ -544,8 +544,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "report":
         parser.add_argument("--experiment", "--experiment-name", dest="experiment",
                             help="only sweeps of this MLflow experiment (a preset's experiment_name)")
-        parser.add_argument("--parent", metavar="RUN_ID",
-                            help="the sweep's parent run id, 8 characters or more (default: the newest sweep)")
+        parser.add_argument("--parent", metavar="RUN_ID", action="append",
+                            help="the sweep's parent run id, 8 characters or more (default: the newest sweep); "
+                                 "given more than once, the sweeps are one table (a preset run in parts)")
         parser.add_argument("--published", metavar="FILE",
                             help="published numbers to show beside ours (default: results/published/<preset>.yaml "
                                  "for a sweep of `bayesx run experiment=<preset>`)")

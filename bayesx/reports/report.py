@@ -171,6 +171,7 @@ class Sweep:
     runs: object  # pandas.DataFrame
     uri: str
     references: object = None  # the reference posteriors' runs made in the sweep (bayesx.methods.reference), not rows
+    parts: tuple = ()  # a preset run in parts: every part's parent run, this one's first (:func:`joined`)
 
     @property
     def parent_id(self) -> str:
@@ -179,6 +180,20 @@ class Sweep:
     @property
     def overrides(self) -> str:
         return str(self.parent.get("tags.sweep_overrides") or "")
+
+
+def joined(sweeps: list[Sweep]) -> Sweep:
+    """Sweeps of one preset run in parts (``bayesx run experiment=NAME model.name=...`` in several sessions) as one:
+    their runs in one table, every part's parent named in the header."""
+    import pandas as pd
+
+    if len(sweeps) == 1:
+        return sweeps[0]
+    first = sweeps[0]
+    references = [s.references for s in sweeps if s.references is not None]
+    return Sweep(first.parent, pd.concat([s.runs for s in sweeps], ignore_index=True), first.uri,
+                 pd.concat(references, ignore_index=True) if references else None,
+                 tuple(s.parent for s in sweeps))
 
 
 def select_sweep(df, uri: str, parent: str | None = None, experiment: str | None = None) -> Sweep:
@@ -366,13 +381,12 @@ def reference_lines(sweep: Sweep) -> list[str]:
 
 def render(sweep: Sweep, published: Published | None, table, metrics: list[str], plot_name: str | None,
            note: str | None = None) -> str:
-    started = sweep.parent.get("start_time")
     lines = [f"# {published.title if published else 'Sweep ' + sweep.parent_id[:ID_CHARS]}", ""]
     if published:
         lines += [f"Published: {published.citation}", ""]
-    lines += [f"Made by: `bayesx run -m {sweep.overrides}`".rstrip() + f" (parent run {sweep.parent_id[:ID_CHARS]}, "
-              f"{len(sweep.runs)} runs, started {str(started)[:19]} UTC; sweep status {sweep.parent.get('status')})",
-              f"Table by: `bayesx report --parent {sweep.parent_id[:ID_CHARS]}` from {sweep.uri}",
+    parents = sweep.parts or (sweep.parent,)
+    named = " ".join(f"--parent {str(p['run_id'])[:ID_CHARS]}" for p in parents)
+    lines += [*made_by_lines(sweep, parents), f"Table by: `bayesx report {named}` from {sweep.uri}",
               f"Machine: {machine_line(sweep)}", *([f"Note: {note}"] if note else []), *reference_lines(sweep), "",
               markdown_table(table), ""]
     pooled = seed_means(table, metrics)
@@ -383,6 +397,26 @@ def render(sweep: Sweep, published: Published | None, table, metrics: list[str],
     if published and published.notes:
         lines += [published.notes, ""]
     return "\n".join(lines)
+
+
+def made_by_lines(sweep: Sweep, parents: tuple) -> list[str]:
+    """The command of each part of the sweep, with its parent run, its runs, its start, its status and its commit."""
+    from bayesx.store.tracking import PARENT_TAG
+
+    parent_col = f"tags.{PARENT_TAG}"
+    lines = []
+    for k, parent in enumerate(parents):
+        run_id = str(parent["run_id"])
+        runs = (sweep.runs[sweep.runs[parent_col] == run_id] if len(parents) > 1 and parent_col in sweep.runs
+                else sweep.runs)
+        commits = runs["tags.git_commit"].dropna().unique() if "tags.git_commit" in runs else []
+        commit = ", ".join(str(c)[:10] for c in commits)
+        part = f"Part {k + 1} made by" if len(parents) > 1 else "Made by"
+        lines.append(f"{part}: `bayesx run -m {parent.get('tags.sweep_overrides') or ''}`".rstrip()
+                     + f" (parent run {run_id[:ID_CHARS]}, {len(runs)} runs, started {str(parent.get('start_time'))[:19]}"
+                     + f" UTC; sweep status {parent.get('status')}" + (f"; commit {commit}" if commit else "")
+                     + ")")
+    return lines
 
 
 def run_labels(table, metrics: list[str]) -> list[str]:
@@ -429,12 +463,16 @@ def plot(table, metrics: list[str], path: Path) -> bool:
     return True
 
 
-def report(uri: str, experiment: str | None = None, parent: str | None = None, published_path: Path | None = None,
-           out: Path | None = None, with_plot: bool = True, note: str | None = None) -> str:
-    """The markdown report of one sweep (written to ``out`` with its plot beside it, if given)."""
+def report(uri: str, experiment: str | None = None, parent: str | list[str] | None = None,
+           published_path: Path | None = None, out: Path | None = None, with_plot: bool = True,
+           note: str | None = None) -> str:
+    """The markdown report of one sweep, or of several parents' sweeps joined (a preset run in parts), written to
+    ``out`` with its plot beside it, if given."""
     from bayesx.store.tracking import search_runs
 
-    sweep = select_sweep(search_runs(uri, experiment), uri, parent, experiment)
+    runs = search_runs(uri, experiment)
+    parents = parent if isinstance(parent, list) else [parent]
+    sweep = joined([select_sweep(runs, uri, one, experiment) for one in parents])
     return sweep_report(sweep, published_path, out, with_plot, note)[0]
 
 
