@@ -254,3 +254,25 @@ def test_a_preset_run_in_parts_is_one_table_naming_each_part(sweep, tmp_path):
     assert len(table_rows(text)) == len(table_rows(alone_first)) + 1
     assert "Part 1 made by" in text and "Part 2 made by" in text and f"--parent {first[:8]} --parent {second[:8]}" in text
     assert "Part 1" not in alone_second and "Made by" in alone_second
+
+
+def test_a_table_too_long_for_a_bar_each_is_plotted_as_dots_per_group(tmp_path):
+    """120 runs (4 methods x 30 posteriors): one line per method, not 120 bars, so the image stays readable
+    (a bar per run made the 552-run posteriordb preset's plot about 36,000 pixels tall). Control: 40 runs keep a bar
+    each."""
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+
+    from bayesx.reports import report as report_module
+
+    rng = np.random.default_rng(0)
+    long = pd.DataFrame({"run": [f"r{i}" for i in range(120)], "method": [f"m{i % 4}" for i in range(120)],
+                         "posterior": [f"p{i // 4}" for i in range(120)], "err": rng.random(120),
+                         "ess_per_s": 10 ** rng.uniform(0, 4, 120)})
+    assert report_module.group_column(long, ["err", "ess_per_s"]) == "method"
+    assert report_module.plot(long, ["err", "ess_per_s"], tmp_path / "long.png")
+    assert Image.open(tmp_path / "long.png").size[1] < 600
+    short = long.iloc[:40]
+    assert report_module.plot(short, ["err", "ess_per_s"], tmp_path / "short.png")
+    assert Image.open(tmp_path / "short.png").size[1] > 1000  # a bar per run

@@ -426,8 +426,50 @@ def run_labels(table, metrics: list[str]) -> list[str]:
     return [" ".join(str(table.at[i, c]) for c in ident) or str(table.at[i, "run"]) for i in range(len(table))]
 
 
+MAX_BARS = 60  # a table of more runs is plotted as one row of dots per group (:func:`dot_plot`), not a bar each
+
+
+def group_column(table, metrics: list[str]) -> str | None:
+    """Of the columns that tell runs apart, the one with the fewest distinct values (a preset's row, a method):
+    what a table too long for a bar per run is grouped by."""
+    ident = [c for c in table.columns if c not in ("run", "status", *metrics) and not c.startswith("paper ")
+             and 1 < table[c].nunique(dropna=False) < len(table)]
+    return min(ident, key=lambda c: table[c].nunique(dropna=False)) if ident else None
+
+
+def dot_plot(table, shown: list[str], by: str, path: Path) -> None:
+    """One panel per metric, one line per value of ``by``, a dot per run (log scale where a metric spans more than
+    100x): the spread of each group across what else varies, e.g. a method across the posteriors."""
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys(str(v) for v in table[by]))
+    ncols = min(len(shown), 4)
+    nrows = -(-len(shown) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 2, (0.3 * len(groups) + 1.2) * nrows), squeeze=False)
+    for k, ax in enumerate(axes.flat):
+        if k >= len(shown):
+            ax.axis("off")
+            continue
+        values = table[shown[k]].map(lambda v: float(v) if finite(v) else float("nan"))
+        for i, group in enumerate(groups):
+            picked = values[table[by].astype(str) == group].dropna()
+            ax.plot(picked, [i] * len(picked), "o", color="tab:blue", alpha=0.5, markersize=3)
+        positive = values.dropna()
+        if len(positive) and (positive > 0).all() and positive.max() > 100 * positive.min():
+            ax.set_xscale("log")
+        ax.set_title(shown[k], fontsize=9)
+        ax.set_yticks(range(len(groups)))
+        ax.set_yticklabels(groups if k % ncols == 0 else [""] * len(groups), fontsize=7)
+        ax.invert_yaxis()
+        ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot(table, metrics: list[str], path: Path) -> bool:
-    """One horizontal bar chart per metric, one bar per run; the published value as a black mark."""
+    """One horizontal bar chart per metric, one bar per run, the published value as a black mark; a table of more
+    than MAX_BARS runs as dots grouped by what tells the runs apart least (:func:`dot_plot`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -436,6 +478,10 @@ def plot(table, metrics: list[str], path: Path) -> bool:
     shown = [m for m in metrics if m in table and table[m].map(finite).any()][:8]
     if not shown:
         return False
+    by = group_column(table, metrics) if len(table) > MAX_BARS else None
+    if by is not None:
+        dot_plot(table, shown, by, path)
+        return True
     labels = run_labels(table, metrics)
     ncols = min(len(shown), 4)
     nrows = -(-len(shown) // ncols)
