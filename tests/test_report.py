@@ -252,8 +252,9 @@ def test_a_preset_run_in_parts_is_one_table_naming_each_part(sweep, tmp_path):
     text, alone_first, alone_second = report(first, second), report(first), report(second)
     assert len(table_rows(alone_second)) == 1  # the second sweep's one run
     assert len(table_rows(text)) == len(table_rows(alone_first)) + 1
-    assert "Part 1 made by" in text and "Part 2 made by" in text and f"--parent {first[:8]} --parent {second[:8]}" in text
-    assert "Part 1" not in alone_second and "Made by" in alone_second
+    assert "(part 1 of 2: parent run" in text and "(part 2 of 2: parent run" in text
+    assert text.count("Made by: ") == 2 and f"--parent {first[:8]} --parent {second[:8]}" in text
+    assert "part 1" not in alone_second and alone_second.count("Made by: ") == 1
 
 
 def test_a_table_too_long_for_a_bar_each_is_plotted_as_dots_per_group(tmp_path):

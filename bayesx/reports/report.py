@@ -411,9 +411,10 @@ def made_by_lines(sweep: Sweep, parents: tuple) -> list[str]:
                 else sweep.runs)
         commits = runs["tags.git_commit"].dropna().unique() if "tags.git_commit" in runs else []
         commit = ", ".join(str(c)[:10] for c in commits)
-        part = f"Part {k + 1} made by" if len(parents) > 1 else "Made by"
-        lines.append(f"{part}: `bayesx run -m {parent.get('tags.sweep_overrides') or ''}`".rstrip()
-                     + f" (parent run {run_id[:ID_CHARS]}, {len(runs)} runs, started {str(parent.get('start_time'))[:19]}"
+        part = f"part {k + 1} of {len(parents)}: " if len(parents) > 1 else ""
+        lines.append(f"Made by: `bayesx run -m {parent.get('tags.sweep_overrides') or ''}`".rstrip()
+                     + f" ({part}parent run {run_id[:ID_CHARS]}, {len(runs)} runs, started "
+                     + f"{str(parent.get('start_time'))[:19]}"
                      + f" UTC; sweep status {parent.get('status')}" + (f"; commit {commit}" if commit else "")
                      + ")")
     return lines
@@ -429,12 +430,20 @@ def run_labels(table, metrics: list[str]) -> list[str]:
 MAX_BARS = 60  # a table of more runs is plotted as one row of dots per group (:func:`dot_plot`), not a bar each
 
 
+MAX_GROUPS = 20  # the most lines a dot plot shows
+
+
 def group_column(table, metrics: list[str]) -> str | None:
-    """Of the columns that tell runs apart, the one with the fewest distinct values (a preset's row, a method):
-    what a table too long for a bar per run is grouped by."""
+    """Of the columns that tell runs apart, the finest with at most MAX_GROUPS values (a preset's row rather than
+    its method, which merges the row's variants), else the coarsest: what a table too long for a bar per run is
+    grouped by."""
     ident = [c for c in table.columns if c not in ("run", "status", *metrics) and not c.startswith("paper ")
              and 1 < table[c].nunique(dropna=False) < len(table)]
-    return min(ident, key=lambda c: table[c].nunique(dropna=False)) if ident else None
+    if not ident:
+        return None
+    counts = {c: table[c].nunique(dropna=False) for c in ident}
+    few = [c for c in ident if counts[c] <= MAX_GROUPS]
+    return max(few, key=counts.get) if few else min(ident, key=counts.get)
 
 
 def dot_plot(table, shown: list[str], by: str, path: Path) -> None:

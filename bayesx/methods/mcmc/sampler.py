@@ -108,7 +108,7 @@ DENSE_UP_TO = 100
 """``mass=auto``'s dense metric up to this many coordinates. On the 13 posteriordb posteriors (3-26 coordinates)
 NUTS with a dense metric reached 0.44x-354x the min-ESS per sampling second of diag_grad (median 2.4x; below 1 on
 sblri_blr 0.44x, arma11 and eight_schools_noncentered 0.93x; R-hat <= 1.01 on 11 of 13 against 6 of 13;
-results/posteriordb.md, 2026-11-25), and on digits (64) 2.7x (results/bench_samplers.md); its product costs
+results/archive/posteriordb_13x7.md, 2026-11-25), and on digits (64) 2.7x (results/bench_samplers.md); its product costs
 O(d^2) per step, small beside a gradient there, while at 500 coordinates (synthetic) it cost more than it gained."""
 
 
