@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ def small_settings(name: str) -> dict:
     return FAMILY_TINY[family_of(name)]
 
 
+@cache
 def family_of(name: str) -> str:
     """The family of ``method=<name>`` (a yaml that extends another, pcahmc, by the class it composes to)."""
     return get_object(compose([f"method={name}"]).method._target_).family
@@ -173,7 +175,8 @@ def test_an_interrupted_tempered_path_keeps_its_trace_and_has_no_draws(monkeypat
     assert result.traces["ais_accept_rate"] == [(1, 0.5), (2, 0.5)] and "fit_time_s" in result.timings
 
 
-POSTERIOR_METHODS = [name for name in METHODS if build(name).family != "trainer" and not needs_gaussian_prior(build(name))]
+POSTERIOR_METHODS = [name for name in METHODS if (method := build(name)).family != "trainer"
+                     and not needs_gaussian_prior(method)]
 
 
 @pytest.fixture(scope="module")

@@ -420,65 +420,61 @@ def made_by_lines(sweep: Sweep, parents: tuple) -> list[str]:
     return lines
 
 
+def telling_apart(table, metrics: list[str]) -> list[str]:
+    """The columns whose values differ between runs (method, a swept key...), beside the run id, the status, the
+    metrics and the paper's numbers."""
+    return [c for c in table.columns if c not in ("run", "status", *metrics) and not c.startswith("paper ")
+            and table[c].nunique(dropna=False) > 1]
+
+
 def run_labels(table, metrics: list[str]) -> list[str]:
-    """Each row's name from what tells the runs apart (method, a swept key...), else its run id."""
-    ident = [c for c in table.columns if c not in ("run", "status", *metrics) and not c.startswith("paper ")
-             and table[c].nunique(dropna=False) > 1]
+    """Each row's name from what tells the runs apart, else its run id."""
+    ident = telling_apart(table, metrics)
     return [" ".join(str(table.at[i, c]) for c in ident) or str(table.at[i, "run"]) for i in range(len(table))]
 
 
-MAX_BARS = 60  # a table of more runs is plotted as one row of dots per group (:func:`dot_plot`), not a bar each
-
-
+MAX_BARS = 60  # a table of more runs is plotted as one row of dots per group (:func:`dot_panel`), not a bar each
 MAX_GROUPS = 20  # the most lines a dot plot shows
 
 
 def group_column(table, metrics: list[str]) -> str | None:
-    """Of the columns that tell runs apart, the finest with at most MAX_GROUPS values (a preset's row rather than
-    its method, which merges the row's variants), else the coarsest: what a table too long for a bar per run is
-    grouped by."""
-    ident = [c for c in table.columns if c not in ("run", "status", *metrics) and not c.startswith("paper ")
-             and 1 < table[c].nunique(dropna=False) < len(table)]
-    if not ident:
+    """Of the columns that tell runs apart (and not every run from every other), the finest with at most
+    MAX_GROUPS values (a preset's row rather than its method, which merges the row's variants), else the coarsest:
+    what a table too long for a bar per run is grouped by."""
+    counts = {c: table[c].nunique(dropna=False) for c in telling_apart(table, metrics)}
+    counts = {c: n for c, n in counts.items() if n < len(table)}
+    if not counts:
         return None
-    counts = {c: table[c].nunique(dropna=False) for c in ident}
-    few = [c for c in ident if counts[c] <= MAX_GROUPS]
-    return max(few, key=counts.get) if few else min(ident, key=counts.get)
+    few = [c for c, n in counts.items() if n <= MAX_GROUPS]
+    return max(few, key=counts.get) if few else min(counts, key=counts.get)
 
 
-def dot_plot(table, shown: list[str], by: str, path: Path) -> None:
-    """One panel per metric, one line per value of ``by``, a dot per run (log scale where a metric spans more than
-    100x): the spread of each group across what else varies, e.g. a method across the posteriors."""
-    import matplotlib.pyplot as plt
+def bar_panel(ax, table, metric: str) -> None:
+    """One bar per run; the published value as a black mark."""
+    values = [float(v) if finite(v) else 0.0 for v in table[metric]]
+    ax.barh(range(len(values)), values, color="tab:blue")
+    paper = f"paper {metric}"
+    if paper in table:
+        for i, v in enumerate(table[paper]):
+            if finite(v):
+                ax.plot([v], [i], marker="|", color="black", markersize=14, mew=2)
 
-    groups = list(dict.fromkeys(str(v) for v in table[by]))
-    ncols = min(len(shown), 4)
-    nrows = -(-len(shown) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 2, (0.3 * len(groups) + 1.2) * nrows), squeeze=False)
-    for k, ax in enumerate(axes.flat):
-        if k >= len(shown):
-            ax.axis("off")
-            continue
-        values = table[shown[k]].map(lambda v: float(v) if finite(v) else float("nan"))
-        for i, group in enumerate(groups):
-            picked = values[table[by].astype(str) == group].dropna()
-            ax.plot(picked, [i] * len(picked), "o", color="tab:blue", alpha=0.5, markersize=3)
-        positive = values.dropna()
-        if len(positive) and (positive > 0).all() and positive.max() > 100 * positive.min():
-            ax.set_xscale("log")
-        ax.set_title(shown[k], fontsize=9)
-        ax.set_yticks(range(len(groups)))
-        ax.set_yticklabels(groups if k % ncols == 0 else [""] * len(groups), fontsize=7)
-        ax.invert_yaxis()
-        ax.tick_params(axis="x", labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+
+def dot_panel(ax, table, metric: str, by: str, groups: list[str]) -> None:
+    """One line per group of ``by``, a dot per run (log scale where the metric spans more than 100x): the spread
+    of each group across what else varies, e.g. a method across the posteriors."""
+    values = table[metric].map(lambda v: float(v) if finite(v) else float("nan"))
+    for i, group in enumerate(groups):
+        picked = values[table[by].astype(str) == group].dropna()
+        ax.plot(picked, [i] * len(picked), "o", color="tab:blue", alpha=0.5, markersize=3)
+    present = values.dropna()
+    if len(present) and (present > 0).all() and present.max() > 100 * present.min():
+        ax.set_xscale("log")
 
 
 def plot(table, metrics: list[str], path: Path) -> bool:
-    """One horizontal bar chart per metric, one bar per run, the published value as a black mark; a table of more
-    than MAX_BARS runs as dots grouped by what tells the runs apart least (:func:`dot_plot`)."""
+    """One panel per metric (at most 8): a horizontal bar per run with the published value marked, or for a
+    table of more than MAX_BARS runs a line of dots per group (:func:`group_column`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -488,28 +484,23 @@ def plot(table, metrics: list[str], path: Path) -> bool:
     if not shown:
         return False
     by = group_column(table, metrics) if len(table) > MAX_BARS else None
-    if by is not None:
-        dot_plot(table, shown, by, path)
-        return True
-    labels = run_labels(table, metrics)
+    if by is None:
+        labels, draw = run_labels(table, metrics), (lambda ax, metric: bar_panel(ax, table, metric))
+    else:
+        labels = list(dict.fromkeys(str(v) for v in table[by]))
+        draw = lambda ax, metric: dot_panel(ax, table, metric, by, labels)  # noqa: E731
     ncols = min(len(shown), 4)
     nrows = -(-len(shown) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 1.5, (0.3 * len(table) + 1.2) * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + (1.5 if by is None else 2.0),
+                                                    (0.3 * len(labels) + 1.2) * nrows), squeeze=False)
     for k, ax in enumerate(axes.flat):
         if k >= len(shown):
             ax.axis("off")
             continue
-        metric = shown[k]
-        values = [float(v) if finite(v) else 0.0 for v in table[metric]]
-        ax.barh(range(len(values)), values, color="tab:blue")
-        paper = f"paper {metric}"
-        if paper in table:
-            for i, v in enumerate(table[paper]):
-                if finite(v):
-                    ax.plot([v], [i], marker="|", color="black", markersize=14, mew=2)
-        ax.set_title(metric, fontsize=9)
-        ax.set_yticks(range(len(values)))
-        ax.set_yticklabels(labels if k % ncols == 0 else [""] * len(values), fontsize=7)
+        draw(ax, shown[k])
+        ax.set_title(shown[k], fontsize=9)
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels(labels if k % ncols == 0 else [""] * len(labels), fontsize=7)
         ax.invert_yaxis()
         ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
